@@ -1,0 +1,88 @@
+"""Making tensors: from data, and numpy-style factories."""
+import numpy as np
+
+from .tensor import Tensor, _canonical, _constant, _plain
+
+_GRAD_DTYPE_ERROR = "Only Tensors of floating point and complex dtype can require gradients"
+
+
+def _dtype(dtype):
+    if dtype is None:
+        return None
+    d = np.dtype(dtype)
+    if d.kind not in "biuf" or d == np.float16:
+        raise TypeError(f"autotape supports float32, float64, integer and bool dtypes, "
+                        f"not {d}")
+    return d
+
+
+def _finish(t, requires_grad):
+    if requires_grad:
+        if t._dtype.kind != "f":
+            raise RuntimeError(_GRAD_DTYPE_ERROR)
+        t._requires_grad = True
+    return t
+
+
+def tensor(data, dtype=None, requires_grad=False):
+    """A new leaf holding a copy of ``data`` (numbers, nested lists, arrays, tensors).
+
+    Floating data is float64 unless ``dtype`` says otherwise (float32 is supported).
+
+    >>> x = at.tensor([5.0, 3.0], requires_grad=True)
+    >>> x.dtype
+    dtype('float64')
+    """
+    if isinstance(data, Tensor):
+        data = data.numpy()
+    return _finish(_constant(data, _dtype(dtype)), requires_grad)
+
+
+def _shape(shape):
+    if len(shape) == 1 and not isinstance(shape[0], (int, np.integer)):
+        return tuple(int(d) for d in shape[0])
+    return tuple(int(d) for d in shape)
+
+
+def _factory(np_fn, shape, dtype, requires_grad, *args):
+    a = np_fn(_shape(shape), *args, dtype=_dtype(dtype) or np.float64)
+    return _finish(_plain(*_canonical(a)), requires_grad)
+
+
+def zeros(*shape, dtype=None, requires_grad=False):
+    """``zeros(2, 3)`` or ``zeros((2, 3))``: float64 zeros."""
+    return _factory(np.zeros, shape, dtype, requires_grad)
+
+
+def ones(*shape, dtype=None, requires_grad=False):
+    """``ones(2, 3)`` or ``ones((2, 3))``: float64 ones."""
+    return _factory(np.ones, shape, dtype, requires_grad)
+
+
+def full(shape, fill_value, dtype=None, requires_grad=False):
+    """An array of ``shape`` filled with ``fill_value`` (numpy's dtype rule)."""
+    shape = (shape,) if isinstance(shape, (int, np.integer)) else tuple(shape)
+    a = np.full(shape, fill_value, dtype=_dtype(dtype))
+    return _finish(_plain(*_canonical(a)), requires_grad)
+
+
+def zeros_like(t, dtype=None, requires_grad=False):
+    return zeros(t.shape, dtype=dtype or t.dtype, requires_grad=requires_grad)
+
+
+def ones_like(t, dtype=None, requires_grad=False):
+    return ones(t.shape, dtype=dtype or t.dtype, requires_grad=requires_grad)
+
+
+def eye(n, m=None, dtype=None, requires_grad=False):
+    a = np.eye(n, m, dtype=_dtype(dtype) or np.float64)
+    return _finish(_plain(*_canonical(a)), requires_grad)
+
+
+def arange(*args, dtype=None, requires_grad=False):
+    return _finish(_plain(*_canonical(np.arange(*args, dtype=_dtype(dtype)))), requires_grad)
+
+
+def linspace(start, stop, num=50, dtype=None, requires_grad=False):
+    a = np.linspace(start, stop, num, dtype=_dtype(dtype))
+    return _finish(_plain(*_canonical(a)), requires_grad)

@@ -1,0 +1,69 @@
+"""Grad mode: whether ops record. Context managers that are also decorators."""
+import functools
+
+
+class _Mode:
+    enabled = True        # process-wide, like the current tape (tape.py)
+
+
+def is_grad_enabled():
+    """True when ops on tensors that require grad are recorded."""
+    return _Mode.enabled
+
+
+class _GradModeContext:
+    _mode = None
+
+    def __enter__(self):
+        self._saved = _Mode.enabled
+        _Mode.enabled = self._mode
+
+    def __exit__(self, *exc):
+        _Mode.enabled = self._saved
+
+    def __call__(self, fn):
+        @functools.wraps(fn)
+        def wrapper(*args, **kwargs):
+            with self.__class__():
+                return fn(*args, **kwargs)
+        return wrapper
+
+
+class no_grad(_GradModeContext):
+    """Context manager and decorator: ops inside record nothing.
+
+    >>> x = at.tensor([1.0], requires_grad=True)
+    >>> with at.no_grad():
+    ...     y = x * 2
+    >>> y.requires_grad
+    False
+    """
+    _mode = False
+
+
+class enable_grad(_GradModeContext):
+    """Context manager and decorator: re-enables recording inside ``no_grad``."""
+    _mode = True
+
+
+class set_grad_enabled(_GradModeContext):
+    """``set_grad_enabled(False)``: sets grad mode now; as a context manager, restores it
+    on exit."""
+
+    def __init__(self, mode):
+        self._saved = _Mode.enabled
+        self._mode = bool(mode)
+        _Mode.enabled = self._mode
+
+    def __enter__(self):
+        pass
+
+    def __call__(self, fn):
+        mode = self._mode
+        _Mode.enabled = self._saved
+
+        @functools.wraps(fn)
+        def wrapper(*args, **kwargs):
+            with set_grad_enabled(mode):
+                return fn(*args, **kwargs)
+        return wrapper

@@ -1,0 +1,90 @@
+"""The compiled reverse sweep: one call per backward / grad, no Python per tape row.
+
+The sweep marks the rows reachable backwards from the seeded outputs, gives each
+reachable row that can carry a gradient a slice of one flat adjoint buffer, seeds the
+outputs, then walks the rows in reverse and hands each one to its family's VJP kernel.
+"""
+import numpy as np
+
+from ..ops.codes import (BINARY_FIRST, BINARY_LAST, CONCAT, CONST, MATMUL, REDUCE_FIRST,
+                         REDUCE_LAST, RESHAPE, SETITEM, SOURCE_LAST, STRIDED, UNARY_FIRST,
+                         UNARY_LAST, WHERE)
+from ..ops.elementwise import binary_vjp, unary_vjp, where_vjp
+from ..ops.linalg import matmul_vjp
+from ..ops.reduce import reduce_vjp
+from ..ops.shape import concat_vjp, reshape_vjp, setitem_vjp, strided_vjp
+from .cache import cached_njit
+from .layout import A, AUX, B, OP, SHAPE, Sweep
+
+OK, RELEASED, UNKNOWN_OP = 0, 1, 2
+
+
+@cached_njit()
+def reverse_sweep(rows, ipool, shape_ndim, shape_start, shape_dims, shape_size,
+                  arena_addr, big_addr, released, retain,
+                  seed_rows, seed_vals, seed_off):
+    """Returns (status, adjoint buffer, adjoint offset per row)."""
+    n = rows.shape[0]
+    adj_off = np.full(n, -1, np.int64)
+    top = -1
+    for s in seed_rows:
+        top = max(top, s)
+    reached = np.zeros(top + 1, np.bool_)
+    for s in seed_rows:
+        reached[s] = True
+    for i in range(top, -1, -1):              # reachability, on graph edges
+        if not reached[i]:
+            continue
+        if rows[i, OP] == CONCAT:
+            for t in range(ipool[rows[i, AUX] + 2]):
+                reached[ipool[rows[i, AUX] + 3 + 3 * t]] = True
+        else:
+            if rows[i, A] >= 0:
+                reached[rows[i, A]] = True
+            if rows[i, B] >= 0:
+                reached[rows[i, B]] = True
+    total = 0
+    for i in range(top + 1):
+        if reached[i] and rows[i, OP] != CONST:
+            if released[i]:
+                return RELEASED, np.empty(0), adj_off
+            adj_off[i] = total
+            total += shape_size[rows[i, SHAPE]]
+    adj = np.zeros(total)
+    ctx = Sweep(rows, ipool, shape_ndim, shape_start, shape_dims, shape_size,
+                arena_addr, big_addr, adj, adj_off)
+    for j in range(seed_rows.size):
+        off = adj_off[seed_rows[j]]
+        for k in range(seed_off[j + 1] - seed_off[j]):
+            adj[off + k] += seed_vals[seed_off[j] + k]
+    for i in range(top, -1, -1):
+        if adj_off[i] < 0:
+            continue
+        op = rows[i, OP]
+        if op <= SOURCE_LAST:
+            continue
+        elif UNARY_FIRST <= op <= UNARY_LAST:
+            unary_vjp(ctx, i)
+        elif BINARY_FIRST <= op <= BINARY_LAST:
+            binary_vjp(ctx, i)
+        elif op == WHERE:
+            where_vjp(ctx, i)
+        elif REDUCE_FIRST <= op <= REDUCE_LAST:
+            reduce_vjp(ctx, i)
+        elif op == RESHAPE:
+            reshape_vjp(ctx, i)
+        elif op == STRIDED:
+            strided_vjp(ctx, i)
+        elif op == SETITEM:
+            setitem_vjp(ctx, i)
+        elif op == CONCAT:
+            concat_vjp(ctx, i)
+        elif op == MATMUL:
+            matmul_vjp(ctx, i)
+        else:
+            return UNKNOWN_OP, adj, adj_off
+    if not retain:
+        for i in range(top + 1):
+            if adj_off[i] >= 0 and rows[i, OP] > SOURCE_LAST:
+                released[i] = 1
+    return OK, adj, adj_off

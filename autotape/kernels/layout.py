@@ -1,0 +1,115 @@
+"""How a tape looks to compiled code, and the helpers every VJP kernel uses.
+
+A tape row is six int64s: opcode, operand a, operand b, shape id, aux (an index into
+the int pool for ops with parameters or more operands) and value location. A value
+location >= 0 is an offset into the float64 arena (0-d values); a location < 0 names
+an array by address in ``big_addr[-loc - 1]``. Adjoints of the rows a sweep reaches
+live in one flat buffer at ``adj_off[row]`` (-1: the row carries no gradient).
+"""
+from collections import namedtuple
+
+import numpy as np
+from numba import carray, types
+from numba.extending import intrinsic, register_jitable
+
+OP, A, B, SHAPE, AUX, VLOC = range(6)
+ROW_WIDTH = 6
+
+Sweep = namedtuple("Sweep", [
+    "rows", "ipool", "shape_ndim", "shape_start", "shape_dims", "shape_size",
+    "arena_addr", "big_addr", "adj", "adj_off"])
+
+
+@intrinsic
+def _f64_pointer(typingctx, address):
+    """Reinterpret an integer address as ``float64*`` (the arrays stay owned by Python)."""
+    if not isinstance(address, types.Integer):
+        return None
+    sig = types.CPointer(types.float64)(address)
+
+    def codegen(context, builder, signature, args):
+        return builder.inttoptr(args[0], context.get_value_type(signature.return_type))
+    return sig, codegen
+
+
+@register_jitable
+def size_of(ctx, r):
+    return ctx.shape_size[ctx.rows[r, SHAPE]]
+
+
+@register_jitable
+def shape_of(ctx, r):
+    s = ctx.rows[r, SHAPE]
+    start = ctx.shape_start[s]
+    return ctx.shape_dims[start:start + ctx.shape_ndim[s]]
+
+
+@register_jitable
+def value(ctx, r):
+    """The row's value, flat, C order."""
+    loc = ctx.rows[r, VLOC]
+    if loc >= 0:
+        return carray(_f64_pointer(ctx.arena_addr + 8 * loc), size_of(ctx, r))
+    return carray(_f64_pointer(ctx.big_addr[-loc - 1]), size_of(ctx, r))
+
+
+@register_jitable
+def has_adjoint(ctx, r):
+    return ctx.adj_off[r] >= 0
+
+
+@register_jitable
+def adjoint(ctx, r):
+    off = ctx.adj_off[r]
+    return ctx.adj[off:off + size_of(ctx, r)]
+
+
+@register_jitable
+def param(ctx, r, k):
+    """The k-th int parameter of row r."""
+    return ctx.ipool[ctx.rows[r, AUX] + k]
+
+
+@register_jitable
+def strided_map(shape, offset, strides):
+    """Flat source index of every element of a strided view of ``shape``, C order."""
+    n = 1
+    for d in range(shape.size):
+        n *= shape[d]
+    out = np.empty(n, np.int64)
+    nd = shape.size
+    idx = np.zeros(nd, np.int64)
+    pos = offset
+    for k in range(n):
+        out[k] = pos
+        d = nd - 1
+        while d >= 0:
+            idx[d] += 1
+            pos += strides[d]
+            if idx[d] < shape[d]:
+                break
+            pos -= strides[d] * shape[d]
+            idx[d] = 0
+            d -= 1
+    return out
+
+
+@register_jitable
+def broadcast_map(small, big):
+    """For each element of ``big`` (C order), the flat index of the element of
+    ``small`` that numpy broadcasting reads there."""
+    nb = big.size
+    ns = small.size
+    strides = np.zeros(nb, np.int64)
+    s = 1
+    for d in range(ns - 1, -1, -1):
+        if small[d] != 1:
+            strides[d + nb - ns] = s
+        s *= small[d]
+    return strided_map(big, 0, strides)
+
+
+@register_jitable
+def operand_map(ctx, r, out):
+    """Index map from output row ``out`` to operand row ``r`` under broadcasting."""
+    return broadcast_map(shape_of(ctx, r), shape_of(ctx, out))

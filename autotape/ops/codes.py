@@ -1,0 +1,32 @@
+"""Opcodes: the index of the op table.
+
+A tape row's opcode says which primitive produced the row. Opcodes are grouped in
+ranges by family, so the compiled sweep dispatches on the family and each family
+module dispatches on the op; adding an op to a family never touches the sweep.
+"""
+# Rows that bring a value onto the tape from outside: a leaf that requires grad, a
+# constant, or a value recorded on an older tape (see tape.py).
+LEAF, CONST, IMPORT = 0, 1, 2
+SOURCE_LAST = 9
+
+# Elementwise unary, z = f(x).
+NEG, ABS, EXP, LOG, SQRT, SIN, COS, TAN, TANH, SIGMOID, RELU = range(100, 111)
+UNARY_FIRST, UNARY_LAST = 100, 299
+
+# Elementwise binary with numpy broadcasting, z = f(x, y).
+ADD, SUB, MUL, DIV, POW, MAXIMUM, MINIMUM = range(300, 307)
+BINARY_FIRST, BINARY_LAST = 300, 399
+
+# where(cond, x, y): cond is a CONST row named in the int pool.
+WHERE = 400
+
+# Reductions over an axis bitmask held in the int pool.
+SUM, MEAN = 500, 501
+REDUCE_FIRST, REDUCE_LAST = 500, 599
+
+# Layout: reshape (same flat data), strided gather (basic indexing, transpose,
+# broadcast_to), index assignment, concatenation (stack).
+RESHAPE, STRIDED, SETITEM, CONCAT = 600, 601, 602, 603
+
+# Linear algebra.
+MATMUL = 700

@@ -1,0 +1,193 @@
+"""Elementwise ops: forward functions and the derivative table.
+
+Each op has a scalar forward (Python floats, used for 0-d tensors because a numpy call
+costs a microsecond), an array forward (numpy), and one line in the partial-derivative
+table that the compiled sweep evaluates per element. Conventions at kinks follow torch:
+abs'(0) = relu'(0) = 0, sqrt'(0) = inf, maximum/minimum split the gradient evenly on
+ties, d(x**y)/dx = 0 where y == 0, d(x**y)/dy = 0 where x == 0 and y >= 0.
+"""
+import math
+import operator
+
+import numpy as np
+from numba.extending import register_jitable
+
+from .codes import (ABS, ADD, COS, DIV, EXP, LOG, MAXIMUM, MINIMUM, MUL, NEG, POW, RELU,
+                    SIGMOID, SIN, SQRT, SUB, TAN, TANH)
+from ..kernels.layout import A, AUX, B, OP, adjoint, has_adjoint, operand_map, size_of, value
+
+
+class Elementwise:
+    """One elementwise primitive: opcode, name, scalar forward, array forward."""
+    __slots__ = ("code", "name", "scalar", "array")
+
+    def __init__(self, code, name, scalar, array):
+        self.code, self.name, self.scalar, self.array = code, name, scalar, array
+
+    def __repr__(self):
+        return f"<op {self.name}>"
+
+
+def _numpy_semantics(fn, np_fn):
+    """``fn`` on floats, but numpy's inf/nan where ``math`` would raise."""
+    def scalar(*args):
+        try:
+            return fn(*args)
+        except (ValueError, OverflowError, ZeroDivisionError):
+            with np.errstate(all="ignore"):
+                return float(np_fn(*args))
+    scalar.__name__ = np_fn.__name__
+    return scalar
+
+
+def _sigmoid_scalar(x):
+    if x >= 0:
+        return 1.0 / (1.0 + math.exp(-x))
+    e = math.exp(x) if x > -745.2 else 0.0
+    return e / (1.0 + e)
+
+
+def _sigmoid_array(x):
+    e = np.exp(-np.abs(x))
+    return np.where(x >= 0, 1 / (1 + e), e / (1 + e)).astype(x.dtype, copy=False)
+
+
+def _relu_scalar(x):
+    return 0.0 if x <= 0 else x
+
+
+def _relu_array(x):
+    return np.where(x > 0, x, np.zeros((), x.dtype)) if x.size else x.copy()
+
+
+def _maximum(x, y):
+    return x if (x >= y or x != x) else y
+
+
+def _minimum(x, y):
+    return x if (x <= y or x != x) else y
+
+
+U = Elementwise
+unary_ops = {op.code: op for op in [
+    U(NEG,     "negative", operator.neg,                              np.negative),
+    U(ABS,     "abs",      abs,                                       np.abs),
+    U(EXP,     "exp",      _numpy_semantics(math.exp, np.exp),        np.exp),
+    U(LOG,     "log",      _numpy_semantics(math.log, np.log),        np.log),
+    U(SQRT,    "sqrt",     _numpy_semantics(math.sqrt, np.sqrt),      np.sqrt),
+    U(SIN,     "sin",      _numpy_semantics(math.sin, np.sin),        np.sin),
+    U(COS,     "cos",      _numpy_semantics(math.cos, np.cos),        np.cos),
+    U(TAN,     "tan",      _numpy_semantics(math.tan, np.tan),        np.tan),
+    U(TANH,    "tanh",     math.tanh,                                 np.tanh),
+    U(SIGMOID, "sigmoid",  _sigmoid_scalar,                           _sigmoid_array),
+    U(RELU,    "relu",     _relu_scalar,                              _relu_array),
+]}
+
+binary_ops = {op.code: op for op in [
+    U(ADD,     "add",      operator.add,                              np.add),
+    U(SUB,     "subtract", operator.sub,                              np.subtract),
+    U(MUL,     "multiply", operator.mul,                              np.multiply),
+    U(DIV,     "divide",   _numpy_semantics(operator.truediv, np.true_divide), np.true_divide),
+    U(POW,     "power",    _numpy_semantics(math.pow, np.power),      np.power),
+    U(MAXIMUM, "maximum",  _maximum,                                  np.maximum),
+    U(MINIMUM, "minimum",  _minimum,                                  np.minimum),
+]}
+
+
+# ---- the derivative table: z = f(x) or z = f(x, y), one element ----------------------
+
+@register_jitable
+def unary_partial(op, x, z):
+    """dz/dx."""
+    if op == NEG:     return -1.0
+    if op == ABS:     return 1.0 if x > 0 else (-1.0 if x < 0 else (0.0 if x == 0 else x))
+    if op == EXP:     return z
+    if op == LOG:     return 1.0 / x
+    if op == SQRT:    return 1.0 / (2.0 * z)
+    if op == SIN:     return math.cos(x)
+    if op == COS:     return -math.sin(x)
+    if op == TAN:     return 1.0 + z * z
+    if op == TANH:    return 1.0 - z * z
+    if op == SIGMOID: return z * (1.0 - z)
+    if op == RELU:    return 1.0 if z > 0 else 0.0
+    return math.nan
+
+
+@register_jitable
+def binary_partial_x(op, x, y, z):
+    """dz/dx."""
+    if op == ADD:     return 1.0
+    if op == SUB:     return 1.0
+    if op == MUL:     return y
+    if op == DIV:     return 1.0 / y
+    if op == POW:     return 0.0 if y == 0 else y * x ** (y - 1.0)
+    if op == MAXIMUM: return 0.5 if x == y else (0.0 if x < y else 1.0)
+    if op == MINIMUM: return 0.5 if x == y else (0.0 if x > y else 1.0)
+    return math.nan
+
+
+@register_jitable
+def binary_partial_y(op, x, y, z):
+    """dz/dy."""
+    if op == ADD:     return 1.0
+    if op == SUB:     return -1.0
+    if op == MUL:     return x
+    if op == DIV:     return -x / (y * y)
+    if op == POW:     return 0.0 if (x == 0 and y >= 0) else z * math.log(x)
+    if op == MAXIMUM: return 0.5 if x == y else (0.0 if y < x else 1.0)
+    if op == MINIMUM: return 0.5 if x == y else (0.0 if y > x else 1.0)
+    return math.nan
+
+
+# ---- VJP kernels for the three families ------------------------------------------------
+
+@register_jitable
+def unary_vjp(ctx, i):
+    op = ctx.rows[i, OP]
+    a = ctx.rows[i, A]
+    if not has_adjoint(ctx, a):
+        return
+    x, z, g, ga = value(ctx, a), value(ctx, i), adjoint(ctx, i), adjoint(ctx, a)
+    for k in range(z.size):
+        ga[k] += g[k] * unary_partial(op, x[k], z[k])
+
+
+@register_jitable
+def binary_vjp(ctx, i):
+    op = ctx.rows[i, OP]
+    a, b = ctx.rows[i, A], ctx.rows[i, B]
+    x, y, z, g = value(ctx, a), value(ctx, b), value(ctx, i), adjoint(ctx, i)
+    n = z.size
+    if x.size == n and y.size == n:            # no broadcasting: the common case
+        if has_adjoint(ctx, a):
+            ga = adjoint(ctx, a)
+            for k in range(n):
+                ga[k] += g[k] * binary_partial_x(op, x[k], y[k], z[k])
+        if has_adjoint(ctx, b):
+            gb = adjoint(ctx, b)
+            for k in range(n):
+                gb[k] += g[k] * binary_partial_y(op, x[k], y[k], z[k])
+        return
+    ma, mb = operand_map(ctx, a, i), operand_map(ctx, b, i)
+    if has_adjoint(ctx, a):
+        ga = adjoint(ctx, a)
+        for k in range(n):
+            ga[ma[k]] += g[k] * binary_partial_x(op, x[ma[k]], y[mb[k]], z[k])
+    if has_adjoint(ctx, b):
+        gb = adjoint(ctx, b)
+        for k in range(n):
+            gb[mb[k]] += g[k] * binary_partial_y(op, x[ma[k]], y[mb[k]], z[k])
+
+
+@register_jitable
+def where_vjp(ctx, i):
+    """z = where(c, x, y): the gradient goes to x where c holds, to y elsewhere."""
+    a, b, c = ctx.rows[i, A], ctx.rows[i, B], ctx.ipool[ctx.rows[i, AUX]]
+    g, cond = adjoint(ctx, i), value(ctx, c)
+    mc = operand_map(ctx, c, i)
+    for r, taken in ((a, True), (b, False)):
+        if has_adjoint(ctx, r):
+            gr, mr = adjoint(ctx, r), operand_map(ctx, r, i)
+            for k in range(g.size):
+                if (cond[mc[k]] != 0) == taken:
+                    gr[mr[k]] += g[k]

@@ -1,0 +1,34 @@
+"""Linear algebra: matmul for 1-D and 2-D operands.
+
+A 1-D left operand is a (1, k) row, a 1-D right operand a (k, 1) column; the output's
+flat layout is the same either way, so one kernel serves all four cases:
+dA = G @ B.T, dB = A.T @ G.
+"""
+from numba.extending import register_jitable
+
+from ..kernels.layout import A, B, adjoint, has_adjoint, shape_of, value
+
+
+@register_jitable
+def matmul_vjp(ctx, i):
+    a, b = ctx.rows[i, A], ctx.rows[i, B]
+    sa, sb = shape_of(ctx, a), shape_of(ctx, b)
+    n = sa[0] if sa.size == 2 else 1
+    k = sa[sa.size - 1]
+    m = sb[1] if sb.size == 2 else 1
+    x, y, g = value(ctx, a), value(ctx, b), adjoint(ctx, i)
+    if has_adjoint(ctx, a):                   # dA[r, p] += sum_j G[r, j] B[p, j]
+        ga = adjoint(ctx, a)
+        for r in range(n):
+            for p in range(k):
+                s = 0.0
+                for j in range(m):
+                    s += g[r * m + j] * y[p * m + j]
+                ga[r * k + p] += s
+    if has_adjoint(ctx, b):                   # dB[p, :] += A[r, p] G[r, :]
+        gb = adjoint(ctx, b)
+        for r in range(n):
+            for p in range(k):
+                arp = x[r * k + p]
+                for j in range(m):
+                    gb[p * m + j] += arp * g[r * m + j]

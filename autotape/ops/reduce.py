@@ -1,0 +1,44 @@
+"""Reductions: sum and mean over an axis set.
+
+The row's int parameter is a bitmask of the reduced axes of the operand. The VJP
+broadcasts the output gradient back over those axes (times 1/count for mean).
+"""
+import numpy as np
+from numba.extending import register_jitable
+
+from .codes import MEAN, SUM
+from ..kernels.layout import A, adjoint, broadcast_map, has_adjoint, param, shape_of, size_of
+
+
+def axes_mask(axes):
+    mask = 0
+    for ax in axes:
+        mask |= 1 << ax
+    return mask
+
+
+@register_jitable
+def reduce_vjp(ctx, i):
+    a = ctx.rows[i, A]
+    if not has_adjoint(ctx, a):
+        return
+    g, ga = adjoint(ctx, i), adjoint(ctx, a)
+    n = ga.size
+    scale = 1.0
+    if ctx.rows[i, 0] == MEAN and n > 0:
+        scale = size_of(ctx, i) / n
+    if g.size == 1:
+        for k in range(n):
+            ga[k] += g[0] * scale
+        return
+    mask = param(ctx, i, 0)
+    kept = shape_of(ctx, a).copy()
+    for d in range(kept.size):
+        if (mask >> d) & 1:
+            kept[d] = 1
+    m = broadcast_map(kept, shape_of(ctx, a))
+    for k in range(n):
+        ga[k] += g[m[k]] * scale
+
+
+reductions = {SUM: np.sum, MEAN: np.mean}

@@ -1,0 +1,121 @@
+"""Layout ops: reshape, strided views, index assignment, concatenation.
+
+A strided view (basic indexing, transpose, broadcast_to) is described by an offset and
+one stride per output axis, in elements of the operand's flat C-order data; its VJP
+scatter-adds the gradient back along the same pattern. Index assignment writes a
+strided region of a copy of the base; concatenation places each operand in a band of
+columns of the output viewed as (outer, width).
+"""
+import numpy as np
+from numba.extending import register_jitable
+
+from ..kernels.layout import (A, B, adjoint, broadcast_map, has_adjoint, param, shape_of,
+                              size_of, strided_map)
+
+
+def view_pattern(shape, index):
+    """Offset and strides (in elements) of ``x[index]`` for a C-contiguous ``x`` of ``shape``.
+
+    Computed by indexing a zero-size-backed array of the same shape and strides, so
+    no data is touched.
+    """
+    base = np.lib.stride_tricks.as_strided(np.zeros(1, np.int8), shape,
+                                           _c_strides(shape, 1), writeable=False)
+    view = base[index]
+    offset = view.__array_interface__["data"][0] - base.__array_interface__["data"][0]
+    return view.shape, offset, view.strides
+
+
+def _c_strides(shape, itemsize):
+    strides, s = [], itemsize
+    for d in reversed(shape):
+        strides.append(s)
+        s *= max(d, 1)
+    return tuple(reversed(strides))
+
+
+def transpose_pattern(shape, axes):
+    c = _c_strides(shape, 1)
+    return tuple(shape[a] for a in axes), 0, tuple(c[a] for a in axes)
+
+
+def broadcast_pattern(shape, target):
+    c = _c_strides(shape, 1)
+    lead = len(target) - len(shape)
+    strides = [0] * lead + [0 if shape[d] == 1 else c[d] for d in range(len(shape))]
+    return tuple(target), 0, tuple(strides)
+
+
+@register_jitable
+def reshape_vjp(ctx, i):
+    a = ctx.rows[i, A]
+    if has_adjoint(ctx, a):
+        g, ga = adjoint(ctx, i), adjoint(ctx, a)
+        for k in range(g.size):
+            ga[k] += g[k]
+
+
+@register_jitable
+def _pattern(ctx, i, first, ndim):
+    """Offset and strides stored at int parameters first, first+1 .. first+ndim."""
+    offset = param(ctx, i, first)
+    strides = np.empty(ndim, np.int64)
+    for d in range(ndim):
+        strides[d] = param(ctx, i, first + 1 + d)
+    return offset, strides
+
+
+@register_jitable
+def strided_vjp(ctx, i):
+    """z = gather(x, offset, strides): params [offset, strides...]."""
+    a = ctx.rows[i, A]
+    if not has_adjoint(ctx, a):
+        return
+    shape = shape_of(ctx, i)
+    offset, strides = _pattern(ctx, i, 0, shape.size)
+    m = strided_map(shape, offset, strides)
+    g, ga = adjoint(ctx, i), adjoint(ctx, a)
+    for k in range(g.size):
+        ga[m[k]] += g[k]
+
+
+@register_jitable
+def setitem_vjp(ctx, i):
+    """z = base with region := v. Params: [ndim, dims..., offset, strides...]."""
+    a, b = ctx.rows[i, A], ctx.rows[i, B]
+    ndim = param(ctx, i, 0)
+    region = np.empty(ndim, np.int64)
+    for d in range(ndim):
+        region[d] = param(ctx, i, 1 + d)
+    offset, strides = _pattern(ctx, i, 1 + ndim, ndim)
+    rmap = strided_map(region, offset, strides)
+    g = adjoint(ctx, i)
+    if has_adjoint(ctx, a):
+        keep = np.ones(g.size, np.bool_)
+        for k in range(rmap.size):
+            keep[rmap[k]] = False
+        ga = adjoint(ctx, a)
+        for k in range(g.size):
+            if keep[k]:
+                ga[k] += g[k]
+    if has_adjoint(ctx, b):
+        vmap = broadcast_map(shape_of(ctx, b), region)
+        gb = adjoint(ctx, b)
+        for k in range(rmap.size):
+            gb[vmap[k]] += g[rmap[k]]
+
+
+@register_jitable
+def concat_vjp(ctx, i):
+    """Params: [outer, width, count, (row, column, band width) * count]."""
+    outer, width, count = param(ctx, i, 0), param(ctx, i, 1), param(ctx, i, 2)
+    g = adjoint(ctx, i)
+    for t in range(count):
+        r = param(ctx, i, 3 + 3 * t)
+        if not has_adjoint(ctx, r):
+            continue
+        col, band = param(ctx, i, 4 + 3 * t), param(ctx, i, 5 + 3 * t)
+        gr = adjoint(ctx, r)
+        for o in range(outer):
+            for c in range(band):
+                gr[o * band + c] += g[o * width + col + c]
