@@ -753,6 +753,11 @@ def _setitem(x, index, value):
     new[index] = v
     region, offset, strides = view_pattern(x._shape, index)
     vt = as_tensor(value)
+    vshape = vt._shape
+    while len(vshape) > len(region) and vshape[0] == 1:    # numpy drops leading 1s
+        vshape = vshape[1:]
+    if vshape != vt._shape:
+        vt = reshape(vt, vshape)
     if np.broadcast_shapes(vt._shape, region) != region:
         raise ValueError(f"could not broadcast input array from shape {vt._shape} into "
                          f"shape {region}")

@@ -1,0 +1,212 @@
+"""Every op's VJP against central finite differences, on 0-d, n-d and broadcast shapes."""
+import numpy as np
+import pytest
+
+import autotape as at
+from fd import check_grads
+
+rng = np.random.default_rng(1234)
+
+
+def away_from_zero(shape, low=0.3, high=2.0):
+    """Values bounded away from 0 with random signs (no kinks for abs/relu)."""
+    return rng.uniform(low, high, shape) * rng.choice([-1.0, 1.0], shape)
+
+
+def positive(shape):
+    return rng.uniform(0.5, 2.0, shape)
+
+
+UNARY = {
+    "negative": (at.negative, away_from_zero),
+    "abs": (at.abs, away_from_zero),
+    "exp": (at.exp, away_from_zero),
+    "log": (at.log, positive),
+    "sqrt": (at.sqrt, positive),
+    "sin": (at.sin, away_from_zero),
+    "cos": (at.cos, away_from_zero),
+    "tan": (lambda x: at.tan(x * 0.5), away_from_zero),
+    "tanh": (at.tanh, away_from_zero),
+    "sigmoid": (at.sigmoid, away_from_zero),
+    "relu": (at.relu, away_from_zero),
+}
+
+BINARY = {
+    "add": (lambda x, y: x + y, away_from_zero, away_from_zero),
+    "sub": (lambda x, y: x - y, away_from_zero, away_from_zero),
+    "mul": (lambda x, y: x * y, away_from_zero, away_from_zero),
+    "div": (lambda x, y: x / y, away_from_zero, away_from_zero),
+    "pow": (lambda x, y: x ** y, positive, away_from_zero),
+    "maximum": (at.maximum, away_from_zero, away_from_zero),
+    "minimum": (at.minimum, away_from_zero, away_from_zero),
+}
+
+SHAPES = [(), (1,), (4,), (2, 3), (2, 1, 3)]
+BROADCAST = [((), (3,)), ((2, 3), ()), ((2, 3), (3,)), ((2, 1, 3), (4, 1)),
+             ((1,), (2, 2)), ((3, 1), (1, 4))]
+
+
+@pytest.mark.parametrize("name", sorted(UNARY))
+@pytest.mark.parametrize("shape", SHAPES, ids=str)
+def test_unary(name, shape):
+    fn, gen = UNARY[name]
+    check_grads(fn, gen(shape))
+
+
+@pytest.mark.parametrize("name", sorted(BINARY))
+@pytest.mark.parametrize("shapes", [(s, s) for s in SHAPES] + BROADCAST, ids=str)
+def test_binary(name, shapes):
+    fn, gx, gy = BINARY[name]
+    check_grads(fn, gx(shapes[0]), gy(shapes[1]))
+
+
+@pytest.mark.parametrize("name", sorted(BINARY))
+def test_binary_with_python_numbers(name):
+    fn, gx, _ = BINARY[name]
+    check_grads(lambda x: fn(x, 1.7), gx((3,)))
+    check_grads(lambda x: fn(1.7, x), gx((3,)) if name != "pow" else away_from_zero((3,)))
+    check_grads(lambda x: fn(x, 1.7), gx(()))
+
+
+def test_where():
+    c = np.array([[True, False, True]])
+    check_grads(lambda x, y: at.where(c, x, y), away_from_zero((2, 3)),
+                away_from_zero((3,)))
+    check_grads(lambda x: at.where(x > 0, x * x, -x), away_from_zero((5,)))
+    check_grads(lambda x: at.where(np.array(True), x, 2.0), away_from_zero(()))
+
+
+@pytest.mark.parametrize("reduce", [at.sum, at.mean])
+@pytest.mark.parametrize("axis, keepdims", [(None, False), (None, True), (0, False),
+                                            (1, True), (-1, False), ((0, 2), False),
+                                            ((0, 2), True), ((), False)])
+def test_reductions(reduce, axis, keepdims):
+    check_grads(lambda x: reduce(x, axis=axis, keepdims=keepdims),
+                away_from_zero((2, 3, 4)))
+
+
+def test_reductions_of_0d_and_empty():
+    check_grads(lambda x: x.sum(), away_from_zero(()))
+    check_grads(lambda x: x.mean(), away_from_zero(()))
+    x = at.zeros(0, 3, requires_grad=True)
+    g, = at.grad(x.sum(), x)
+    assert g.shape == (0, 3)
+
+
+def test_matmul_all_ranks():
+    for sa, sb in [((3, 4), (4, 2)), ((4,), (4, 2)), ((3, 4), (4,)), ((4,), (4,)),
+                   ((1, 1), (1, 1))]:
+        check_grads(lambda x, y: x @ y, away_from_zero(sa), away_from_zero(sb))
+
+
+def test_matmul_with_constant_operand():
+    w = rng.normal(size=(3, 2))
+    check_grads(lambda x: x @ w, away_from_zero((4, 3)))
+    check_grads(lambda x: w.T @ x, away_from_zero((3,)))
+
+
+@pytest.mark.parametrize("shape, new", [((2, 3), (3, 2)), ((2, 3), (-1,)), ((), (1, 1)),
+                                        ((6,), (2, 1, 3))])
+def test_reshape(shape, new):
+    check_grads(lambda x: x.reshape(new), away_from_zero(shape))
+
+
+@pytest.mark.parametrize("axes", [None, (1, 0, 2), (2, 0, 1)])
+def test_transpose(axes):
+    check_grads(lambda x: x.transpose(axes), away_from_zero((2, 3, 4)))
+
+
+def test_T_of_matrix():
+    check_grads(lambda x: x.T @ x, away_from_zero((3, 2)))
+
+
+@pytest.mark.parametrize("index", [0, -1, (1, 2), slice(1, None), slice(None, None, -1),
+                                   (Ellipsis, 0), (slice(0, 2), None, slice(None, None, 2)),
+                                   (0, Ellipsis, slice(1, 3)), (Ellipsis,)], ids=str)
+def test_basic_indexing(index):
+    check_grads(lambda x: x[index], away_from_zero((3, 4, 5)))
+
+
+def test_indexing_twice_accumulates():
+    check_grads(lambda x: x[0] * x[1] + x[0] ** 2, away_from_zero((2, 3)))
+
+
+def test_broadcast_to():
+    check_grads(lambda x: at.broadcast_to(x, (4, 2, 3)), away_from_zero((2, 1)))
+
+
+def test_index_assignment():
+    def f(x, v):
+        y = at.zeros(3, 4)
+        y[0] = x[0] * 2
+        y[1:, 1:3] = v
+        y[2, 3] = x[1, 3] ** 2
+        return y
+    check_grads(f, away_from_zero((2, 4)), away_from_zero((2, 1)))
+
+
+def test_index_assignment_into_a_result():
+    def f(x):
+        y = x * 1.0
+        y[0] = y[1] * 3
+        return y
+    check_grads(f, away_from_zero((3, 2)))
+
+
+@pytest.mark.parametrize("axis", [0, 1, -1])
+def test_stack(axis):
+    check_grads(lambda a, b: at.stack([a, b * 2, a * b], axis=axis),
+                away_from_zero((2, 3)), away_from_zero((2, 3)))
+
+
+def test_stack_scalars_and_constants():
+    check_grads(lambda a, b: at.stack([a, 3.0, a * b, at.tensor(2.0)]), away_from_zero(()),
+                away_from_zero(()))
+
+
+@pytest.mark.parametrize("axis", [0, 1])
+def test_concatenate(axis):
+    shape_b = (1, 3) if axis == 0 else (2, 4)
+    check_grads(lambda a, b: at.concatenate([a, b, a], axis=axis), away_from_zero((2, 3)),
+                away_from_zero(shape_b))
+
+
+def test_in_place_arithmetic_on_results():
+    def f(x):
+        y = x * 1.0
+        y += x
+        y *= x
+        y -= 1.0
+        y /= x + 3
+        return y
+    check_grads(f, away_from_zero((4,)))
+
+
+def test_in_place_on_constant_with_requiring_operand():
+    def f(x):
+        y = at.zeros(2)
+        y += x
+        y *= x
+        return y
+    check_grads(f, np.array([1.5, -2.0]))
+    x = at.tensor([1.5, -2.0], requires_grad=True)
+    assert at.grad(f(x).sum(), x)[0].tolist() == [3.0, -4.0]     # d(x*x)/dx
+
+
+def test_float32_values_and_gradients():
+    x = at.tensor([0.1, 0.2, 0.3], dtype="float32", requires_grad=True)
+    y = at.sin(x) * x + x ** 2
+    assert y.dtype == np.float32
+    np.testing.assert_array_equal(
+        y.numpy(), (np.sin(x.numpy()) * x.numpy() + x.numpy() ** 2).astype(np.float32))
+    g, = at.grad(y.sum(), x)
+    assert g.dtype == np.float32
+    xv = x.numpy().astype(np.float64)
+    np.testing.assert_allclose(g.numpy(), np.cos(xv) * xv + np.sin(xv) + 2 * xv, rtol=1e-6)
+
+
+def test_float32_scalar_path_rounds_each_op():
+    x = at.tensor(0.1, dtype="float32", requires_grad=True)
+    y = x * 3.0 + 1.0
+    assert y.dtype == np.float32
+    assert y.item() == float(np.float32(np.float32(0.1) * np.float32(3.0)) + np.float32(1.0))
