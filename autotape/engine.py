@@ -231,12 +231,11 @@ def _sweep(tape, seeds, retain):
     seed_off = np.zeros(len(seeds) + 1, np.int64)
     np.cumsum([g.size for _, g in seeds], out=seed_off[1:])
     seed_vals = np.concatenate([g for _, g in seeds]) if seeds else np.zeros(0)
-    columns = tape.columns()
-    try:
-        status, adj, adj_off = reverse_sweep(*columns, retain, seed_rows, seed_vals,
-                                             seed_off)
-    finally:
-        del columns             # views pin the tape's buffers; recording must grow them
+    c = tape.columns()
+    status, adj, adj_off = reverse_sweep(
+        c.rows, c.ipool, c.shape_ndim, c.shape_start, c.shape_dims, c.shape_size,
+        tape.arena.buffer_info()[0], len(tape.arena), c.big_addr, tape.released, retain,
+        seed_rows, seed_vals, seed_off)
     if status == RELEASED:
         raise RuntimeError(_RELEASED_MSG)
     if status == UNKNOWN_OP:
@@ -248,8 +247,7 @@ def _sweep(tape, seeds, retain):
 
 def _row_slice(adj, adj_off, tape, row):
     off = adj_off[row]
-    size = tape.shape_size[tape.rows[row * 6 + 3]]
-    return adj[off:off + size]
+    return adj[off:off + tape.row_size(row)]
 
 
 def _add_grad(leaf_grads, leaf, g):

@@ -16,6 +16,7 @@ row's adjoint to the row it came from, so a graph may span any number of tapes.
 import itertools
 import weakref
 from array import array
+from collections import namedtuple
 
 import numpy as np
 
@@ -29,25 +30,30 @@ MAX_ARRAY_BYTES = 1 << 29        # bytes of array values before the same
 _tape_ids = itertools.count()
 
 
+# A row is staged as one int: opcode | (a + 1) << 10 | (b + 1) << 31. Rows with a
+# shape, parameters or an array value also get an entry in ``extra``.
+_OP_BITS, A_SHIFT, B_SHIFT, _FIELD = 10, 10, 31, (1 << 21) - 1
+
+
 class Tape:
-    __slots__ = ("id", "rows", "ipool", "arena", "arrays", "big_addr", "shape_ids",
-                 "shape_ndim", "shape_start", "shape_dims", "shape_size", "released",
-                 "leaves", "retained", "imports", "import_rows", "consts", "open",
-                 "nrows", "array_bytes", "__weakref__")
+    __slots__ = ("id", "codes", "extra", "arena", "arrays", "big_addr", "shape_ids",
+                 "shape_ndim", "shape_dims", "shape_size", "released", "leaves",
+                 "retained", "imports", "import_rows", "consts", "open", "nrows",
+                 "array_bytes", "ipool", "_columns", "__weakref__")
 
     def __init__(self):
         self.id = next(_tape_ids)
-        self.rows = array("q")           # ROW_WIDTH int64 per row
-        self.ipool = array("q")          # int parameters and extra operands
+        self.codes = []                  # one packed int per row
+        self.extra = []                  # (row, shape id, aux, array index) where needed
+        self.ipool = []                  # int parameters and extra operands
         self.arena = array("d")          # 0-d values
         self.arrays = []                 # array values, flat float64, C order
-        self.big_addr = array("q")       # their addresses
-        self.shape_ids = {}
-        self.shape_ndim = array("q")
-        self.shape_start = array("q")
-        self.shape_dims = array("q")
-        self.shape_size = array("q")
-        self.released = bytearray()      # 1 where a sweep without retain_graph passed
+        self.big_addr = []               # their addresses
+        self.shape_ids = {(): 0}
+        self.shape_ndim = [0]
+        self.shape_dims = []
+        self.shape_size = [1]
+        self.released = np.zeros(0, np.uint8)   # 1 where a sweep without retain passed
         self.leaves = {}                 # LEAF row -> leaf Tensor
         self.retained = {}               # row -> weakref to a retain_grad() Tensor
         self.imports = {}                # IMPORT row -> (older tape, row there)
@@ -56,7 +62,7 @@ class Tape:
         self.open = True
         self.nrows = 0
         self.array_bytes = 0
-        self.shape_id(())
+        self._columns = None
 
     def __repr__(self):
         return f"<Tape {self.id}: {self.nrows} rows{'' if self.open else ', closed'}>"
@@ -66,19 +72,28 @@ class Tape:
         if sid is None:
             sid = self.shape_ids[shape] = len(self.shape_size)
             self.shape_ndim.append(len(shape))
-            self.shape_start.append(len(self.shape_dims))
             self.shape_dims.extend(shape)
             self.shape_size.append(int(np.prod(shape, dtype=np.int64)))
         return sid
+
+    def push_scalar(self, op, a, b, value):
+        """Append a row whose value is a 0-d float: the hot path of scalar code."""
+        row = self.nrows
+        self.arena.append(value)
+        self.codes.append(op | (a + 1) << A_SHIFT | (b + 1) << B_SHIFT)
+        self.nrows = row + 1
+        if row >= MAX_ROWS:
+            self.open = False
+        return row
 
     def push(self, op, a, b, shape, aux, value):
         """Append a row; ``value`` is a float (0-d) or a flat C-order float64 array."""
         row = self.nrows
         if type(value) is float:
-            loc = len(self.arena)
             self.arena.append(value)
+            big = -1
         else:
-            loc = -1 - len(self.arrays)
+            big = len(self.arrays)
             self.arrays.append(value)
             self.big_addr.append(address_of(value))
             self.array_bytes += value.nbytes
@@ -87,9 +102,11 @@ class Tape:
         sid = self.shape_ids.get(shape)
         if sid is None:
             sid = self.shape_id(shape)
-        self.rows.extend((op, a, b, sid, aux, loc))
+        if sid or aux >= 0 or big >= 0:
+            self.extra.append((row, sid, aux, big))
+        self.codes.append(op | (a + 1) << A_SHIFT | (b + 1) << B_SHIFT)
         self.nrows = row + 1
-        if row + 1 >= MAX_ROWS:
+        if row >= MAX_ROWS:
             self.open = False
         return row
 
@@ -98,6 +115,9 @@ class Tape:
         start = len(self.ipool)
         self.ipool.extend(values)
         return start
+
+    def opcode(self, row):
+        return self.codes[row] & ((1 << _OP_BITS) - 1)
 
     # -- rows that bring values onto the tape ---------------------------------------------
 
@@ -110,7 +130,7 @@ class Tape:
         if type(value) is float and value:         # 0.0 and -0.0 must stay distinct
             row = self.consts.get(value)
             if row is None:
-                row = self.consts[value] = self.push(CONST, -1, -1, (), -1, value)
+                row = self.consts[value] = self.push_scalar(CONST, -1, -1, value)
             return row
         return self.push(CONST, -1, -1, shape, -1, value)
 
@@ -123,28 +143,50 @@ class Tape:
             self.import_rows[key] = row
         return row
 
-    # -- views for compiled code (drop them before the next push) -------------------------
+    # -- the tape as compiled code reads it -------------------------------------------------
 
     def columns(self):
+        """The tape as int64 columns for the compiled sweep (decoded once per length)."""
+        cols = self._columns
         n = self.nrows
-        if len(self.released) < n:
-            self.released.extend(bytes(n - len(self.released)))
+        if cols is not None and cols.nrows == n:
+            return cols
+        if self.released.size < n:
+            grown = np.zeros(max(n, 2 * self.released.size), np.uint8)
+            grown[:self.released.size] = self.released
+            self.released = grown
+        code = np.array(self.codes, np.int64)
+        rows = np.empty((n, ROW_WIDTH), np.int64)
+        rows[:, 0] = code & ((1 << _OP_BITS) - 1)
+        rows[:, 1] = ((code >> A_SHIFT) & _FIELD) - 1
+        rows[:, 2] = ((code >> B_SHIFT) & _FIELD) - 1
+        rows[:, 3] = 0
+        rows[:, 4] = -1
+        big = np.full(n, -1, np.int64)
+        if self.extra:
+            extra = np.array(self.extra, np.int64)
+            rows[extra[:, 0], 3] = extra[:, 1]
+            rows[extra[:, 0], 4] = extra[:, 2]
+            big[extra[:, 0]] = extra[:, 3]
+        in_arena = big < 0
+        rows[:, 5] = np.where(in_arena, np.cumsum(in_arena) - 1, -1 - big)
         i64 = np.int64
-        return (np.frombuffer(self.rows, i64).reshape(n, ROW_WIDTH),
-                np.frombuffer(self.ipool, i64) if len(self.ipool) else np.zeros(1, i64),
-                np.frombuffer(self.shape_ndim, i64), np.frombuffer(self.shape_start, i64),
-                np.frombuffer(self.shape_dims, i64) if len(self.shape_dims) else np.zeros(1, i64),
-                np.frombuffer(self.shape_size, i64),
-                self.arena.buffer_info()[0],
-                np.frombuffer(self.big_addr, i64) if len(self.big_addr) else np.zeros(1, i64),
-                np.frombuffer(self.released, np.uint8))
+        ndim = np.array(self.shape_ndim, i64)
+        start = np.zeros(ndim.size, i64)
+        np.cumsum(ndim[:-1], out=start[1:])
+        cols = self._columns = Columns(
+            n, rows, np.array(self.ipool or [0], i64), ndim, start,
+            np.array(self.shape_dims or [0], i64), np.array(self.shape_size, i64),
+            np.array(self.big_addr or [0], i64))
+        return cols
 
-    def row_value(self, row, shape):
-        """A row's value as a float64 array of ``shape`` (a copy for 0-d values)."""
-        loc = self.rows[row * ROW_WIDTH + 5]
-        if loc >= 0:
-            return np.array(self.arena[loc], np.float64)
-        return self.arrays[-loc - 1].reshape(shape)
+    def row_size(self, row):
+        cols = self.columns()
+        return cols.shape_size[cols.rows[row, 3]]
+
+
+Columns = namedtuple("Columns", "nrows rows ipool shape_ndim shape_start shape_dims "
+                                "shape_size big_addr")
 
 
 class _Current:
@@ -160,6 +202,8 @@ def open_tape(*tapes):
     current = _Current.ref() if _Current.ref is not None else None
     if current is None or not current.open or any(
             t is not None and t.id > current.id for t in tapes):
+        if current is not None:
+            current.open = False       # one open tape at a time: it is the newest
         current = Tape()
         _Current.ref = weakref.ref(current)
     return current

@@ -21,7 +21,7 @@ from .ops import codes
 from .ops.elementwise import binary_ops, unary_ops
 from .ops.reduce import axes_mask
 from .ops.shape import broadcast_pattern, transpose_pattern, view_pattern
-from .tape import open_tape
+from .tape import A_SHIFT, B_SHIFT, MAX_ROWS, open_tape
 
 F64 = np.dtype(np.float64)
 F32 = np.dtype(np.float32)
@@ -145,7 +145,7 @@ class Tensor:
         """None for a leaf; for a result, the name of the op that made it."""
         if self._tape is None:
             return None
-        op = self._tape.rows[self._row * 6]
+        op = self._tape.opcode(self._row)
         return GradFn(_OP_NAMES.get(op, str(op)))
 
     # -- conversions -----------------------------------------------------------------------
@@ -234,21 +234,15 @@ class Tensor:
 
     # -- operators -------------------------------------------------------------------------
 
-    def __add__(self, other): return _binary(ADD, self, other)
-    def __radd__(self, other): return _binary(ADD, other, self)
-    def __sub__(self, other): return _binary(SUB, self, other)
-    def __rsub__(self, other): return _binary(SUB, other, self)
-    def __mul__(self, other): return _binary(MUL, self, other)
-    def __rmul__(self, other): return _binary(MUL, other, self)
-    def __truediv__(self, other): return _binary(DIV, self, other)
-    def __rtruediv__(self, other): return _binary(DIV, other, self)
-    def __pow__(self, other): return _binary(POW, self, other)
-    def __rpow__(self, other): return _binary(POW, other, self)
+    # __add__, __mul__, ... are the recording functions themselves (set below the class)
+    def __radd__(self, other): return add(other, self)
+    def __rsub__(self, other): return subtract(other, self)
+    def __rmul__(self, other): return multiply(other, self)
+    def __rtruediv__(self, other): return divide(other, self)
+    def __rpow__(self, other): return power(other, self)
     def __matmul__(self, other): return matmul(self, other)
     def __rmatmul__(self, other): return matmul(other, self)
-    def __neg__(self): return _unary(NEG, self)
     def __pos__(self): return self
-    def __abs__(self): return _unary(ABS, self)
 
     def __iadd__(self, other): return self._inplace(ADD, other)
     def __isub__(self, other): return self._inplace(SUB, other)
@@ -272,16 +266,7 @@ class Tensor:
 
     def sum(self, axis=None, keepdims=False): return _reduce(codes.SUM, self, axis, keepdims)
     def mean(self, axis=None, keepdims=False): return _reduce(codes.MEAN, self, axis, keepdims)
-    def exp(self): return _unary(EXP, self)
-    def log(self): return _unary(LOG, self)
-    def sqrt(self): return _unary(SQRT, self)
-    def sin(self): return _unary(SIN, self)
-    def cos(self): return _unary(COS, self)
-    def tan(self): return _unary(TAN, self)
-    def tanh(self): return _unary(TANH, self)
-    def sigmoid(self): return _unary(SIGMOID, self)
-    def relu(self): return _unary(RELU, self)
-    def abs(self): return _unary(ABS, self)
+    # exp, log, sin, ... and __neg__, __abs__ are the recording functions (set below)
 
     def reshape(self, *shape):
         """``reshape(3, 4)`` or ``reshape((3, 4))``; -1 infers one dimension."""
@@ -493,58 +478,169 @@ def _cast_result(t, dtype):
 
 # ---- elementwise ------------------------------------------------------------------------
 
-def _unary(op, x):
-    if type(x) is not Tensor:
-        x = _constant(x)
-    v = x._value
-    if type(v) is float:
-        z = op.scalar(v)
-        if x._dtype is F32:
+def _scalar_fallback(op, *args):
+    """numpy's answer where a ``math`` function raises (log(0), 1/0, exp(1000))."""
+    with np.errstate(all="ignore"):
+        return float(op.array(*(np.float64(v) for v in args)))
+
+
+def _unary_function(op):
+    """The recording function for a unary elementwise op: ``f(x)``. The 0-d branch is
+    the hot path of scalar code (see _binary_function)."""
+    scalar, code = op.scalar, op.code
+
+    def unary(x):
+        if type(x) is not Tensor:
+            x = _constant(x)
+        v = x._value
+        if type(v) is not float:
+            return _unary_array(op, x)
+        try:
+            z = scalar(v)
+        except (ArithmeticError, ValueError):
+            z = _scalar_fallback(op, v)
+        dtype = x._dtype
+        if dtype is F32:
             z = _f32(z)
-        shape, dtype = (), x._dtype
-    else:
-        with np.errstate(all="ignore"):
-            z, shape, dtype = _canonical(op.array(v))
+        if not _Mode.enabled:
+            return _plain(z, (), dtype)
+        tape = x._tape
+        if tape is not None and tape.open:
+            a = x._row
+        elif tape is None and not x._requires_grad:
+            return _plain(z, (), dtype)
+        else:
+            tape = open_tape()
+            a = _row_of(x, tape)
+        row = tape.nrows                            # tape.push_scalar, inlined
+        tape.arena.append(z)
+        tape.codes.append(code | (a + 1) << A_SHIFT)
+        tape.nrows = row + 1
+        if row >= MAX_ROWS:
+            tape.open = False
+        t = _new(Tensor)
+        t._value = z
+        t._shape = ()
+        t._dtype = dtype
+        t._tape = tape
+        t._row = row
+        return t
+
+    unary.__name__ = unary.__qualname__ = op.name
+    unary.__doc__ = op.doc
+    return unary
+
+
+def _unary(op, x):
+    """z = op(x) for an op given by its table entry."""
+    return _UNARY_FUNCTIONS[op.code](x)
+
+
+_UNARY_FUNCTIONS = {code: _unary_function(op) for code, op in unary_ops.items()}
+
+
+def _unary_array(op, x):
+    with np.errstate(all="ignore"):
+        z, shape, dtype = _canonical(op.array(x._value))
     if _Mode.enabled and (x._tape is not None or x._requires_grad) and dtype.kind == "f":
-        tape = x._tape if (x._tape is not None and x._tape.open) else open_tape()
+        tape = _tape_for(x)
         row = tape.push(op.code, _row_of(x, tape), -1, shape, -1, _tape_value(z))
         return _result(z, shape, dtype, tape, row)
     return _plain(z, shape, dtype)
 
 
-def _binary(op, x, y):
-    """z = op(x, y); one of x, y is a Tensor, the other a Tensor or any array-like.
+def _binary_function(op):
+    """The recording function for a binary elementwise op: ``f(x, y)``.
 
-    The first branch is the hot path of scalar code: two 0-d floats, Python arithmetic.
+    One of x, y is a Tensor, the other a Tensor or any array-like. The branch for two
+    0-d floats is the hot path of scalar code (Python arithmetic, one row appended), so
+    it reads the op's scalar function and opcode from closure cells and builds the
+    result inline: every attribute lookup and call here costs a visible fraction.
     """
-    if type(x) is Tensor:
-        xv = x._value
-        if type(y) is Tensor:
-            yv = y._value
-            if type(xv) is not float or type(yv) is not float:
+    scalar, code = op.scalar, op.code
+
+    def binary(x, y):
+        tx, ty = type(x) is Tensor, type(y) is Tensor
+        if tx:
+            xv = x._value
+            if ty:
+                yv = y._value
+                if type(xv) is not float or type(yv) is not float:
+                    return _binary_arrays(op, x, y)
+                dtype = x._dtype if x._dtype is y._dtype else F64
+            elif type(xv) is float and type(y) in _NUMBER_TYPES:
+                yv = y
+                dtype = x._dtype
+            else:
                 return _binary_arrays(op, x, y)
-            dtype = x._dtype if x._dtype is y._dtype else F64
-        elif type(xv) is float and type(y) in _NUMBER_TYPES:
-            yv, dtype = y, x._dtype
+        elif type(y._value) is float and type(x) in _NUMBER_TYPES:
+            xv = x
+            yv = y._value
+            dtype = y._dtype
         else:
             return _binary_arrays(op, x, y)
-    elif type(y._value) is float and type(x) in _NUMBER_TYPES:
-        xv, yv, dtype = x, y._value, y._dtype
-    else:
-        return _binary_arrays(op, x, y)
-    z = op.scalar(xv, yv)
-    if dtype is F32:
-        z = _f32(z)
-    if _Mode.enabled and ((type(x) is Tensor and (x._tape is not None or x._requires_grad))
-                          or (type(y) is Tensor and (y._tape is not None or y._requires_grad))):
-        tape = x._tape if type(x) is Tensor else None
+        try:
+            z = scalar(xv, yv)
+        except (ArithmeticError, ValueError):
+            z = _scalar_fallback(op, xv, yv)
+        if dtype is F32:
+            z = _f32(z)
+        if not _Mode.enabled:
+            return _plain(z, (), dtype)
+        # the tape: that of an operand recorded on an open tape, else the open one
+        tape = x._tape if tx else None
         if tape is None or not tape.open:
-            tape = y._tape if type(y) is Tensor else None
+            tape = y._tape if ty else None
             if tape is None or not tape.open:
+                if not ((tx and (x._tape is not None or x._requires_grad)) or
+                        (ty and (y._tape is not None or y._requires_grad))):
+                    return _plain(z, (), dtype)
                 tape = open_tape()
-        row = tape.push(op.code, _row_of(x, tape), _row_of(y, tape), (), -1, z)
-        return _result(z, (), dtype, tape, row)
-    return _plain(z, (), dtype)
+        if tx:
+            a = x._row if x._tape is tape else _row_of(x, tape)
+        else:
+            a = tape.consts.get(xv)
+            if a is None:
+                a = _row_of(x, tape)
+        if ty:
+            b = y._row if y._tape is tape else _row_of(y, tape)
+        else:
+            b = tape.consts.get(yv)
+            if b is None:
+                b = _row_of(y, tape)
+        row = tape.nrows                            # tape.push_scalar, inlined
+        tape.arena.append(z)
+        tape.codes.append(code | (a + 1) << A_SHIFT | (b + 1) << B_SHIFT)
+        tape.nrows = row + 1
+        if row >= MAX_ROWS:
+            tape.open = False
+        t = _new(Tensor)
+        t._value = z
+        t._shape = ()
+        t._dtype = dtype
+        t._tape = tape
+        t._row = row
+        return t
+
+    binary.__name__ = binary.__qualname__ = op.name
+    binary.__doc__ = op.doc
+    return binary
+
+
+def _binary(op, x, y):
+    """z = op(x, y) for an op given by its table entry."""
+    return _BINARY_FUNCTIONS[op.code](x, y)
+
+
+_BINARY_FUNCTIONS = {code: _binary_function(op) for code, op in binary_ops.items()}
+add, subtract, multiply, divide, power = (_BINARY_FUNCTIONS[c] for c in (
+    codes.ADD, codes.SUB, codes.MUL, codes.DIV, codes.POW))
+Tensor.__add__, Tensor.__sub__, Tensor.__mul__ = add, subtract, multiply
+Tensor.__truediv__, Tensor.__pow__ = divide, power
+for _op in unary_ops.values():
+    setattr(Tensor, _op.name, _UNARY_FUNCTIONS[_op.code])
+Tensor.__neg__ = _UNARY_FUNCTIONS[codes.NEG]
+Tensor.__abs__ = _UNARY_FUNCTIONS[codes.ABS]
 
 
 def _binary_arrays(op, x, y):

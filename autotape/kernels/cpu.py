@@ -5,23 +5,25 @@ reachable row that can carry a gradient a slice of one flat adjoint buffer, seed
 outputs, then walks the rows in reverse and hands each one to its family's VJP kernel.
 """
 import numpy as np
+from numba import carray
 
 from ..ops.codes import (BINARY_FIRST, BINARY_LAST, CONCAT, CONST, MATMUL, REDUCE_FIRST,
                          REDUCE_LAST, RESHAPE, SETITEM, SOURCE_LAST, STRIDED, UNARY_FIRST,
                          UNARY_LAST, WHERE)
-from ..ops.elementwise import binary_vjp, unary_vjp, where_vjp
+from ..ops.elementwise import (binary_partial_x, binary_partial_y, binary_vjp,
+                               unary_partial, unary_vjp, where_vjp)
 from ..ops.linalg import matmul_vjp
 from ..ops.reduce import reduce_vjp
 from ..ops.shape import concat_vjp, reshape_vjp, setitem_vjp, strided_vjp
 from .cache import cached_njit
-from .layout import A, AUX, B, OP, SHAPE, Sweep
+from .layout import A, AUX, B, OP, SHAPE, VLOC, Sweep, _f64_pointer
 
 OK, RELEASED, UNKNOWN_OP = 0, 1, 2
 
 
 @cached_njit()
 def reverse_sweep(rows, ipool, shape_ndim, shape_start, shape_dims, shape_size,
-                  arena_addr, big_addr, released, retain,
+                  arena_addr, arena_size, big_addr, released, retain,
                   seed_rows, seed_vals, seed_off):
     """Returns (status, adjoint buffer, adjoint offset per row)."""
     n = rows.shape[0]
@@ -52,7 +54,8 @@ def reverse_sweep(rows, ipool, shape_ndim, shape_start, shape_dims, shape_size,
             total += shape_size[rows[i, SHAPE]]
     adj = np.zeros(total)
     ctx = Sweep(rows, ipool, shape_ndim, shape_start, shape_dims, shape_size,
-                arena_addr, big_addr, adj, adj_off)
+                arena_addr, big_addr, adj.ctypes.data, adj_off)
+    arena = carray(_f64_pointer(arena_addr), arena_size)
     for j in range(seed_rows.size):
         off = adj_off[seed_rows[j]]
         for k in range(seed_off[j + 1] - seed_off[j]):
@@ -63,7 +66,24 @@ def reverse_sweep(rows, ipool, shape_ndim, shape_start, shape_dims, shape_size,
         op = rows[i, OP]
         if op <= SOURCE_LAST:
             continue
-        elif UNARY_FIRST <= op <= UNARY_LAST:
+        a, b = rows[i, A], rows[i, B]
+        if op <= BINARY_LAST and rows[i, VLOC] >= 0 and rows[a, VLOC] >= 0 and (
+                b < 0 or rows[b, VLOC] >= 0):
+            # all 0-d: the hot path of scalar code, straight from the derivative table
+            g = adj[adj_off[i]]
+            x, z = arena[rows[a, VLOC]], arena[rows[i, VLOC]]
+            if UNARY_FIRST <= op <= UNARY_LAST:
+                if adj_off[a] >= 0:
+                    adj[adj_off[a]] += g * unary_partial(op, x, z)
+                continue
+            if BINARY_FIRST <= op <= BINARY_LAST:
+                y = arena[rows[b, VLOC]]
+                if adj_off[a] >= 0:
+                    adj[adj_off[a]] += g * binary_partial_x(op, x, y, z)
+                if adj_off[b] >= 0:
+                    adj[adj_off[b]] += g * binary_partial_y(op, x, y, z)
+                continue
+        if UNARY_FIRST <= op <= UNARY_LAST:
             unary_vjp(ctx, i)
         elif BINARY_FIRST <= op <= BINARY_LAST:
             binary_vjp(ctx, i)

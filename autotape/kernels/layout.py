@@ -17,7 +17,7 @@ ROW_WIDTH = 6
 
 Sweep = namedtuple("Sweep", [
     "rows", "ipool", "shape_ndim", "shape_start", "shape_dims", "shape_size",
-    "arena_addr", "big_addr", "adj", "adj_off"])
+    "arena_addr", "big_addr", "adj_addr", "adj_off"])
 
 
 @intrinsic
@@ -60,8 +60,8 @@ def has_adjoint(ctx, r):
 
 @register_jitable
 def adjoint(ctx, r):
-    off = ctx.adj_off[r]
-    return ctx.adj[off:off + size_of(ctx, r)]
+    """The row's adjoint, flat, C order (a view into the sweep's adjoint buffer)."""
+    return carray(_f64_pointer(ctx.adj_addr + 8 * ctx.adj_off[r]), size_of(ctx, r))
 
 
 @register_jitable

@@ -2,7 +2,9 @@
 
 Each op has a scalar forward (Python floats, used for 0-d tensors because a numpy call
 costs a microsecond), an array forward (numpy), and one line in the partial-derivative
-table that the compiled sweep evaluates per element. Conventions at kinks follow torch:
+table that the compiled sweep evaluates per element. Where a scalar forward raises
+(math.log(0), 1.0 / 0.0), the recorder falls back to the array forward, so 0-d results
+follow numpy: inf and nan, never an exception. Conventions at kinks follow torch:
 abs'(0) = relu'(0) = 0, sqrt'(0) = inf, maximum/minimum split the gradient evenly on
 ties, d(x**y)/dx = 0 where y == 0, d(x**y)/dy = 0 where x == 0 and y >= 0.
 """
@@ -18,26 +20,14 @@ from ..kernels.layout import A, AUX, B, OP, adjoint, has_adjoint, operand_map, s
 
 
 class Elementwise:
-    """One elementwise primitive: opcode, name, scalar forward, array forward."""
-    __slots__ = ("code", "name", "scalar", "array")
+    """One elementwise primitive: opcode, name, scalar forward, array forward, doc."""
+    __slots__ = ("code", "name", "scalar", "array", "doc")
 
-    def __init__(self, code, name, scalar, array):
-        self.code, self.name, self.scalar, self.array = code, name, scalar, array
+    def __init__(self, code, name, scalar, array, doc):
+        self.code, self.name, self.scalar, self.array, self.doc = code, name, scalar, array, doc
 
     def __repr__(self):
         return f"<op {self.name}>"
-
-
-def _numpy_semantics(fn, np_fn):
-    """``fn`` on floats, but numpy's inf/nan where ``math`` would raise."""
-    def scalar(*args):
-        try:
-            return fn(*args)
-        except (ValueError, OverflowError, ZeroDivisionError):
-            with np.errstate(all="ignore"):
-                return float(np_fn(*args))
-    scalar.__name__ = np_fn.__name__
-    return scalar
 
 
 def _sigmoid_scalar(x):
@@ -48,6 +38,8 @@ def _sigmoid_scalar(x):
 
 
 def _sigmoid_array(x):
+    if x.dtype.kind != "f":
+        x = x.astype(np.float64)
     e = np.exp(-np.abs(x))
     return np.where(x >= 0, 1 / (1 + e), e / (1 + e)).astype(x.dtype, copy=False)
 
@@ -70,27 +62,45 @@ def _minimum(x, y):
 
 U = Elementwise
 unary_ops = {op.code: op for op in [
-    U(NEG,     "negative", operator.neg,                              np.negative),
-    U(ABS,     "abs",      abs,                                       np.abs),
-    U(EXP,     "exp",      _numpy_semantics(math.exp, np.exp),        np.exp),
-    U(LOG,     "log",      _numpy_semantics(math.log, np.log),        np.log),
-    U(SQRT,    "sqrt",     _numpy_semantics(math.sqrt, np.sqrt),      np.sqrt),
-    U(SIN,     "sin",      _numpy_semantics(math.sin, np.sin),        np.sin),
-    U(COS,     "cos",      _numpy_semantics(math.cos, np.cos),        np.cos),
-    U(TAN,     "tan",      _numpy_semantics(math.tan, np.tan),        np.tan),
-    U(TANH,    "tanh",     math.tanh,                                 np.tanh),
-    U(SIGMOID, "sigmoid",  _sigmoid_scalar,                           _sigmoid_array),
-    U(RELU,    "relu",     _relu_scalar,                              _relu_array),
+    U(NEG,     "negative", operator.neg,                              np.negative,
+      "-x."),
+    U(ABS,     "abs",      abs,                                       np.abs,
+      "|x|. Gradient sign(x); 0 at x = 0."),
+    U(EXP,     "exp",      math.exp,                                  np.exp,
+      "e**x."),
+    U(LOG,     "log",      math.log,                                  np.log,
+      "Natural logarithm. Gradient 1/x (inf at 0)."),
+    U(SQRT,    "sqrt",     math.sqrt,                                 np.sqrt,
+      "Square root. Gradient 1/(2 sqrt(x)): inf at 0, nan below."),
+    U(SIN,     "sin",      math.sin,                                  np.sin,
+      "Sine."),
+    U(COS,     "cos",      math.cos,                                  np.cos,
+      "Cosine."),
+    U(TAN,     "tan",      math.tan,                                  np.tan,
+      "Tangent."),
+    U(TANH,    "tanh",     math.tanh,                                 np.tanh,
+      "Hyperbolic tangent."),
+    U(SIGMOID, "sigmoid",  _sigmoid_scalar,                           _sigmoid_array,
+      "1 / (1 + e**-x), without overflow."),
+    U(RELU,    "relu",     _relu_scalar,                              _relu_array,
+      "max(x, 0). Gradient 0 at x = 0."),
 ]}
 
 binary_ops = {op.code: op for op in [
-    U(ADD,     "add",      operator.add,                              np.add),
-    U(SUB,     "subtract", operator.sub,                              np.subtract),
-    U(MUL,     "multiply", operator.mul,                              np.multiply),
-    U(DIV,     "divide",   _numpy_semantics(operator.truediv, np.true_divide), np.true_divide),
-    U(POW,     "power",    _numpy_semantics(math.pow, np.power),      np.power),
-    U(MAXIMUM, "maximum",  _maximum,                                  np.maximum),
-    U(MINIMUM, "minimum",  _minimum,                                  np.minimum),
+    U(ADD,     "add",      operator.add,                              np.add,
+      "x + y."),
+    U(SUB,     "subtract", operator.sub,                              np.subtract,
+      "x - y."),
+    U(MUL,     "multiply", operator.mul,                              np.multiply,
+      "x * y."),
+    U(DIV,     "divide",   operator.truediv,                          np.true_divide,
+      "x / y."),
+    U(POW,     "power",    math.pow,                                  np.power,
+      "x ** y. d/dx is 0 where y == 0; d/dy is 0 where x == 0 and y >= 0."),
+    U(MAXIMUM, "maximum",  _maximum,                                  np.maximum,
+      "Elementwise maximum; on ties the gradient is split evenly."),
+    U(MINIMUM, "minimum",  _minimum,                                  np.minimum,
+      "Elementwise minimum; on ties the gradient is split evenly."),
 ]}
 
 
