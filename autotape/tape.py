@@ -174,10 +174,11 @@ class Tape:
         ndim = np.array(self.shape_ndim, i64)
         start = np.zeros(ndim.size, i64)
         np.cumsum(ndim[:-1], out=start[1:])
+        size = np.array(self.shape_size, i64)
         cols = self._columns = Columns(
             n, rows, np.array(self.ipool or [0], i64), ndim, start,
-            np.array(self.shape_dims or [0], i64), np.array(self.shape_size, i64),
-            np.array(self.big_addr or [0], i64))
+            np.array(self.shape_dims or [0], i64), size,
+            np.array(self.big_addr or [0], i64), int(size[rows[:, 3]].sum()))
         return cols
 
     def row_size(self, row):
@@ -186,7 +187,7 @@ class Tape:
 
 
 Columns = namedtuple("Columns", "nrows rows ipool shape_ndim shape_start shape_dims "
-                                "shape_size big_addr")
+                                "shape_size big_addr total_size")
 
 
 class _Current:

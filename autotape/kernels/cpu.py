@@ -24,8 +24,9 @@ OK, RELEASED, UNKNOWN_OP = 0, 1, 2
 @cached_njit()
 def reverse_sweep(rows, ipool, shape_ndim, shape_start, shape_dims, shape_size,
                   arena_addr, arena_size, big_addr, released, retain,
-                  seed_rows, seed_vals, seed_off):
-    """Returns (status, adjoint buffer, adjoint offset per row)."""
+                  seed_rows, seed_vals, seed_off, adj):
+    """Returns (status, adjoint offset per row). ``adj`` is scratch space at least as
+    long as the sizes of all rows together; the sweep zeroes the part it uses."""
     n = rows.shape[0]
     adj_off = np.full(n, -1, np.int64)
     top = -1
@@ -49,10 +50,10 @@ def reverse_sweep(rows, ipool, shape_ndim, shape_start, shape_dims, shape_size,
     for i in range(top + 1):
         if reached[i] and rows[i, OP] != CONST:
             if released[i]:
-                return RELEASED, np.empty(0), adj_off
+                return RELEASED, adj_off
             adj_off[i] = total
             total += shape_size[rows[i, SHAPE]]
-    adj = np.zeros(total)
+    adj[:total] = 0.0
     ctx = Sweep(rows, ipool, shape_ndim, shape_start, shape_dims, shape_size,
                 arena_addr, big_addr, adj.ctypes.data, adj_off)
     arena = carray(_f64_pointer(arena_addr), arena_size)
@@ -102,9 +103,9 @@ def reverse_sweep(rows, ipool, shape_ndim, shape_start, shape_dims, shape_size,
         elif op == MATMUL:
             matmul_vjp(ctx, i)
         else:
-            return UNKNOWN_OP, adj, adj_off
+            return UNKNOWN_OP, adj_off
     if not retain:
         for i in range(top + 1):
             if adj_off[i] >= 0 and rows[i, OP] > SOURCE_LAST:
                 released[i] = 1
-    return OK, adj, adj_off
+    return OK, adj_off

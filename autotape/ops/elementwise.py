@@ -107,6 +107,21 @@ binary_ops = {op.code: op for op in [
 # ---- the derivative table: z = f(x) or z = f(x, y), one element ----------------------
 
 @register_jitable
+def power(x, p):
+    """x ** p; by repeated squaring when p is a small integer (libm pow costs ~40 ns)."""
+    if p == math.floor(p) and abs(p) <= 64:
+        n = int(abs(p))
+        r = 1.0
+        while n:
+            if n & 1:
+                r *= x
+            x *= x
+            n >>= 1
+        return 1.0 / r if p < 0 else r
+    return x ** p
+
+
+@register_jitable
 def unary_partial(op, x, z):
     """dz/dx."""
     if op == NEG:     return -1.0
@@ -130,7 +145,7 @@ def binary_partial_x(op, x, y, z):
     if op == SUB:     return 1.0
     if op == MUL:     return y
     if op == DIV:     return 1.0 / y
-    if op == POW:     return 0.0 if y == 0 else y * x ** (y - 1.0)
+    if op == POW:     return 0.0 if y == 0 else y * power(x, y - 1.0)
     if op == MAXIMUM: return 0.5 if x == y else (0.0 if x < y else 1.0)
     if op == MINIMUM: return 0.5 if x == y else (0.0 if x > y else 1.0)
     return math.nan
@@ -168,15 +183,17 @@ def binary_vjp(ctx, i):
     a, b = ctx.rows[i, A], ctx.rows[i, B]
     x, y, z, g = value(ctx, a), value(ctx, b), value(ctx, i), adjoint(ctx, i)
     n = z.size
-    if x.size == n and y.size == n:            # no broadcasting: the common case
+    if (x.size == n or x.size == 1) and (y.size == n or y.size == 1):
+        # same shape or a single element: a stride of 1 or 0, no index map
+        sx, sy = (1 if x.size == n else 0), (1 if y.size == n else 0)
         if has_adjoint(ctx, a):
             ga = adjoint(ctx, a)
             for k in range(n):
-                ga[k] += g[k] * binary_partial_x(op, x[k], y[k], z[k])
+                ga[k * sx] += g[k] * binary_partial_x(op, x[k * sx], y[k * sy], z[k])
         if has_adjoint(ctx, b):
             gb = adjoint(ctx, b)
             for k in range(n):
-                gb[k] += g[k] * binary_partial_y(op, x[k], y[k], z[k])
+                gb[k * sy] += g[k] * binary_partial_y(op, x[k * sx], y[k * sy], z[k])
         return
     ma, mb = operand_map(ctx, a, i), operand_map(ctx, b, i)
     if has_adjoint(ctx, a):
