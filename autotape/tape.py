@@ -8,9 +8,9 @@ shape table.
 Lifetime. A result Tensor holds its tape; a tape holds the leaves it snapshotted and
 the older tapes it imported values from, never the results recorded on it, so a tape
 is freed as soon as no result on it is alive. Recording goes to the open tape. A tape
-closes when a sweep releases it (a backward without retain_graph) or when it is full;
-later ops start a new tape, and an operand that lives on an older tape enters the new
-one as an IMPORT row. The engine sweeps tapes newest first and passes each IMPORT
+closes when a sweep releases it (a backward without retain_graph); once it is full
+(MAX_ROWS), the next op that starts from leaves opens a new one. Later ops use the new
+tape, and an operand that lives on an older tape enters it as an IMPORT row. The engine sweeps tapes newest first and passes each IMPORT
 row's adjoint to the row it came from, so a graph may span any number of tapes.
 """
 import itertools
@@ -21,11 +21,16 @@ from collections import namedtuple
 import numpy as np
 
 from .kernels.layout import ROW_WIDTH
-from .kernels.runtime import address_of
+from .kernels.runtime import address_of, decode_rows
 from .ops.codes import CONST, IMPORT, LEAF
 
-MAX_ROWS = 1 << 20               # rows before a tape closes and a new one starts
-MAX_ARRAY_BYTES = 1 << 29        # bytes of array values before the same
+# When a tape holds this much, the next op whose operands are all leaves or constants
+# (where a new iteration of a loop usually starts) opens a new tape; no value needs to
+# be imported there, so the old tape dies with its results.
+MAX_ROWS = 1 << 18
+MAX_ARRAY_BYTES = 1 << 28
+# A single expression that keeps growing is split here (with an IMPORT row).
+HARD_ROWS_FACTOR = 4
 
 _tape_ids = itertools.count()
 
@@ -82,7 +87,7 @@ class Tape:
         self.arena.append(value)
         self.codes.append(op | (a + 1) << A_SHIFT | (b + 1) << B_SHIFT)
         self.nrows = row + 1
-        if row >= MAX_ROWS:
+        if row >= HARD_ROWS_FACTOR * MAX_ROWS:
             self.open = False
         return row
 
@@ -97,7 +102,7 @@ class Tape:
             self.arrays.append(value)
             self.big_addr.append(address_of(value))
             self.array_bytes += value.nbytes
-            if self.array_bytes > MAX_ARRAY_BYTES:
+            if self.array_bytes > HARD_ROWS_FACTOR * MAX_ARRAY_BYTES:
                 self.open = False
         sid = self.shape_ids.get(shape)
         if sid is None:
@@ -106,7 +111,7 @@ class Tape:
             self.extra.append((row, sid, aux, big))
         self.codes.append(op | (a + 1) << A_SHIFT | (b + 1) << B_SHIFT)
         self.nrows = row + 1
-        if row >= MAX_ROWS:
+        if row >= HARD_ROWS_FACTOR * MAX_ROWS:
             self.open = False
         return row
 
@@ -155,30 +160,18 @@ class Tape:
             grown = np.zeros(max(n, 2 * self.released.size), np.uint8)
             grown[:self.released.size] = self.released
             self.released = grown
-        code = np.array(self.codes, np.int64)
-        rows = np.empty((n, ROW_WIDTH), np.int64)
-        rows[:, 0] = code & ((1 << _OP_BITS) - 1)
-        rows[:, 1] = ((code >> A_SHIFT) & _FIELD) - 1
-        rows[:, 2] = ((code >> B_SHIFT) & _FIELD) - 1
-        rows[:, 3] = 0
-        rows[:, 4] = -1
-        big = np.full(n, -1, np.int64)
-        if self.extra:
-            extra = np.array(self.extra, np.int64)
-            rows[extra[:, 0], 3] = extra[:, 1]
-            rows[extra[:, 0], 4] = extra[:, 2]
-            big[extra[:, 0]] = extra[:, 3]
-        in_arena = big < 0
-        rows[:, 5] = np.where(in_arena, np.cumsum(in_arena) - 1, -1 - big)
         i64 = np.int64
+        size = np.array(self.shape_size, i64)
+        extra = np.array(self.extra, i64) if self.extra else np.zeros((0, 4), i64)
+        rows, total = decode_rows(np.array(self.codes, i64), extra, size, _OP_BITS,
+                                  A_SHIFT, B_SHIFT, _FIELD)
         ndim = np.array(self.shape_ndim, i64)
         start = np.zeros(ndim.size, i64)
         np.cumsum(ndim[:-1], out=start[1:])
-        size = np.array(self.shape_size, i64)
         cols = self._columns = Columns(
             n, rows, np.array(self.ipool or [0], i64), ndim, start,
             np.array(self.shape_dims or [0], i64), size,
-            np.array(self.big_addr or [0], i64), int(size[rows[:, 3]].sum()))
+            np.array(self.big_addr or [0], i64), total)
         return cols
 
     def row_size(self, row):
@@ -201,8 +194,9 @@ def open_tape(*tapes):
     The current open tape, unless an operand lives on a newer one (then it starts a
     new tape, so IMPORT rows always point to older tapes)."""
     current = _Current.ref() if _Current.ref is not None else None
-    if current is None or not current.open or any(
-            t is not None and t.id > current.id for t in tapes):
+    if current is None or not current.open or current.nrows >= MAX_ROWS or \
+            current.array_bytes >= MAX_ARRAY_BYTES or any(
+                t is not None and t.id > current.id for t in tapes):
         if current is not None:
             current.open = False       # one open tape at a time: it is the newest
         current = Tape()

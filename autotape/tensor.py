@@ -21,7 +21,7 @@ from .ops import codes
 from .ops.elementwise import binary_ops, unary_ops
 from .ops.reduce import axes_mask
 from .ops.shape import broadcast_pattern, transpose_pattern, view_pattern
-from .tape import A_SHIFT, B_SHIFT, MAX_ROWS, open_tape
+from .tape import A_SHIFT, B_SHIFT, HARD_ROWS_FACTOR, MAX_ROWS, open_tape
 
 F64 = np.dtype(np.float64)
 F32 = np.dtype(np.float32)
@@ -516,7 +516,7 @@ def _unary_function(op):
         tape.arena.append(z)
         tape.codes.append(code | (a + 1) << A_SHIFT)
         tape.nrows = row + 1
-        if row >= MAX_ROWS:
+        if row >= HARD_ROWS_FACTOR * MAX_ROWS:
             tape.open = False
         t = _new(Tensor)
         t._value = z
@@ -612,7 +612,7 @@ def _binary_function(op):
         tape.arena.append(z)
         tape.codes.append(code | (a + 1) << A_SHIFT | (b + 1) << B_SHIFT)
         tape.nrows = row + 1
-        if row >= MAX_ROWS:
+        if row >= HARD_ROWS_FACTOR * MAX_ROWS:
             tape.open = False
         t = _new(Tensor)
         t._value = z

@@ -1,4 +1,6 @@
 """Small compiled helpers the Python side calls while recording."""
+import numpy as np
+
 from .cache import cached_njit
 
 
@@ -6,3 +8,34 @@ from .cache import cached_njit
 def address_of(a):
     """Data address of a float64 array (a numba call is 5x cheaper than ``a.ctypes``)."""
     return a.ctypes.data
+
+
+@cached_njit()
+def decode_rows(codes, extra, shape_size, op_bits, a_shift, b_shift, field):
+    """Unpack staged rows (see tape.py) into the sweep's int64 columns; returns the
+    columns and the total size of all rows' values."""
+    n = codes.size
+    rows = np.empty((n, 6), np.int64)
+    big = np.full(n, -1, np.int64)
+    for i in range(n):
+        c = codes[i]
+        rows[i, 0] = c & ((1 << op_bits) - 1)
+        rows[i, 1] = ((c >> a_shift) & field) - 1
+        rows[i, 2] = ((c >> b_shift) & field) - 1
+        rows[i, 3] = 0
+        rows[i, 4] = -1
+    for e in range(extra.shape[0]):
+        r = extra[e, 0]
+        rows[r, 3] = extra[e, 1]
+        rows[r, 4] = extra[e, 2]
+        big[r] = extra[e, 3]
+    arena = 0
+    total = 0
+    for i in range(n):
+        if big[i] >= 0:
+            rows[i, 5] = -1 - big[i]
+        else:
+            rows[i, 5] = arena
+            arena += 1
+        total += shape_size[rows[i, 3]]
+    return rows, total
