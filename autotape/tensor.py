@@ -843,8 +843,8 @@ def _setitem(x, index, value):
         x._cache = None
         return
     if x._dtype.kind != "f":
-        raise TypeError(f"cannot assign a tensor that requires grad into a {x._dtype} "
-                        "tensor")
+        raise TypeError("cannot assign a tensor that requires grad into a tensor of dtype "
+                        f"{x._dtype}")
     new = _array_value(x).copy()
     new[index] = v
     region, offset, strides = view_pattern(x._shape, index)

@@ -1,0 +1,61 @@
+"""Random differentiable programs for property tests, runnable on autotape or torch."""
+import numpy as np
+from hypothesis import strategies as st
+
+# name, arity, f(lib, *operands); every op is smooth on all reals so that finite
+# differences and torch agree with autotape everywhere
+OPS = [
+    ("add", 2, lambda L, a, b: a + b),
+    ("sub", 2, lambda L, a, b: a - b),
+    ("mul", 2, lambda L, a, b: a * b),
+    ("div", 2, lambda L, a, b: a / (1.5 + b * b)),
+    ("max", 2, lambda L, a, b: L.maximum(a, b * 0.5 + 0.25)),
+    ("neg", 1, lambda L, a: -a),
+    ("sin", 1, lambda L, a: L.sin(a)),
+    ("cos", 1, lambda L, a: L.cos(a)),
+    ("tanh", 1, lambda L, a: L.tanh(a)),
+    ("exp", 1, lambda L, a: L.exp(a * 0.3)),
+    ("sigmoid", 1, lambda L, a: L.sigmoid(a)),
+    ("sqrt", 1, lambda L, a: L.sqrt(a * a + 1.0)),
+    ("log", 1, lambda L, a: L.log(a * a + 1.0)),
+    ("pow", 1, lambda L, a: (a * a + 1.0) ** 1.5),
+    ("square", 1, lambda L, a: a ** 2),
+    ("const", 1, lambda L, a: 2.0 * a - 1.0),
+]
+
+
+@st.composite
+def broadcast_shapes(draw, count):
+    """``count`` shapes that broadcast together."""
+    base = draw(st.lists(st.integers(1, 3), min_size=0, max_size=3))
+    shapes = []
+    for _ in range(count):
+        drop = draw(st.integers(0, len(base)))
+        shape = [d if not draw(st.booleans()) else 1 for d in base[drop:]]
+        shapes.append(tuple(shape))
+    return shapes
+
+
+@st.composite
+def programs(draw, max_inputs=3, max_steps=8):
+    """(input arrays, steps); a step is (op index, operand indices into the pool)."""
+    n_in = draw(st.integers(1, max_inputs))
+    shapes = draw(broadcast_shapes(n_in))
+    seed = draw(st.integers(0, 2 ** 31))
+    rng = np.random.default_rng(seed)
+    inputs = [rng.uniform(-1.5, 1.5, s) for s in shapes]
+    steps = []
+    for k in range(draw(st.integers(1, max_steps))):
+        op = draw(st.integers(0, len(OPS) - 1))
+        pool = n_in + k
+        args = tuple(draw(st.integers(0, pool - 1)) for _ in range(OPS[op][1]))
+        steps.append((op, args))
+    return inputs, steps
+
+
+def run(lib, inputs, steps):
+    """Evaluate a program; the result is the sum of the last value."""
+    pool = list(inputs)
+    for op, args in steps:
+        pool.append(OPS[op][2](lib, *[pool[i] for i in args]))
+    return pool[-1].sum()
