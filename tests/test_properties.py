@@ -58,7 +58,7 @@ def test_random_basic_indexing(shape, data):
             step = data.draw(st.sampled_from([1, 2, -1, -2]))
             index.append(slice(start, stop, step))
         elif kind == "none":
-            index.append(None)
+            index += [None, slice(None)]
         else:
             index.append(slice(None))
     index = tuple(index)

@@ -6,6 +6,7 @@ outputs, then walks the rows in reverse and hands each one to its family's VJP k
 """
 import numpy as np
 from numba import carray
+from numba.extending import register_jitable
 
 from ..ops.codes import (BINARY_FIRST, BINARY_LAST, CONCAT, CONST, MATMUL, REDUCE_FIRST,
                          REDUCE_LAST, RESHAPE, SETITEM, SOURCE_LAST, STRIDED, UNARY_FIRST,
@@ -16,9 +17,18 @@ from ..ops.linalg import matmul_vjp
 from ..ops.reduce import reduce_vjp
 from ..ops.shape import concat_vjp, reshape_vjp, setitem_vjp, strided_vjp
 from .cache import cached_njit
-from .layout import A, AUX, B, OP, SHAPE, VLOC, Sweep, _f64_pointer
+from .layout import A, AUX, B, OP, SHAPE, VLOC, Sweep, _f64_pointer, adjoint, first_write
 
 OK, RELEASED, UNKNOWN_OP = 0, 1, 2
+
+
+@register_jitable
+def _add_scalar(adj, off, touched, r, v):
+    if touched[r]:
+        adj[off] += v
+    else:
+        adj[off] = v
+        touched[r] = True
 
 
 @cached_njit()
@@ -26,7 +36,7 @@ def reverse_sweep(rows, ipool, shape_ndim, shape_start, shape_dims, shape_size,
                   arena_addr, arena_size, big_addr, released, retain,
                   seed_rows, seed_vals, seed_off, adj):
     """Returns (status, adjoint offset per row). ``adj`` is scratch space at least as
-    long as the sizes of all rows together; the sweep zeroes the part it uses."""
+    long as the sizes of all rows together."""
     n = rows.shape[0]
     adj_off = np.full(n, -1, np.int64)
     top = -1
@@ -53,16 +63,19 @@ def reverse_sweep(rows, ipool, shape_ndim, shape_start, shape_dims, shape_size,
                 return RELEASED, adj_off
             adj_off[i] = total
             total += shape_size[rows[i, SHAPE]]
-    adj[:total] = 0.0
+    touched = np.zeros(n, np.bool_)
     ctx = Sweep(rows, ipool, shape_ndim, shape_start, shape_dims, shape_size,
-                arena_addr, big_addr, adj.ctypes.data, adj_off)
+                arena_addr, big_addr, adj.ctypes.data, adj_off, touched)
     arena = carray(_f64_pointer(arena_addr), arena_size)
     for j in range(seed_rows.size):
-        off = adj_off[seed_rows[j]]
-        for k in range(seed_off[j + 1] - seed_off[j]):
-            adj[off + k] += seed_vals[seed_off[j] + k]
+        r = seed_rows[j]
+        seed = adjoint(ctx, r)
+        if first_write(ctx, r):
+            seed[:] = seed_vals[seed_off[j]:seed_off[j + 1]]
+        else:
+            seed += seed_vals[seed_off[j]:seed_off[j + 1]]
     for i in range(top, -1, -1):
-        if adj_off[i] < 0:
+        if not touched[i]:                     # unreached, a constant, or a zero adjoint
             continue
         op = rows[i, OP]
         if op <= SOURCE_LAST:
@@ -75,14 +88,14 @@ def reverse_sweep(rows, ipool, shape_ndim, shape_start, shape_dims, shape_size,
             x, z = arena[rows[a, VLOC]], arena[rows[i, VLOC]]
             if UNARY_FIRST <= op <= UNARY_LAST:
                 if adj_off[a] >= 0:
-                    adj[adj_off[a]] += g * unary_partial(op, x, z)
+                    _add_scalar(adj, adj_off[a], touched, a, g * unary_partial(op, x, z))
                 continue
             if BINARY_FIRST <= op <= BINARY_LAST:
                 y = arena[rows[b, VLOC]]
                 if adj_off[a] >= 0:
-                    adj[adj_off[a]] += g * binary_partial_x(op, x, y, z)
+                    _add_scalar(adj, adj_off[a], touched, a, g * binary_partial_x(op, x, y, z))
                 if adj_off[b] >= 0:
-                    adj[adj_off[b]] += g * binary_partial_y(op, x, y, z)
+                    _add_scalar(adj, adj_off[b], touched, b, g * binary_partial_y(op, x, y, z))
                 continue
         if UNARY_FIRST <= op <= UNARY_LAST:
             unary_vjp(ctx, i)
@@ -104,6 +117,9 @@ def reverse_sweep(rows, ipool, shape_ndim, shape_start, shape_dims, shape_size,
             matmul_vjp(ctx, i)
         else:
             return UNKNOWN_OP, adj_off
+    for i in range(top + 1):                   # read by the caller: never left unwritten
+        if adj_off[i] >= 0 and not touched[i]:
+            adjoint(ctx, i)[:] = 0.0
     if not retain:
         for i in range(top + 1):
             if adj_off[i] >= 0 and rows[i, OP] > SOURCE_LAST:

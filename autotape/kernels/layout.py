@@ -4,7 +4,10 @@ A tape row is six int64s: opcode, operand a, operand b, shape id, aux (an index 
 the int pool for ops with parameters or more operands) and value location. A value
 location >= 0 is an offset into the float64 arena (0-d values); a location < 0 names
 an array by address in ``big_addr[-loc - 1]``. Adjoints of the rows a sweep reaches
-live in one flat buffer at ``adj_off[row]`` (-1: the row carries no gradient).
+live in one flat buffer at ``adj_off[row]`` (-1: the row carries no gradient). That
+buffer is not zeroed up front (on large arrays zeroing is a whole extra memory pass):
+``touched[row]`` says whether a row's adjoint holds data yet; the first contribution
+writes it, later ones add to it.
 """
 from collections import namedtuple
 
@@ -17,7 +20,7 @@ ROW_WIDTH = 6
 
 Sweep = namedtuple("Sweep", [
     "rows", "ipool", "shape_ndim", "shape_start", "shape_dims", "shape_size",
-    "arena_addr", "big_addr", "adj_addr", "adj_off"])
+    "arena_addr", "big_addr", "adj_addr", "adj_off", "touched"])
 
 
 @intrinsic
@@ -62,6 +65,25 @@ def has_adjoint(ctx, r):
 def adjoint(ctx, r):
     """The row's adjoint, flat, C order (a view into the sweep's adjoint buffer)."""
     return carray(_f64_pointer(ctx.adj_addr + 8 * ctx.adj_off[r]), size_of(ctx, r))
+
+
+@register_jitable
+def first_write(ctx, r):
+    """True if r's adjoint holds no data yet: the caller assigns it instead of adding.
+    Marks it written, so only a kernel that covers every element may use this."""
+    fresh = not ctx.touched[r]
+    ctx.touched[r] = True
+    return fresh
+
+
+@register_jitable
+def accumulator(ctx, r):
+    """r's adjoint for kernels that add into part of it: zeroed the first time."""
+    out = adjoint(ctx, r)
+    if not ctx.touched[r]:
+        out[:] = 0.0
+        ctx.touched[r] = True
+    return out
 
 
 @register_jitable

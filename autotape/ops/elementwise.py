@@ -14,9 +14,11 @@ import operator
 import numpy as np
 from numba.extending import register_jitable
 
+from . import vmath
 from .codes import (ABS, ADD, COS, DIV, EXP, LOG, MAXIMUM, MINIMUM, MUL, NEG, POW, RELU,
                     SIGMOID, SIN, SQRT, SUB, TAN, TANH)
-from ..kernels.layout import A, AUX, B, OP, adjoint, has_adjoint, operand_map, size_of, value
+from ..kernels.layout import (A, AUX, B, OP, accumulator, adjoint, first_write, has_adjoint,
+                              operand_map, value)
 
 
 class Elementwise:
@@ -72,9 +74,9 @@ unary_ops = {op.code: op for op in [
       "Natural logarithm. Gradient 1/x (inf at 0)."),
     U(SQRT,    "sqrt",     math.sqrt,                                 np.sqrt,
       "Square root. Gradient 1/(2 sqrt(x)): inf at 0, nan below."),
-    U(SIN,     "sin",      math.sin,                                  np.sin,
+    U(SIN,     "sin",      math.sin,                                  vmath.sin_array,
       "Sine."),
-    U(COS,     "cos",      math.cos,                                  np.cos,
+    U(COS,     "cos",      math.cos,                                  vmath.cos_array,
       "Cosine."),
     U(TAN,     "tan",      math.tan,                                  np.tan,
       "Tangent."),
@@ -129,8 +131,8 @@ def unary_partial(op, x, z):
     if op == EXP:     return z
     if op == LOG:     return 1.0 / x
     if op == SQRT:    return 1.0 / (2.0 * z)
-    if op == SIN:     return math.cos(x)
-    if op == COS:     return -math.sin(x)
+    if op == SIN:     return vmath.cos(x)
+    if op == COS:     return -vmath.sin(x)
     if op == TAN:     return 1.0 + z * z
     if op == TANH:    return 1.0 - z * z
     if op == SIGMOID: return z * (1.0 - z)
@@ -173,8 +175,17 @@ def unary_vjp(ctx, i):
     if not has_adjoint(ctx, a):
         return
     x, z, g, ga = value(ctx, a), value(ctx, i), adjoint(ctx, i), adjoint(ctx, a)
-    for k in range(z.size):
-        ga[k] += g[k] * unary_partial(op, x[k], z[k])
+    assign = first_write(ctx, a)
+    if op == SIN or op == COS:
+        # the table's cos(x) and -sin(x) as one SIMD loop, by the identity
+        # d/dx sin(x + k pi/2) = sin(x + (k + 1) pi/2)
+        vmath.shifted_sin_times(g, x, 1.0 if op == SIN else 2.0, ga, assign)
+    elif assign:
+        for k in range(z.size):
+            ga[k] = g[k] * unary_partial(op, x[k], z[k])
+    else:
+        for k in range(z.size):
+            ga[k] += g[k] * unary_partial(op, x[k], z[k])
 
 
 @register_jitable
@@ -187,21 +198,31 @@ def binary_vjp(ctx, i):
         # same shape or a single element: a stride of 1 or 0, no index map
         sx, sy = (1 if x.size == n else 0), (1 if y.size == n else 0)
         if has_adjoint(ctx, a):
-            ga = adjoint(ctx, a)
-            for k in range(n):
-                ga[k * sx] += g[k] * binary_partial_x(op, x[k * sx], y[k * sy], z[k])
+            if sx == 1 and first_write(ctx, a):
+                ga = adjoint(ctx, a)
+                for k in range(n):
+                    ga[k] = g[k] * binary_partial_x(op, x[k], y[k * sy], z[k])
+            else:
+                ga = accumulator(ctx, a)
+                for k in range(n):
+                    ga[k * sx] += g[k] * binary_partial_x(op, x[k * sx], y[k * sy], z[k])
         if has_adjoint(ctx, b):
-            gb = adjoint(ctx, b)
-            for k in range(n):
-                gb[k * sy] += g[k] * binary_partial_y(op, x[k * sx], y[k * sy], z[k])
+            if sy == 1 and first_write(ctx, b):
+                gb = adjoint(ctx, b)
+                for k in range(n):
+                    gb[k] = g[k] * binary_partial_y(op, x[k * sx], y[k], z[k])
+            else:
+                gb = accumulator(ctx, b)
+                for k in range(n):
+                    gb[k * sy] += g[k] * binary_partial_y(op, x[k * sx], y[k * sy], z[k])
         return
     ma, mb = operand_map(ctx, a, i), operand_map(ctx, b, i)
     if has_adjoint(ctx, a):
-        ga = adjoint(ctx, a)
+        ga = accumulator(ctx, a)
         for k in range(n):
             ga[ma[k]] += g[k] * binary_partial_x(op, x[ma[k]], y[mb[k]], z[k])
     if has_adjoint(ctx, b):
-        gb = adjoint(ctx, b)
+        gb = accumulator(ctx, b)
         for k in range(n):
             gb[mb[k]] += g[k] * binary_partial_y(op, x[ma[k]], y[mb[k]], z[k])
 
@@ -214,7 +235,7 @@ def where_vjp(ctx, i):
     mc = operand_map(ctx, c, i)
     for r, taken in ((a, True), (b, False)):
         if has_adjoint(ctx, r):
-            gr, mr = adjoint(ctx, r), operand_map(ctx, r, i)
+            gr, mr = accumulator(ctx, r), operand_map(ctx, r, i)
             for k in range(g.size):
                 if (cond[mc[k]] != 0) == taken:
                     gr[mr[k]] += g[k]

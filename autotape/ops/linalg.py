@@ -6,7 +6,7 @@ dA = G @ B.T, dB = A.T @ G.
 """
 from numba.extending import register_jitable
 
-from ..kernels.layout import A, B, adjoint, has_adjoint, shape_of, value
+from ..kernels.layout import A, B, accumulator, adjoint, has_adjoint, shape_of, value
 
 
 @register_jitable
@@ -18,7 +18,7 @@ def matmul_vjp(ctx, i):
     m = sb[1] if sb.size == 2 else 1
     x, y, g = value(ctx, a), value(ctx, b), adjoint(ctx, i)
     if has_adjoint(ctx, a):                   # dA[r, p] += sum_j G[r, j] B[p, j]
-        ga = adjoint(ctx, a)
+        ga = accumulator(ctx, a)
         for r in range(n):
             for p in range(k):
                 s = 0.0
@@ -26,7 +26,7 @@ def matmul_vjp(ctx, i):
                     s += g[r * m + j] * y[p * m + j]
                 ga[r * k + p] += s
     if has_adjoint(ctx, b):                   # dB[p, :] += A[r, p] G[r, :]
-        gb = adjoint(ctx, b)
+        gb = accumulator(ctx, b)
         for r in range(n):
             for p in range(k):
                 arp = x[r * k + p]

@@ -7,7 +7,8 @@ import numpy as np
 from numba.extending import register_jitable
 
 from .codes import MEAN, SUM
-from ..kernels.layout import A, adjoint, broadcast_map, has_adjoint, param, shape_of, size_of
+from ..kernels.layout import (A, adjoint, broadcast_map, first_write, has_adjoint, param,
+                              shape_of, size_of)
 
 
 def axes_mask(axes):
@@ -23,13 +24,18 @@ def reduce_vjp(ctx, i):
     if not has_adjoint(ctx, a):
         return
     g, ga = adjoint(ctx, i), adjoint(ctx, a)
+    assign = first_write(ctx, a)          # every element of ga is written below
     n = ga.size
     scale = 1.0
     if ctx.rows[i, 0] == MEAN and n > 0:
         scale = size_of(ctx, i) / n
     if g.size == 1:
-        for k in range(n):
-            ga[k] += g[0] * scale
+        v = g[0] * scale
+        if assign:
+            ga[:] = v
+        else:
+            for k in range(n):
+                ga[k] += v
         return
     mask = param(ctx, i, 0)
     kept = shape_of(ctx, a).copy()
@@ -37,8 +43,12 @@ def reduce_vjp(ctx, i):
         if (mask >> d) & 1:
             kept[d] = 1
     m = broadcast_map(kept, shape_of(ctx, a))
-    for k in range(n):
-        ga[k] += g[m[k]] * scale
+    if assign:
+        for k in range(n):
+            ga[k] = g[m[k]] * scale
+    else:
+        for k in range(n):
+            ga[k] += g[m[k]] * scale
 
 
 reductions = {SUM: np.sum, MEAN: np.mean}

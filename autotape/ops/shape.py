@@ -9,8 +9,8 @@ columns of the output viewed as (outer, width).
 import numpy as np
 from numba.extending import register_jitable
 
-from ..kernels.layout import (A, B, adjoint, broadcast_map, has_adjoint, param, shape_of,
-                              size_of, strided_map)
+from ..kernels.layout import (A, B, accumulator, adjoint, broadcast_map, first_write,
+                              has_adjoint, param, shape_of, strided_map)
 
 
 def view_pattern(shape, index):
@@ -51,8 +51,11 @@ def reshape_vjp(ctx, i):
     a = ctx.rows[i, A]
     if has_adjoint(ctx, a):
         g, ga = adjoint(ctx, i), adjoint(ctx, a)
-        for k in range(g.size):
-            ga[k] += g[k]
+        if first_write(ctx, a):
+            ga[:] = g
+        else:
+            for k in range(g.size):
+                ga[k] += g[k]
 
 
 @register_jitable
@@ -74,7 +77,7 @@ def strided_vjp(ctx, i):
     shape = shape_of(ctx, i)
     offset, strides = _pattern(ctx, i, 0, shape.size)
     m = strided_map(shape, offset, strides)
-    g, ga = adjoint(ctx, i), adjoint(ctx, a)
+    g, ga = adjoint(ctx, i), accumulator(ctx, a)
     for k in range(g.size):
         ga[m[k]] += g[k]
 
@@ -94,13 +97,13 @@ def setitem_vjp(ctx, i):
         keep = np.ones(g.size, np.bool_)
         for k in range(rmap.size):
             keep[rmap[k]] = False
-        ga = adjoint(ctx, a)
+        ga = accumulator(ctx, a)
         for k in range(g.size):
             if keep[k]:
                 ga[k] += g[k]
     if has_adjoint(ctx, b):
         vmap = broadcast_map(shape_of(ctx, b), region)
-        gb = adjoint(ctx, b)
+        gb = accumulator(ctx, b)
         for k in range(rmap.size):
             gb[vmap[k]] += g[rmap[k]]
 
@@ -115,7 +118,7 @@ def concat_vjp(ctx, i):
         if not has_adjoint(ctx, r):
             continue
         col, band = param(ctx, i, 4 + 3 * t), param(ctx, i, 5 + 3 * t)
-        gr = adjoint(ctx, r)
+        gr = accumulator(ctx, r)
         for o in range(outer):
             for c in range(band):
                 gr[o * band + c] += g[o * width + col + c]
