@@ -26,6 +26,7 @@ _C4, _C5, _C6 = -2.75573143513906633035e-07, 2.08757232129817482790e-09, -1.1359
 _PIO2_1, _PIO2_2, _PIO2_3 = 1.57079632673412561417e+00, 6.07710050630396597660e-11, 2.02226624871116645580e-21
 _INV_PIO2 = 6.36619772367581382433e-01
 _ROUND = 6755399441055744.0          # 1.5 * 2**52: adding and subtracting it rounds
+_TINY = 2.0 ** -27
 REDUCTION_LIMIT = 1e5
 
 
@@ -36,6 +37,7 @@ def _sin_quadrant(x, shift):
     r = ((x - q * _PIO2_1) - q * _PIO2_2) - q * _PIO2_3
     z = r * r
     s = r + r * z * (_S1 + z * (_S2 + z * (_S3 + z * (_S4 + z * (_S5 + z * _S6)))))
+    s = r if abs(r) < _TINY else s              # sin(r) rounds to r; keeps -0.0
     hz = 0.5 * z
     w = 1.0 - hz
     c = w + (((1.0 - w) - hz) + z * z * (_C1 + z * (_C2 + z * (_C3 + z * (

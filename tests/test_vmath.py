@@ -1,0 +1,42 @@
+"""The SIMD sin/cos against numpy: ulp error, special values, the libm fallback."""
+import numpy as np
+import pytest
+
+import autotape as at
+from autotape.ops import vmath
+
+
+def ulps(got, want):
+    return np.abs(got - want) / np.spacing(np.maximum(np.abs(want), 1e-300))
+
+
+@pytest.mark.parametrize("limit, max_ulp", [(1.0, 1), (10.0, 1), (100.0, 1), (1e5, 2)])
+def test_ulp_error(limit, max_ulp):
+    x = np.random.default_rng(0).uniform(-limit, limit, 200_000)
+    assert ulps(vmath.sin_array(x), np.sin(x)).max() <= max_ulp
+    assert ulps(vmath.cos_array(x), np.cos(x)).max() <= max_ulp
+
+
+def test_special_values_and_large_arguments_fall_back_to_libm():
+    x = np.array([0.0, -0.0, np.pi, -np.pi / 2, 1e6, -3e9, 1e300, 5e-324] * 3)
+    s, c = vmath.sin_array(x), vmath.cos_array(x)
+    np.testing.assert_array_equal(s[4:8], np.sin(x[4:8]))
+    np.testing.assert_array_equal(c[4:8], np.cos(x[4:8]))
+    assert np.signbit(s[1]) and not np.signbit(s[0])
+    assert np.isnan(vmath.sin_array(np.array([np.inf, -np.inf, np.nan] * 8))).all()
+
+
+def test_other_dtypes_use_numpy():
+    x = np.linspace(-3, 3, 40, dtype=np.float32)
+    assert vmath.sin_array(x).dtype == np.float32
+    np.testing.assert_array_equal(vmath.sin_array(x), np.sin(x))
+
+
+@pytest.mark.parametrize("scale", [1.0, 1e7])     # SIMD loop, and the libm fallback
+def test_sweep_derivatives(scale):
+    x0 = np.random.default_rng(1).uniform(-scale, scale, 100)
+    x = at.tensor(x0, requires_grad=True)
+    gs, = at.grad(at.sin(x).sum(), x)
+    gc, = at.grad(at.cos(x).sum(), x)
+    assert ulps(gs.numpy(), np.cos(x0)).max() <= 2
+    assert ulps(gc.numpy(), -np.sin(x0)).max() <= 2
