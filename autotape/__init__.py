@@ -16,6 +16,14 @@ from .tensor import _UNARY_FUNCTIONS, add, divide, multiply, power, subtract
 from .ops import codes as _codes
 
 __version__ = "0.1.0"
+__all__ = [
+    "Tensor", "tensor", "as_tensor", "zeros", "ones", "zeros_like", "ones_like", "full",
+    "eye", "arange", "linspace",
+    "grad", "backward", "no_grad", "enable_grad", "set_grad_enabled", "is_grad_enabled",
+    "add", "subtract", "multiply", "divide", "power", "maximum", "minimum", "where",
+    "negative", "abs", "exp", "log", "sqrt", "sin", "cos", "tan", "tanh", "sigmoid", "relu",
+    "sum", "mean", "matmul", "reshape", "transpose", "broadcast_to", "stack", "concatenate",
+]
 
 negative = _UNARY_FUNCTIONS[_codes.NEG]
 abs = _UNARY_FUNCTIONS[_codes.ABS]

@@ -20,7 +20,6 @@ from collections import namedtuple
 
 import numpy as np
 
-from .kernels.layout import ROW_WIDTH
 from .kernels.runtime import address_of, decode_rows
 from .ops.codes import CONST, IMPORT, LEAF
 
@@ -35,20 +34,28 @@ HARD_ROWS_FACTOR = 4
 _tape_ids = itertools.count()
 
 
-# A row is staged as one int: opcode | (a + 1) << 10 | (b + 1) << 31. Rows with a
-# shape, parameters or an array value also get an entry in ``extra``.
-_OP_BITS, A_SHIFT, B_SHIFT, _FIELD = 10, 10, 31, (1 << 21) - 1
+# A row is staged as three list entries: opcode, operand a, operand b (-1: none).
+# Appending ints that already exist costs less than packing them into one int. Every
+# FLUSH_ROWS rows the staged lists move into int64 chunks, so a sweep converts at most
+# that many. Rows with a shape, parameters or an array value also get an entry in
+# ``extra``.
+FLUSH_ROWS = 4096
 
 
 class Tape:
-    __slots__ = ("id", "codes", "extra", "arena", "arrays", "big_addr", "shape_ids",
+    __slots__ = ("id", "codes", "opa", "opb", "chunks", "flushed", "checkpoint", "extra", "arena", "arrays", "big_addr", "shape_ids",
                  "shape_ndim", "shape_dims", "shape_size", "released", "leaves",
                  "retained", "imports", "import_rows", "consts", "open", "nrows",
                  "array_bytes", "ipool", "_columns", "__weakref__")
 
     def __init__(self):
         self.id = next(_tape_ids)
-        self.codes = []                  # one packed int per row
+        self.codes = []                  # staged rows: opcode
+        self.opa = []                    # operand rows
+        self.opb = []
+        self.chunks = []                 # flushed rows: (opcodes, a, b) int64 arrays
+        self.flushed = 0
+        self.checkpoint = self._next_checkpoint()   # row at which to flush, check size
         self.extra = []                  # (row, shape id, aux, array index) where needed
         self.ipool = []                  # int parameters and extra operands
         self.arena = array("d")          # 0-d values
@@ -85,11 +92,29 @@ class Tape:
         """Append a row whose value is a 0-d float: the hot path of scalar code."""
         row = self.nrows
         self.arena.append(value)
-        self.codes.append(op | (a + 1) << A_SHIFT | (b + 1) << B_SHIFT)
+        self.codes.append(op)
+        self.opa.append(a)
+        self.opb.append(b)
         self.nrows = row + 1
-        if row >= HARD_ROWS_FACTOR * MAX_ROWS:
-            self.open = False
+        if row >= self.checkpoint:
+            self.reached_checkpoint()
         return row
+
+    def reached_checkpoint(self):
+        """Flush the staged rows; close the tape if one expression has made it huge."""
+        i64 = np.int64
+        self.chunks.append((np.array(self.codes, i64), np.array(self.opa, i64),
+                            np.array(self.opb, i64)))
+        self.flushed += len(self.codes)
+        self.codes.clear()
+        self.opa.clear()
+        self.opb.clear()
+        self.checkpoint = self._next_checkpoint()
+        if self.flushed >= HARD_ROWS_FACTOR * MAX_ROWS:
+            self.open = False
+
+    def _next_checkpoint(self):
+        return min(self.flushed + FLUSH_ROWS, HARD_ROWS_FACTOR * MAX_ROWS) - 1
 
     def push(self, op, a, b, shape, aux, value):
         """Append a row; ``value`` is a float (0-d) or a flat C-order float64 array."""
@@ -109,10 +134,12 @@ class Tape:
             sid = self.shape_id(shape)
         if sid or aux >= 0 or big >= 0:
             self.extra.append((row, sid, aux, big))
-        self.codes.append(op | (a + 1) << A_SHIFT | (b + 1) << B_SHIFT)
+        self.codes.append(op)
+        self.opa.append(a)
+        self.opb.append(b)
         self.nrows = row + 1
-        if row >= HARD_ROWS_FACTOR * MAX_ROWS:
-            self.open = False
+        if row >= self.checkpoint:
+            self.reached_checkpoint()
         return row
 
     def params(self, values):
@@ -122,7 +149,9 @@ class Tape:
         return start
 
     def opcode(self, row):
-        return self.codes[row] & ((1 << _OP_BITS) - 1)
+        if row >= self.flushed:
+            return self.codes[row - self.flushed]
+        return int(self.chunks[row // FLUSH_ROWS][0][row % FLUSH_ROWS])
 
     # -- rows that bring values onto the tape ---------------------------------------------
 
@@ -163,8 +192,10 @@ class Tape:
         i64 = np.int64
         size = np.array(self.shape_size, i64)
         extra = np.array(self.extra, i64) if self.extra else np.zeros((0, 4), i64)
-        rows, total = decode_rows(np.array(self.codes, i64), extra, size, _OP_BITS,
-                                  A_SHIFT, B_SHIFT, _FIELD)
+        staged = [(np.array(self.codes, i64), np.array(self.opa, i64),
+                   np.array(self.opb, i64))]
+        codes, opa, opb = (np.concatenate(c) for c in zip(*(self.chunks + staged)))
+        rows, total = decode_rows(codes, opa, opb, extra, size)
         ndim = np.array(self.shape_ndim, i64)
         start = np.zeros(ndim.size, i64)
         np.cumsum(ndim[:-1], out=start[1:])

@@ -21,7 +21,7 @@ from .ops import codes
 from .ops.elementwise import binary_ops, unary_ops
 from .ops.reduce import axes_mask
 from .ops.shape import broadcast_pattern, transpose_pattern, view_pattern
-from .tape import A_SHIFT, B_SHIFT, HARD_ROWS_FACTOR, MAX_ROWS, open_tape
+from .tape import open_tape
 
 F64 = np.dtype(np.float64)
 F32 = np.dtype(np.float32)
@@ -197,8 +197,7 @@ class Tensor:
 
     def __bool__(self):
         if self.size != 1:
-            raise RuntimeError(
-                f"Boolean value of Tensor with more than one value is ambiguous")
+            raise RuntimeError("Boolean value of Tensor with more than one value is ambiguous")
         return bool(self.item())
 
     def __len__(self):
@@ -514,10 +513,12 @@ def _unary_function(op):
             a = _row_of(x, tape)
         row = tape.nrows                            # tape.push_scalar, inlined
         tape.arena.append(z)
-        tape.codes.append(code | (a + 1) << A_SHIFT)
+        tape.codes.append(code)
+        tape.opa.append(a)
+        tape.opb.append(-1)
         tape.nrows = row + 1
-        if row >= HARD_ROWS_FACTOR * MAX_ROWS:
-            tape.open = False
+        if row >= tape.checkpoint:
+            tape.reached_checkpoint()
         t = _new(Tensor)
         t._value = z
         t._shape = ()
@@ -610,10 +611,12 @@ def _binary_function(op):
                 b = _row_of(y, tape)
         row = tape.nrows                            # tape.push_scalar, inlined
         tape.arena.append(z)
-        tape.codes.append(code | (a + 1) << A_SHIFT | (b + 1) << B_SHIFT)
+        tape.codes.append(code)
+        tape.opa.append(a)
+        tape.opb.append(b)
         tape.nrows = row + 1
-        if row >= HARD_ROWS_FACTOR * MAX_ROWS:
-            tape.open = False
+        if row >= tape.checkpoint:
+            tape.reached_checkpoint()
         t = _new(Tensor)
         t._value = z
         t._shape = ()

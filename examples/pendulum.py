@@ -3,7 +3,6 @@
 The simulation is ordinary scalar Python; autotape records its ~100,000 ops and one
 compiled sweep returns d(final angle)/d(parameters). Run:  python examples/pendulum.py
 """
-import math
 import time
 
 import autotape as at

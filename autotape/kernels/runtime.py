@@ -11,17 +11,16 @@ def address_of(a):
 
 
 @cached_njit()
-def decode_rows(codes, extra, shape_size, op_bits, a_shift, b_shift, field):
-    """Unpack staged rows (see tape.py) into the sweep's int64 columns; returns the
+def decode_rows(codes, opa, opb, extra, shape_size):
+    """Assemble staged rows (see tape.py) into the sweep's int64 columns; returns the
     columns and the total size of all rows' values."""
     n = codes.size
     rows = np.empty((n, 6), np.int64)
     big = np.full(n, -1, np.int64)
     for i in range(n):
-        c = codes[i]
-        rows[i, 0] = c & ((1 << op_bits) - 1)
-        rows[i, 1] = ((c >> a_shift) & field) - 1
-        rows[i, 2] = ((c >> b_shift) & field) - 1
+        rows[i, 0] = codes[i]
+        rows[i, 1] = opa[i]
+        rows[i, 2] = opb[i]
         rows[i, 3] = 0
         rows[i, 4] = -1
     for e in range(extra.shape[0]):
