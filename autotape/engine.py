@@ -5,9 +5,11 @@ grad_outputs[i]>. ``grad`` returns it; ``backward`` accumulates it into ``.grad`
 Checks and messages follow torch.autograd so that code and searches carry over.
 """
 import heapq
+import warnings
 
 import numpy as np
 
+from . import recorded
 from .kernels.cpu import OK, RELEASED, UNKNOWN_OP, reverse_sweep
 from .tensor import F64, Tensor, _plain
 
@@ -38,8 +40,9 @@ def grad(outputs, inputs, grad_outputs=None, retain_graph=None, create_graph=Fal
                          "materialize_grads=True, but got: allow_unused=False.")
     if allow_unused is None:
         allow_unused = materialize_grads
-    _unsupported(create_graph, is_grads_batched)
-    grads = _make_grads(outputs, _grads_tuple(grad_outputs, len(outputs)))
+    _unsupported(is_grads_batched)
+    given = _grads_tuple(grad_outputs, len(outputs))
+    grads = _make_grads(outputs, given)
     if not inputs:
         raise RuntimeError("`inputs` argument to `grad()` cannot be empty.")
     for t in inputs:
@@ -51,7 +54,10 @@ def grad(outputs, inputs, grad_outputs=None, retain_graph=None, create_graph=Fal
         if not t.requires_grad:
             raise RuntimeError("One of the differentiated Tensors does not require grad")
     retain = create_graph if retain_graph is None else retain_graph
-    found = _run(outputs, grads, inputs, retain)
+    if create_graph:
+        found = _run_recorded(outputs, given, inputs, retain)
+    else:
+        found = _run(outputs, grads, inputs, retain)
     result = []
     for k, t in enumerate(inputs):
         g = found[k]
@@ -61,8 +67,12 @@ def grad(outputs, inputs, grad_outputs=None, retain_graph=None, create_graph=Fal
                     f"The differentiated Tensor at index {k} appears to not have been used "
                     "in the graph. Set allow_unused=True if this is the desired behavior.")
             if materialize_grads:
-                g = np.zeros(t.shape)
-        result.append(None if g is None else _as_grad(g, t))
+                g = recorded.connect(_plain(np.zeros(t.shape), t.shape, F64), t) \
+                    if create_graph else np.zeros(t.shape)
+        if g is None or isinstance(g, Tensor):
+            result.append(g)
+        else:
+            result.append(_as_grad(g, t))
     return dict(zip(keys, result)) if keys is not None else tuple(result)
 
 
@@ -76,7 +86,6 @@ def backward(tensors, grad_tensors=None, retain_graph=None, create_graph=False,
     tensor([5.])
     """
     tensors = _tensor_tuple(tensors)
-    _unsupported(create_graph, False)
     if inputs is not None:
         if isinstance(inputs, dict):
             inputs = tuple(inputs.values())
@@ -86,9 +95,19 @@ def backward(tensors, grad_tensors=None, retain_graph=None, create_graph=False,
         for t in inputs:
             if not t.requires_grad:
                 raise RuntimeError("can't retain_grad on Tensor that has requires_grad=False")
-    grads = _make_grads(tensors, _grads_tuple(grad_tensors, len(tensors)))
+    given = _grads_tuple(grad_tensors, len(tensors))
+    grads = _make_grads(tensors, given)
     _check_outputs(tensors, grads)
     retain = create_graph if retain_graph is None else retain_graph
+    if create_graph:
+        warnings.warn(_CREATE_GRAPH_WARNING, UserWarning, stacklevel=3)
+        found = _run_recorded(tensors, given, inputs, retain, accumulate=inputs is None)
+        for t, g in zip(inputs or (), found or ()):
+            if g is not None:
+                if t._tape is not None:
+                    t._retains_grad = True
+                t._grad = g if getattr(t, "_grad", None) is None else t._grad + g
+        return
     if inputs is None:
         _run(tensors, grads, None, retain, accumulate=True)
         return
@@ -103,10 +122,7 @@ def backward(tensors, grad_tensors=None, retain_graph=None, create_graph=False,
 
 # ---- argument checks ----------------------------------------------------------------------
 
-def _unsupported(create_graph, is_grads_batched):
-    if create_graph:
-        raise NotImplementedError("create_graph=True is not supported by this autotape "
-                                  "version yet")
+def _unsupported(is_grads_batched):
     if is_grads_batched:
         raise NotImplementedError("is_grads_batched=True is not supported by this autotape "
                                   "version yet")
@@ -163,6 +179,44 @@ def _check_outputs(outputs, grads):
         if not t.requires_grad:
             raise RuntimeError(f"element {i} of tensors does not require grad and does not "
                                "have a grad_fn")
+
+
+# ---- create_graph=True: the backward pass recorded (recorded.py) ---------------------------
+
+_CREATE_GRAPH_WARNING = (
+    "Using backward() with create_graph=True will create a reference cycle between the "
+    "parameter and its gradient which can cause a memory leak. We recommend using "
+    "autograd.grad when creating the graph to avoid this. If you have to use this "
+    "function, make sure to reset the .grad fields of your parameters to None after use "
+    "to break the cycle and avoid the leak.")
+
+
+def _run_recorded(outputs, given, inputs, retain, accumulate=False):
+    """As _run, with gradients that are themselves recorded tensors."""
+    seeds = [recorded.as_tensor_seed(g, t) for t, g in zip(outputs, given)]
+    leaf_grads, adj, tapes = recorded.run(outputs, seeds, retain, _RELEASED_MSG)
+    for tape in tapes.values():
+        for row, ref in list(tape.retained.items()):
+            t = ref()
+            g = adj.get((tape.id, row))
+            if t is not None and g is not None and t._tape is tape and t._row == row:
+                t._grad = g if getattr(t, "_grad", None) is None else t._grad + g
+    if accumulate:
+        for leaf, g in leaf_grads.values():
+            if leaf._requires_grad:
+                g = recorded.connect(g, leaf)
+                leaf._grad = g if getattr(leaf, "_grad", None) is None else leaf._grad + g
+    if inputs is None:
+        return None
+    result = []
+    for t in inputs:
+        if t._tape is None:
+            entry = leaf_grads.get(id(t))
+            g = None if entry is None else entry[1]
+        else:
+            g = adj.get((t._tape.id, t._row))
+        result.append(None if g is None else recorded.connect(g, t))
+    return result
 
 
 # ---- the run: sweep tapes newest first ----------------------------------------------------

@@ -20,7 +20,7 @@ from .grad_mode import _Mode
 from .ops import codes
 from .ops.elementwise import binary_ops, unary_ops
 from .ops.reduce import axes_mask
-from .ops.shape import broadcast_pattern, transpose_pattern, view_pattern
+from .ops.shape import broadcast_pattern, index_map, transpose_pattern, view_pattern
 from .tape import open_tape
 
 F64 = np.dtype(np.float64)
@@ -753,6 +753,35 @@ def _strided(x, z, pattern):
     row = tape.push(codes.STRIDED, _row_of(x, tape), -1, shape,
                     tape.params((offset,) + tuple(strides)), _tape_value(z))
     return _result(z, shape, x._dtype, tape, row)
+
+
+def gather(x, pattern):
+    """x's elements at a strided pattern (shape, offset, strides in elements of x's flat
+    C-order data). Basic indexing, transpose and broadcast_to are such gathers."""
+    x = as_tensor(x)
+    shape, offset, strides = pattern
+    idx = index_map(x.size, shape, offset, strides)
+    z, shape, dtype = _canonical(_array_value(x).reshape(-1)[idx])
+    if _recording(x):
+        return _strided(x, z, (shape, offset, strides))
+    return _plain(z, shape, dtype)
+
+
+def scatter(x, pattern, base_shape):
+    """The transpose of gather: zeros of ``base_shape`` with x's elements added at the
+    pattern (x has the pattern's shape; repeated positions accumulate)."""
+    x = as_tensor(x)
+    shape, offset, strides = pattern
+    n = int(np.prod(base_shape, dtype=np.int64))
+    idx = index_map(n, shape, offset, strides).reshape(-1)
+    z = np.bincount(idx, weights=np.asarray(_array_value(x), F64).reshape(-1), minlength=n)
+    z, shape_out, dtype = _canonical(z.reshape(base_shape).astype(x._dtype))
+    if _recording(x):
+        tape = _tape_for(x)
+        row = tape.push(codes.SCATTER, _row_of(x, tape), -1, shape_out,
+                        tape.params((offset,) + tuple(strides)), _tape_value(z))
+        return _result(z, shape_out, dtype, tape, row)
+    return _plain(z, shape_out, dtype)
 
 
 def transpose(x, axes=None):

@@ -9,13 +9,13 @@ from numba import carray
 from numba.extending import register_jitable
 
 from ..ops.codes import (BINARY_FIRST, BINARY_LAST, CONCAT, CONST, MATMUL, REDUCE_FIRST,
-                         REDUCE_LAST, RESHAPE, SETITEM, SOURCE_LAST, STRIDED, UNARY_FIRST,
-                         UNARY_LAST, WHERE)
+                         REDUCE_LAST, RESHAPE, SCATTER, SETITEM, SOURCE_LAST, STRIDED,
+                         UNARY_FIRST, UNARY_LAST, WHERE)
 from ..ops.elementwise import (binary_partial_x, binary_partial_y, binary_vjp,
                                unary_partial, unary_vjp, where_vjp)
 from ..ops.linalg import matmul_vjp
 from ..ops.reduce import reduce_vjp
-from ..ops.shape import concat_vjp, reshape_vjp, setitem_vjp, strided_vjp
+from ..ops.shape import concat_vjp, reshape_vjp, scatter_vjp, setitem_vjp, strided_vjp
 from .cache import cached_njit
 from .layout import A, AUX, B, OP, SHAPE, VLOC, Sweep, _f64_pointer, adjoint, first_write
 
@@ -113,6 +113,8 @@ def reverse_sweep(rows, ipool, shape_ndim, shape_start, shape_dims, shape_size,
             setitem_vjp(ctx, i)
         elif op == CONCAT:
             concat_vjp(ctx, i)
+        elif op == SCATTER:
+            scatter_vjp(ctx, i)
         elif op == MATMUL:
             matmul_vjp(ctx, i)
         else:

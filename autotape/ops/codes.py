@@ -25,8 +25,9 @@ SUM, MEAN = 500, 501
 REDUCE_FIRST, REDUCE_LAST = 500, 599
 
 # Layout: reshape (same flat data), strided gather (basic indexing, transpose,
-# broadcast_to), index assignment, concatenation (stack).
-RESHAPE, STRIDED, SETITEM, CONCAT = 600, 601, 602, 603
+# broadcast_to), index assignment, concatenation (stack), and the transpose of a
+# strided gather: scatter-add into zeros.
+RESHAPE, STRIDED, SETITEM, CONCAT, SCATTER = 600, 601, 602, 603, 604
 
 # Linear algebra.
 MATMUL = 700

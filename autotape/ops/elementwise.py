@@ -16,7 +16,7 @@ from numba.extending import register_jitable
 
 from . import vmath
 from .codes import (ABS, ADD, COS, DIV, EXP, LOG, MAXIMUM, MINIMUM, MUL, NEG, POW, RELU,
-                    SIGMOID, SIN, SQRT, SUB, TAN, TANH)
+                    SIGMOID, SIN, SQRT, SUB, TAN, TANH, WHERE)
 from ..kernels.layout import (A, AUX, B, OP, accumulator, adjoint, first_write, has_adjoint,
                               operand_map, value)
 
@@ -239,3 +239,52 @@ def where_vjp(ctx, i):
             for k in range(g.size):
                 if (cond[mc[k]] != 0) == taken:
                     gr[mr[k]] += g[k]
+
+
+# ---- the same derivatives written with autotape ops, for create_graph=True -------------
+# Each rule maps (ops namespace, output gradient g, row r) to the gradient of one
+# operand; r.x, r.y, r.z are the row's operands and output, recorded, so the result
+# can be differentiated again. Broadcast operands are summed back by the engine.
+
+def per_operand(*rules):
+    """One rule per operand, as the engine's (at, g, r, k) protocol."""
+    return lambda at, g, r, k: rules[k](at, g, r)
+
+
+def _share(u, v, wins):
+    """1 where u wins over v, 1/2 on ties, 0 elsewhere (a constant)."""
+    a, b = u.numpy(), v.numpy()
+    return np.where(a == b, 0.5, np.where(wins(a, b), 1.0, 0.0))
+
+
+P = per_operand
+graph_vjps = {
+    NEG:     P(lambda at, g, r: -g),
+    ABS:     P(lambda at, g, r: g * np.sign(r.x.numpy())),
+    EXP:     P(lambda at, g, r: g * r.z),
+    LOG:     P(lambda at, g, r: g / r.x),
+    SQRT:    P(lambda at, g, r: g / (2.0 * r.z)),
+    SIN:     P(lambda at, g, r: g * at.cos(r.x)),
+    COS:     P(lambda at, g, r: -g * at.sin(r.x)),
+    TAN:     P(lambda at, g, r: g * (1.0 + r.z * r.z)),
+    TANH:    P(lambda at, g, r: g * (1.0 - r.z * r.z)),
+    SIGMOID: P(lambda at, g, r: g * (r.z * (1.0 - r.z))),
+    RELU:    P(lambda at, g, r: g * (r.z.numpy() > 0)),
+    ADD:     P(lambda at, g, r: g,
+               lambda at, g, r: g),
+    SUB:     P(lambda at, g, r: g,
+               lambda at, g, r: -g),
+    MUL:     P(lambda at, g, r: g * r.y,
+               lambda at, g, r: g * r.x),
+    DIV:     P(lambda at, g, r: g / r.y,
+               lambda at, g, r: -g * r.x / (r.y * r.y)),
+    POW:     P(lambda at, g, r: at.where(r.y.numpy() == 0, 0.0, g * r.y * r.x ** (r.y - 1.0)),
+               lambda at, g, r: at.where((r.x.numpy() == 0) & (r.y.numpy() >= 0), 0.0,
+                                         g * r.z * at.log(r.x))),
+    MAXIMUM: P(lambda at, g, r: g * _share(r.x, r.y, np.greater),
+               lambda at, g, r: g * _share(r.y, r.x, np.greater)),
+    MINIMUM: P(lambda at, g, r: g * _share(r.x, r.y, np.less),
+               lambda at, g, r: g * _share(r.y, r.x, np.less)),
+    WHERE:   P(lambda at, g, r: at.where(r.cond, g, 0.0),
+               lambda at, g, r: at.where(r.cond, 0.0, g)),
+}

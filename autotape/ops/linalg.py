@@ -6,6 +6,7 @@ dA = G @ B.T, dB = A.T @ G.
 """
 from numba.extending import register_jitable
 
+from .codes import MATMUL
 from ..kernels.layout import A, B, accumulator, adjoint, has_adjoint, shape_of, value
 
 
@@ -32,3 +33,19 @@ def matmul_vjp(ctx, i):
                 arp = x[r * k + p]
                 for j in range(m):
                     gb[p * m + j] += arp * g[r * m + j]
+
+
+# ---- for create_graph=True (see elementwise.graph_vjps) --------------------------------
+
+def _matmul(at, g, r, k):
+    a, b = r.x, r.y
+    n = a.shape[0] if a.ndim == 2 else 1
+    inner = a.shape[-1]
+    m = b.shape[1] if b.ndim == 2 else 1
+    grad = g.reshape(n, m)
+    if k == 0:
+        return (grad @ b.reshape(inner, m).T).reshape(a.shape)
+    return (a.reshape(n, inner).T @ grad).reshape(b.shape)
+
+
+graph_vjps = {MATMUL: _matmul}

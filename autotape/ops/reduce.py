@@ -52,3 +52,18 @@ def reduce_vjp(ctx, i):
 
 
 reductions = {SUM: np.sum, MEAN: np.mean}
+
+
+# ---- for create_graph=True (see elementwise.graph_vjps) --------------------------------
+
+def _expand(at, g, r):
+    """g back over the reduced axes of the operand."""
+    mask = int(r.params[0])
+    kept = tuple(1 if (mask >> d) & 1 else n for d, n in enumerate(r.x.shape))
+    return at.broadcast_to(g.reshape(kept), r.x.shape)
+
+
+graph_vjps = {
+    SUM:  lambda at, g, r, k: _expand(at, g, r),
+    MEAN: lambda at, g, r, k: _expand(at, g, r) * (r.z.size / max(r.x.size, 1)),
+}

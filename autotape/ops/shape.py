@@ -9,6 +9,7 @@ columns of the output viewed as (outer, width).
 import numpy as np
 from numba.extending import register_jitable
 
+from .codes import CONCAT, RESHAPE, SCATTER, SETITEM, STRIDED
 from ..kernels.layout import (A, B, accumulator, adjoint, broadcast_map, first_write,
                               has_adjoint, param, shape_of, strided_map)
 
@@ -32,6 +33,13 @@ def _c_strides(shape, itemsize):
         strides.append(s)
         s *= max(d, 1)
     return tuple(reversed(strides))
+
+
+def index_map(base_size, shape, offset, strides):
+    """numpy: the flat index into the base of every element of a strided view."""
+    base = np.arange(max(base_size, 1), dtype=np.int64)
+    return np.lib.stride_tricks.as_strided(base[offset:], shape, [s * 8 for s in strides],
+                                           writeable=False)
 
 
 def transpose_pattern(shape, axes):
@@ -83,6 +91,25 @@ def strided_vjp(ctx, i):
 
 
 @register_jitable
+def scatter_vjp(ctx, i):
+    """z = scatter-add of x into zeros at the pattern: the VJP gathers. Params as for
+    strided_vjp, the pattern's shape being x's."""
+    a = ctx.rows[i, A]
+    if not has_adjoint(ctx, a):
+        return
+    shape = shape_of(ctx, a)
+    offset, strides = _pattern(ctx, i, 0, shape.size)
+    m = strided_map(shape, offset, strides)
+    g, ga = adjoint(ctx, i), adjoint(ctx, a)
+    if first_write(ctx, a):
+        for k in range(ga.size):
+            ga[k] = g[m[k]]
+    else:
+        for k in range(ga.size):
+            ga[k] += g[m[k]]
+
+
+@register_jitable
 def setitem_vjp(ctx, i):
     """z = base with region := v. Params: [ndim, dims..., offset, strides...]."""
     a, b = ctx.rows[i, A], ctx.rows[i, B]
@@ -122,3 +149,45 @@ def concat_vjp(ctx, i):
         for o in range(outer):
             for c in range(band):
                 gr[o * band + c] += g[o * width + col + c]
+
+
+# ---- for create_graph=True (see elementwise.graph_vjps) --------------------------------
+
+def _own_pattern(r):
+    """STRIDED: (output shape, offset, strides) into the operand."""
+    return r.shape, int(r.params[0]), tuple(int(s) for s in r.params[1:1 + len(r.shape)])
+
+
+def _scatter_pattern(r):
+    """SCATTER: (operand shape, offset, strides) into the output."""
+    nd = len(r.x.shape)
+    return r.x.shape, int(r.params[0]), tuple(int(s) for s in r.params[1:1 + nd])
+
+
+def _region(r):
+    """SETITEM: (region shape, offset, strides) into the base."""
+    nd = int(r.params[0])
+    region = tuple(int(d) for d in r.params[1:1 + nd])
+    return region, int(r.params[1 + nd]), tuple(int(s) for s in r.params[2 + nd:2 + 2 * nd])
+
+
+def _outside_region(r):
+    keep = np.ones(int(np.prod(r.shape, dtype=np.int64)))
+    keep[index_map(keep.size, *_region(r)).reshape(-1)] = 0.0
+    return keep.reshape(r.shape)
+
+
+def _band(at, g, r, k):
+    outer, width = int(r.params[0]), int(r.params[1])
+    col, band = int(r.params[4 + 3 * k]), int(r.params[5 + 3 * k])
+    return at.gather(g, ((outer, band), col, (width, 1))).reshape(r.value(k).shape)
+
+
+graph_vjps = {
+    RESHAPE: lambda at, g, r, k: g.reshape(r.x.shape),
+    STRIDED: lambda at, g, r, k: at.scatter(g, _own_pattern(r), r.x.shape),
+    SCATTER: lambda at, g, r, k: at.gather(g, _scatter_pattern(r)),
+    SETITEM: lambda at, g, r, k: (g * _outside_region(r) if k == 0
+                                  else at.gather(g, _region(r))),
+    CONCAT: _band,
+}

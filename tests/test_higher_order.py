@@ -1,0 +1,194 @@
+"""create_graph=True: recorded backward, derivatives of any order, torch's cases T01-T03,
+T31, T45, T51-T56, and a second-derivative check for every op."""
+import warnings
+
+import numpy as np
+import pytest
+
+import autotape as at
+from fd import check_second_order
+from test_ops import BINARY, SHAPES, UNARY, away_from_zero
+
+RELEASED = "Trying to backward through the graph a second time"
+
+
+@pytest.mark.parametrize("name", sorted(UNARY))
+@pytest.mark.parametrize("shape", [(), (3,), (2, 2)], ids=str)
+def test_unary_second_derivatives(name, shape):
+    fn, gen = UNARY[name]
+    check_second_order(fn, gen(shape))
+
+
+@pytest.mark.parametrize("name", sorted(BINARY))
+@pytest.mark.parametrize("shapes", [((), ()), ((3,), (3,)), ((2, 3), (3,)), ((2, 1), (1, 3))],
+                         ids=str)
+def test_binary_second_derivatives(name, shapes):
+    fn, gx, gy = BINARY[name]
+    check_second_order(fn, gx(shapes[0]), gy(shapes[1]))
+
+
+@pytest.mark.parametrize("f, shapes", [
+    (lambda x, y: at.where(np.array([True, False, True]), x * x, y ** 3), [(3,), (3,)]),
+    (lambda x: (x * x).sum(axis=1), [(2, 3)]),
+    (lambda x: (x ** 3).mean(axis=(0, 2), keepdims=True), [(2, 3, 2)]),
+    (lambda x: (x * x).reshape(3, 2) ** 2, [(2, 3)]),
+    (lambda x: (x * x)[1:, ::-1] * x[0, 0], [(3, 3)]),
+    (lambda x: (x ** 2).T @ x, [(3, 2)]),
+    (lambda x, y: at.tanh(x @ y) * x.sum(), [(2, 3), (3,)]),
+    (lambda x, y: (x * y) @ (y * y), [(3,), (3,)]),
+    (lambda x: at.broadcast_to(x * x, (2, 3)) * x, [(3,)]),
+    (lambda x, y: at.stack([x * y, y * y, x ** 3], axis=1), [(2,), (2,)]),
+    (lambda x, y: at.concatenate([x * x, y * x.sum()]), [(2,), (3,)]),
+], ids=["where", "sum", "mean", "reshape", "index", "matmul", "mlp", "vec", "broadcast",
+        "stack", "concatenate"])
+def test_structural_second_derivatives(f, shapes):
+    check_second_order(f, *[away_from_zero(s) for s in shapes])
+
+
+def test_index_assignment_second_derivatives():
+    def f(x, v):
+        y = at.zeros(3, 2)
+        y[0] = x * x
+        y[1:, 1] = v ** 3
+        return y * x
+    check_second_order(f, away_from_zero((2,)), away_from_zero((2,)))
+
+
+def test_third_and_fourth_derivatives_are_exact():
+    x = at.tensor(1.5, requires_grad=True)
+    d = x ** 5 - 3 * x ** 4 + x
+    values = []
+    for _ in range(4):
+        d, = at.grad(d, x, create_graph=True)
+        values.append(d.item())
+    assert values == [5 * 1.5 ** 4 - 12 * 1.5 ** 3 + 1, 20 * 1.5 ** 3 - 36 * 1.5 ** 2,
+                      60 * 1.5 ** 2 - 72 * 1.5, 120 * 1.5 - 72]
+
+
+def test_derivatives_of_sin_exp_tanh_chains():
+    x = at.tensor(0.7, requires_grad=True)
+    d = at.sin(x)
+    for k in range(4):
+        d, = at.grad(d, x, create_graph=True)
+    assert d.item() == pytest.approx(np.sin(0.7), abs=1e-15)     # sin'''' = sin
+    d = at.exp(2 * x)
+    for k in range(4):
+        d, = at.grad(d, x, create_graph=True)
+    assert d.item() == pytest.approx(16 * np.exp(1.4), rel=1e-14)
+    t = np.tanh(0.7)
+    d3, = at.grad(at.grad(at.grad(at.tanh(x), x, create_graph=True)[0], x,
+                          create_graph=True)[0], x)
+    assert d3.item() == pytest.approx(-2 * (1 - t * t) ** 2 + 4 * t * t * (1 - t * t),
+                                      rel=1e-13)
+
+
+def test_T01_T03_with_create_graph():
+    x = at.tensor([5., 3.], requires_grad=True)
+    w = at.tensor([5., 3.], requires_grad=True)
+    g = at.grad([x, x], [x, x], [at.ones(2), at.ones(2)], create_graph=True)
+    assert [t.tolist() for t in g] == [[2.0, 2.0], [2.0, 2.0]]
+    # torch detaches these constant results (requires_grad False); autotape keeps them
+    # connected, so the next derivative is zeros instead of an error (see README)
+    assert all(t.requires_grad for t in g)
+    assert at.grad(g[0].sum(), x)[0].tolist() == [0.0, 0.0]
+    g = at.grad([x, w], [x, w], [at.ones(2), at.ones(2)], create_graph=True)
+    assert [t.tolist() for t in g] == [[1.0, 1.0], [1.0, 1.0]]
+
+
+def test_T31_create_graph_implies_retain_and_frees_first_order():
+    x = at.tensor(2., requires_grad=True)
+    y = x ** 3
+    g, = at.grad(y, x, create_graph=True, retain_graph=False)
+    gg, = at.grad(g, x)
+    assert (g.item(), g.requires_grad, gg.item()) == (12.0, True, 12.0)
+    with pytest.raises(RuntimeError, match=RELEASED):
+        at.grad(y, x)
+    y2 = x ** 3
+    g2, = at.grad(y2, x, create_graph=True)       # retain_graph defaults to True
+    assert at.grad(y2, x)[0].item() == 12.0
+
+
+def test_T45_create_graph_under_no_grad_still_records():
+    x = at.ones(2, requires_grad=True)
+    p = (x * x).sum()
+    with at.no_grad():
+        g, = at.grad(p, x, create_graph=True)
+    assert g.tolist() == [2.0, 2.0] and g.requires_grad
+
+
+def test_T51_T52_hessian_rows_and_hvp():
+    x = at.tensor([1., 2.], requires_grad=True)
+    f = x[0] ** 2 * x[1] + x[1] ** 3
+    g, = at.grad(f, x, create_graph=True)
+    H = at.stack([at.grad(g[i], x, retain_graph=True)[0] for i in range(2)])
+    assert (g.tolist(), H.tolist()) == ([4.0, 13.0], [[4.0, 2.0], [2.0, 12.0]])
+    v = at.tensor([1., -1.])
+    hv1, = at.grad(g, x, grad_outputs=v, retain_graph=True)
+    hv2, = at.grad((g * v).sum(), x)
+    assert hv1.tolist() == hv2.tolist() == [2.0, -10.0]
+
+
+def test_T53_backward_create_graph_warns_and_accumulates_out_of_place():
+    x = at.tensor([1., 2.], requires_grad=True)
+    with warnings.catch_warnings(record=True) as w:
+        warnings.simplefilter("always")
+        (x[0] ** 2 * x[1] + x[1] ** 3).backward(create_graph=True)
+    assert str(w[0].message).startswith("Using backward() with create_graph=True will "
+                                        "create a reference cycle")
+    g = x.grad
+    assert g.tolist() == [4.0, 13.0] and g.requires_grad
+    x.grad = None
+    (g * at.tensor([1., -1.])).sum().backward()
+    assert x.grad.tolist() == [2.0, -10.0]
+    x2 = at.tensor([5., 3.], requires_grad=True)
+    y2 = (x2 * x2).sum()
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore")
+        y2.backward(create_graph=True)
+        g1 = x2.grad
+        y2.backward(create_graph=True)
+    assert (g1.tolist(), x2.grad.tolist(), g1 is x2.grad) == ([10.0, 6.0], [20.0, 12.0],
+                                                              False)
+
+
+def test_T54_T55_constant_derivatives_stay_connected():
+    x = at.tensor([1., 2.], requires_grad=True)
+    g, = at.grad((3 * x).sum(), x, create_graph=True)
+    assert g.tolist() == [3.0, 3.0] and g.requires_grad
+    assert at.grad(g.sum(), x)[0].tolist() == [0.0, 0.0]      # torch raises here
+    x = at.tensor(2., requires_grad=True)
+    g, = at.grad(x * x, x, create_graph=True)
+    gg, = at.grad(g, x, create_graph=True)
+    ggg, = at.grad(gg, x)
+    assert (g.item(), gg.item(), ggg.item()) == (4.0, 2.0, 0.0)
+
+
+def test_T56_grad_outputs_that_require_grad():
+    x = at.tensor([5., 3.], requires_grad=True)
+    v = at.tensor([1., 2.], requires_grad=True)
+    g, = at.grad(x * x, x, v, create_graph=True)
+    assert g.tolist() == [10.0, 12.0] and g.requires_grad
+    assert at.grad(g.sum(), v)[0].tolist() == [10.0, 6.0]
+
+
+def test_unused_and_materialized_under_create_graph():
+    x = at.ones(2, requires_grad=True)
+    w = at.ones(2, requires_grad=True)
+    gx, gw = at.grad((x * 2).sum(), [x, w], create_graph=True, materialize_grads=True)
+    assert gw.tolist() == [0.0, 0.0] and gw.requires_grad
+    assert at.grad((x * 2).sum(), [x, w], create_graph=True, allow_unused=True)[1] is None
+
+
+def test_hvp_loop_keeps_memory_flat():
+    import gc
+    import resource
+    x = at.tensor(np.linspace(0.1, 1.0, 50), requires_grad=True)
+    v = at.tensor(np.ones(50))
+    for it in range(1000):
+        g, = at.grad((at.sin(x) * x ** 3).sum(), x, create_graph=True)
+        hv, = at.grad(g, x, grad_outputs=v)
+        if it == 100:
+            gc.collect()
+            start = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss
+    gc.collect()
+    assert resource.getrusage(resource.RUSAGE_SELF).ru_maxrss - start < 5_000
