@@ -10,8 +10,8 @@ compiled by numba. Semantics follow torch.autograd; the op namespace follows num
 from .creation import arange, eye, full, linspace, ones, ones_like, tensor, zeros, zeros_like
 from .engine import backward, grad
 from .grad_mode import enable_grad, is_grad_enabled, no_grad, set_grad_enabled
-from .gradcheck import GradcheckError, gradcheck
-from .tensor import (Tensor, as_tensor, broadcast_to, concatenate, matmul, maximum, mean,
+from .gradcheck import GradcheckError, gradcheck, gradgradcheck
+from .tensor import (Tensor, as_tensor, astype, broadcast_to, concatenate, matmul, maximum, mean,
                      minimum, reshape, stack, sum, transpose, where)
 from .tensor import _UNARY_FUNCTIONS, add, divide, multiply, power, subtract
 from .ops import codes as _codes
@@ -20,10 +20,10 @@ __version__ = "0.1.0"
 __all__ = [
     "Tensor", "tensor", "as_tensor", "zeros", "ones", "zeros_like", "ones_like", "full",
     "eye", "arange", "linspace",
-    "grad", "backward", "gradcheck", "GradcheckError", "no_grad", "enable_grad", "set_grad_enabled", "is_grad_enabled",
+    "grad", "backward", "gradcheck", "gradgradcheck", "GradcheckError", "no_grad", "enable_grad", "set_grad_enabled", "is_grad_enabled",
     "add", "subtract", "multiply", "divide", "power", "maximum", "minimum", "where",
     "negative", "abs", "exp", "log", "sqrt", "sin", "cos", "tan", "tanh", "sigmoid", "relu",
-    "sum", "mean", "matmul", "reshape", "transpose", "broadcast_to", "stack", "concatenate",
+    "sum", "mean", "matmul", "reshape", "transpose", "astype", "broadcast_to", "stack", "concatenate",
 ]
 
 negative = _UNARY_FUNCTIONS[_codes.NEG]

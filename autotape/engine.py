@@ -11,7 +11,7 @@ import numpy as np
 
 from . import recorded
 from .kernels.cpu import OK, RELEASED, UNKNOWN_OP, reverse_sweep
-from .tensor import F64, Tensor, _plain
+from .tensor import F64, Tensor, _plain, astype
 
 _RELEASED_MSG = (
     "Trying to backward through the graph a second time (or directly access saved tensors "
@@ -204,7 +204,7 @@ def _run_recorded(outputs, given, inputs, retain, accumulate=False):
     if accumulate:
         for leaf, g in leaf_grads.values():
             if leaf._requires_grad:
-                g = recorded.connect(g, leaf)
+                g = _recorded_grad(g, leaf)
                 leaf._grad = g if getattr(leaf, "_grad", None) is None else leaf._grad + g
     if inputs is None:
         return None
@@ -215,8 +215,14 @@ def _run_recorded(outputs, given, inputs, retain, accumulate=False):
             g = None if entry is None else entry[1]
         else:
             g = adj.get((t._tape.id, t._row))
-        result.append(None if g is None else recorded.connect(g, t))
+        result.append(None if g is None else _recorded_grad(g, t))
     return result
+
+
+def _recorded_grad(g, t):
+    """A recorded gradient for t: connected to t, in t's dtype."""
+    g = recorded.connect(g, t)
+    return g if g.dtype == t.dtype else astype(g, t.dtype)
 
 
 # ---- the run: sweep tapes newest first ----------------------------------------------------

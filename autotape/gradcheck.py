@@ -107,3 +107,31 @@ def _numeric(func, inputs, checked, eps):
 
 def _index(shape, flat):
     return str([int(i) for i in np.unravel_index(flat, shape)]) if shape else "[]"
+
+
+def gradgradcheck(func, inputs, grad_outputs=None, *, eps=1e-6, atol=1e-5, rtol=1e-3,
+                  raise_exception=True, seed=0):
+    """Check second derivatives: gradcheck of the first derivative of ``func`` taken
+    with create_graph=True, weighted by ``grad_outputs`` (random when None).
+
+    >>> x = at.tensor([0.5, 1.5], requires_grad=True)
+    >>> at.gradgradcheck(lambda v: at.sin(v) * v ** 3, x)
+    True
+    """
+    from .grad_mode import enable_grad
+
+    inputs = (inputs,) if isinstance(inputs, Tensor) else tuple(inputs)
+    checked = [k for k, t in enumerate(inputs) if isinstance(t, Tensor) and t.requires_grad]
+    if grad_outputs is None:
+        rng = np.random.default_rng(seed)
+        grad_outputs = [tensor(rng.uniform(0.5, 1.5, o.shape))
+                        for o in _as_outputs(func(*inputs))]
+
+    def first_derivative(*xs):
+        xs = [x.detach().requires_grad_() if k in checked and not x.requires_grad else x
+              for k, x in enumerate(xs)]
+        with enable_grad():
+            return grad(_as_outputs(func(*xs)), [xs[k] for k in checked], grad_outputs,
+                        create_graph=True, allow_unused=True, materialize_grads=True)
+    return gradcheck(first_derivative, inputs, eps=eps, atol=atol, rtol=rtol,
+                     raise_exception=raise_exception)

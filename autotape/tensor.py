@@ -271,6 +271,10 @@ class Tensor:
         """``reshape(3, 4)`` or ``reshape((3, 4))``; -1 infers one dimension."""
         return reshape(self, shape[0] if len(shape) == 1 else shape)
 
+    def astype(self, dtype):
+        """A copy converted to ``dtype``; differentiable between float dtypes."""
+        return astype(self, dtype)
+
     def transpose(self, *axes):
         """Permute the axes; no argument reverses them (numpy's rule)."""
         return transpose(self, axes[0] if len(axes) == 1 else (axes or None))
@@ -740,6 +744,20 @@ def reshape(x, shape):
         shape = (shape,)
     z, shape, dtype = _canonical(_array_value(x).reshape(tuple(int(d) for d in shape)))
     if _recording(x):
+        tape = _tape_for(x)
+        row = tape.push(codes.RESHAPE, _row_of(x, tape), -1, shape, -1, _tape_value(z))
+        return _result(z, shape, dtype, tape, row)
+    return _plain(z, shape, dtype)
+
+
+def astype(x, dtype):
+    """x converted to ``dtype`` (numpy's casting). Between float dtypes the gradient
+    passes through unchanged (recorded as a reshape: same elements, new dtype); a cast
+    to an integer or bool dtype ends the graph."""
+    x = as_tensor(x)
+    dtype = np.dtype(dtype)
+    z, shape, dtype = _canonical(_array_value(x).astype(dtype))
+    if dtype.kind == "f" and _recording(x):
         tape = _tape_for(x)
         row = tape.push(codes.RESHAPE, _row_of(x, tape), -1, shape, -1, _tape_value(z))
         return _result(z, shape, dtype, tape, row)

@@ -7,7 +7,7 @@ import pytest
 
 import autotape as at
 from fd import check_second_order
-from test_ops import BINARY, SHAPES, UNARY, away_from_zero
+from test_ops import BINARY, UNARY, away_from_zero
 
 RELEASED = "Trying to backward through the graph a second time"
 
@@ -192,3 +192,49 @@ def test_hvp_loop_keeps_memory_flat():
             start = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss
     gc.collect()
     assert resource.getrusage(resource.RUSAGE_SELF).ru_maxrss - start < 5_000
+
+
+def test_public_gradgradcheck():
+    x = at.tensor([0.3, -0.7, 1.2], requires_grad=True)
+    w = at.tensor([[0.5, -1.0, 2.0]], requires_grad=True)
+    assert at.gradgradcheck(lambda a, b: at.tanh(b * a) * a ** 2, (x, w))
+    assert at.gradgradcheck(lambda a: (a @ a) * at.exp(a), x)
+
+
+def rosenbrock(x):
+    """The extended Rosenbrock function (More, Garbow, Hillstrom)."""
+    a, b = x[0::2], x[1::2]
+    return (100.0 * (b - a ** 2) ** 2 + (1.0 - a) ** 2).sum()
+
+
+def test_rosenbrock_hessian_matches_closed_form():
+    n = 100
+    x0 = np.random.default_rng(0).uniform(-1.5, 1.5, n)
+    x = at.tensor(x0, requires_grad=True)
+    g, = at.grad(rosenbrock(x), x, create_graph=True)
+    eye = np.eye(n)
+    H = np.stack([at.grad(g, x, grad_outputs=at.tensor(eye[i]), retain_graph=True)[0].numpy()
+                  for i in range(n)])
+    a, b, i = x0[0::2], x0[1::2], np.arange(0, n, 2)
+    closed = np.zeros((n, n))
+    closed[i, i] = 1200 * a ** 2 - 400 * b + 2
+    closed[i, i + 1] = closed[i + 1, i] = -400 * a
+    closed[i + 1, i + 1] = 200
+    np.testing.assert_allclose(H, closed, rtol=0, atol=1e-10)
+
+
+def test_float32_inputs_get_float32_recorded_gradients():
+    x = at.tensor([0.5, 1.5], dtype="float32", requires_grad=True)
+    g, = at.grad((x ** 3).sum(), x, create_graph=True)
+    assert g.dtype == np.float32 and g.tolist() == [0.75, 6.75]
+    gg, = at.grad(g.sum(), x)
+    assert gg.dtype == np.float32 and gg.tolist() == [3.0, 9.0]
+
+
+def test_astype():
+    x = at.tensor([0.1, 2.7], requires_grad=True)
+    y = x.astype("float32")
+    assert y.dtype == np.float32 and y.requires_grad
+    assert at.grad((y * y).sum(), x)[0].dtype == np.float64
+    i = x.astype("int64")
+    assert i.tolist() == [0, 2] and not i.requires_grad

@@ -24,7 +24,7 @@ WHERE = 400
 SUM, MEAN = 500, 501
 REDUCE_FIRST, REDUCE_LAST = 500, 599
 
-# Layout: reshape (same flat data), strided gather (basic indexing, transpose,
+# Layout: reshape (same flat data, in a new shape or float dtype), strided gather (basic indexing, transpose,
 # broadcast_to), index assignment, concatenation (stack), and the transpose of a
 # strided gather: scatter-add into zeros.
 RESHAPE, STRIDED, SETITEM, CONCAT, SCATTER = 600, 601, 602, 603, 604
