@@ -238,3 +238,35 @@ def test_astype():
     assert at.grad((y * y).sum(), x)[0].dtype == np.float64
     i = x.astype("int64")
     assert i.tolist() == [0, 2] and not i.requires_grad
+
+
+def test_third_derivative_through_indexing_uses_scatters_rule():
+    x = at.tensor([1.0, 2.0, 3.0, 4.0], requires_grad=True)
+    d = (x[::2] ** 4).sum()
+    for _ in range(3):
+        d, = at.grad(d.sum(), x, create_graph=True)
+    assert d.tolist() == [24.0, 0.0, 72.0, 0.0]            # d3/dx3 x^4 = 24 x at 0, 2
+
+
+def test_create_graph_across_tapes(monkeypatch):
+    import importlib
+    tape_module = importlib.import_module("autotape.tape")
+    monkeypatch.setattr(tape_module, "MAX_ROWS", 7)
+    tape_module._Current.ref = None
+    x = at.tensor(0.4, requires_grad=True)
+    y = x
+    for i in range(30):
+        y = at.sin(y) * 0.9 + x * 0.2          # x * 0.2 starts from a leaf: new tapes
+    assert y._tape.imports
+    g, = at.grad(y, x, create_graph=True)
+    h, = at.grad(g, x)
+    monkeypatch.setattr(tape_module, "MAX_ROWS", 1 << 18)
+    tape_module._Current.ref = None
+    x1 = at.tensor(0.4, requires_grad=True)
+    y1 = x1
+    for i in range(30):
+        y1 = at.sin(y1) * 0.9 + x1 * 0.2
+    g1, = at.grad(y1, x1, create_graph=True)
+    h1, = at.grad(g1, x1)
+    assert g.item() == pytest.approx(g1.item(), rel=1e-14)
+    assert h.item() == pytest.approx(h1.item(), rel=1e-13)
