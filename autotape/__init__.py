@@ -11,9 +11,10 @@ from .creation import arange, eye, full, linspace, ones, ones_like, tensor, zero
 from .engine import backward, grad
 from .grad_mode import enable_grad, is_grad_enabled, no_grad, set_grad_enabled
 from .gradcheck import GradcheckError, gradcheck, gradgradcheck
-from .tensor import (Tensor, as_tensor, astype, broadcast_to, concatenate, matmul, maximum, mean,
-                     minimum, reshape, stack, sum, transpose, where)
-from .tensor import _UNARY_FUNCTIONS, add, divide, multiply, power, subtract
+from .record import (_UNARY_FUNCTIONS, add, astype, broadcast_to, concatenate, divide, matmul,
+                     maximum, mean, minimum, multiply, power, reshape, stack, subtract, sum,
+                     transpose, where)
+from .tensor import Tensor, as_tensor
 from .ops import codes as _codes
 
 __version__ = "0.1.0"

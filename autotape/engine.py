@@ -11,7 +11,8 @@ import numpy as np
 
 from . import recorded
 from .kernels.cpu import OK, RELEASED, UNKNOWN_OP, reverse_sweep
-from .tensor import F64, Tensor, _plain, astype
+from .record import astype
+from .tensor import F64, Tensor, _plain
 
 _RELEASED_MSG = (
     "Trying to backward through the graph a second time (or directly access saved tensors "

@@ -14,7 +14,8 @@ import numpy as np
 from .grad_mode import enable_grad
 from .ops import elementwise, linalg, reduce, shape
 from .ops.codes import CONCAT, CONST, IMPORT, LEAF, SOURCE_LAST, WHERE
-from .tensor import F64, Tensor, _plain, _result, gather, scatter, where
+from .record import gather, scatter, where
+from .tensor import F64, Tensor, _plain, _result
 
 GRAPH_VJPS = {**elementwise.graph_vjps, **reduce.graph_vjps, **shape.graph_vjps,
               **linalg.graph_vjps}
