@@ -38,7 +38,7 @@ def _row_of(t, tape):
             v = t._value
             return tape.const(v if type(v) is float else np.array(v, F64).reshape(-1),
                               t._shape)
-        cache = getattr(t, "_cache", None)
+        cache = t._cache
         if cache is not None and cache[0]() is tape:
             return cache[1]
         row = tape.leaf(t, _tape_value(t._value))
@@ -195,13 +195,21 @@ def _binary_function(op):
                     return _plain(z, (), dtype)
                 tape = open_tape()
         if tx:
-            a = x._row if x._tape is tape else _row_of(x, tape)
+            if x._tape is tape:
+                a = x._row
+            else:                                   # a leaf already on this tape?
+                c = x._cache if x._tape is None else None
+                a = c[1] if (c is not None and c[0]() is tape) else _row_of(x, tape)
         else:
             a = tape.consts.get(xv)
             if a is None:
                 a = _row_of(x, tape)
         if ty:
-            b = y._row if y._tape is tape else _row_of(y, tape)
+            if y._tape is tape:
+                b = y._row
+            else:
+                c = y._cache if y._tape is None else None
+                b = c[1] if (c is not None and c[0]() is tape) else _row_of(y, tape)
         else:
             b = tape.consts.get(yv)
             if b is None:

@@ -361,7 +361,7 @@ def _plain(value, shape, dtype):
     if dtype.kind == "f" and shape == ():
         value = float(value)
     t._value, t._shape, t._dtype = value, shape, dtype
-    t._tape, t._row, t._requires_grad = None, -1, False
+    t._tape, t._row, t._requires_grad, t._cache = None, -1, False, None
     return t
 
 
