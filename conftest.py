@@ -1,8 +1,13 @@
-"""Doctests see ``at`` (autotape) and ``np`` without importing them."""
-import numpy as np
-import pytest
+"""Doctests see ``at`` (autotape) and ``np`` without importing them. BLAS runs on one
+thread, as every library does in benchmarks/ (it must be set before numpy loads)."""
+import os
 
-import autotape
+os.environ.setdefault("OPENBLAS_NUM_THREADS", "1")
+
+import numpy as np  # noqa: E402
+import pytest  # noqa: E402
+
+import autotape  # noqa: E402
 
 
 @pytest.fixture(autouse=True)

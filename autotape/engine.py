@@ -10,6 +10,7 @@ import warnings
 import numpy as np
 
 from . import recorded
+from .kernels.blas import DGEMM
 from .kernels.cpu import OK, RELEASED, UNKNOWN_OP, reverse_sweep
 from .record import astype
 from .tensor import F64, Tensor, _plain
@@ -297,7 +298,7 @@ def _sweep(tape, seeds, retain):
     status, adj_off = reverse_sweep(
         c.rows, c.ipool, c.shape_ndim, c.shape_start, c.shape_dims, c.shape_size,
         tape.arena.buffer_info()[0], len(tape.arena), c.big_addr, tape.released, retain,
-        seed_rows, seed_vals, seed_off, adj)
+        seed_rows, seed_vals, seed_off, adj, _Blas.dgemm)
     if status == RELEASED:
         raise RuntimeError(_RELEASED_MSG)
     if status == UNKNOWN_OP:
@@ -305,6 +306,10 @@ def _sweep(tape, seeds, retain):
                            "know; please report this")
     assert status == OK
     return adj, adj_off
+
+
+class _Blas:
+    dgemm = DGEMM          # set to 0 to use the sweep's own loops
 
 
 class _Scratch:

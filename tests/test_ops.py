@@ -210,3 +210,37 @@ def test_float32_scalar_path_rounds_each_op():
     y = x * 3.0 + 1.0
     assert y.dtype == np.float32
     assert y.item() == float(np.float32(np.float32(0.1) * np.float32(3.0)) + np.float32(1.0))
+
+
+@pytest.fixture(params=["blas", "loops"])
+def matmul_path(request, monkeypatch):
+    from autotape import engine
+    if request.param == "loops":
+        monkeypatch.setattr(engine._Blas, "dgemm", 0)
+    elif engine._Blas.dgemm == 0:
+        pytest.skip("no ILP64 CBLAS in this numpy build")
+    return request.param
+
+
+@pytest.mark.parametrize("sa, sb", [((40, 30), (30, 20)), ((30,), (30, 50)),
+                                    ((50, 30), (30,)), ((200,), (200,))])
+def test_large_matmul_gradients_match_numpy(matmul_path, sa, sb):
+    a0, b0 = rng.normal(size=sa), rng.normal(size=sb)
+    a, b = at.tensor(a0, requires_grad=True), at.tensor(b0, requires_grad=True)
+    out = a @ b
+    w = rng.normal(size=out.shape)
+    ga, gb = at.grad((out * at.tensor(w)).sum() + (a * a).sum(), [a, b])
+    A = a0.reshape(-1, sa[-1]) if len(sa) == 2 else a0.reshape(1, -1)
+    B = b0 if len(sb) == 2 else b0.reshape(-1, 1)
+    W = w.reshape(A.shape[0], B.shape[1])
+    np.testing.assert_allclose(ga.numpy(), (W @ B.T).reshape(sa) + 2 * a0, rtol=1e-12,
+                               atol=1e-12)
+    np.testing.assert_allclose(gb.numpy(), (A.T @ W).reshape(sb), rtol=1e-12, atol=1e-12)
+
+
+def test_large_matmul_operand_used_twice(matmul_path):
+    w0 = rng.normal(size=(30, 30))
+    w = at.tensor(w0, requires_grad=True)
+    g, = at.grad((w @ w).sum(), w)              # both BLAS calls add into one adjoint
+    ones = np.ones((30, 30))
+    np.testing.assert_allclose(g.numpy(), ones @ w0.T + w0.T @ ones, rtol=1e-12)

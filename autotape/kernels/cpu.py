@@ -34,9 +34,10 @@ def _add_scalar(adj, off, touched, r, v):
 @cached_njit()
 def reverse_sweep(rows, ipool, shape_ndim, shape_start, shape_dims, shape_size,
                   arena_addr, arena_size, big_addr, released, retain,
-                  seed_rows, seed_vals, seed_off, adj):
+                  seed_rows, seed_vals, seed_off, adj, dgemm):
     """Returns (status, adjoint offset per row). ``adj`` is scratch space at least as
-    long as the sizes of all rows together."""
+    long as the sizes of all rows together; ``dgemm`` the address of a CBLAS dgemm, or 0
+    for none (kernels/blas.py)."""
     n = rows.shape[0]
     adj_off = np.full(n, -1, np.int64)
     top = -1
@@ -65,7 +66,7 @@ def reverse_sweep(rows, ipool, shape_ndim, shape_start, shape_dims, shape_size,
             total += shape_size[rows[i, SHAPE]]
     touched = np.zeros(n, np.bool_)
     ctx = Sweep(rows, ipool, shape_ndim, shape_start, shape_dims, shape_size,
-                arena_addr, big_addr, adj.ctypes.data, adj_off, touched)
+                arena_addr, big_addr, adj.ctypes.data, adj_off, touched, dgemm)
     arena = carray(_f64_pointer(arena_addr), arena_size)
     for j in range(seed_rows.size):
         r = seed_rows[j]

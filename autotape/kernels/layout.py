@@ -20,7 +20,7 @@ ROW_WIDTH = 6
 
 Sweep = namedtuple("Sweep", [
     "rows", "ipool", "shape_ndim", "shape_start", "shape_dims", "shape_size",
-    "arena_addr", "big_addr", "adj_addr", "adj_off", "touched"])
+    "arena_addr", "big_addr", "adj_addr", "adj_off", "touched", "dgemm"])
 
 
 @intrinsic
@@ -54,6 +54,17 @@ def value(ctx, r):
     if loc >= 0:
         return carray(_f64_pointer(ctx.arena_addr + 8 * loc), size_of(ctx, r))
     return carray(_f64_pointer(ctx.big_addr[-loc - 1]), size_of(ctx, r))
+
+
+@register_jitable
+def value_address(ctx, r):
+    loc = ctx.rows[r, VLOC]
+    return ctx.arena_addr + 8 * loc if loc >= 0 else ctx.big_addr[-loc - 1]
+
+
+@register_jitable
+def adjoint_address(ctx, r):
+    return ctx.adj_addr + 8 * ctx.adj_off[r]
 
 
 @register_jitable

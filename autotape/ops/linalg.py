@@ -2,12 +2,16 @@
 
 A 1-D left operand is a (1, k) row, a 1-D right operand a (k, 1) column; the output's
 flat layout is the same either way, so one kernel serves all four cases:
-dA = G @ B.T, dB = A.T @ G.
+dA = G @ B.T, dB = A.T @ G. Large products call BLAS (numpy's OpenBLAS, kernels/blas.py).
 """
 from numba.extending import register_jitable
 
 from .codes import MATMUL
-from ..kernels.layout import A, B, accumulator, adjoint, has_adjoint, shape_of, value
+from ..kernels.blas import NO_TRANS, TRANS, cblas_dgemm
+from ..kernels.layout import (A, B, accumulator, adjoint, adjoint_address, first_write,
+                              has_adjoint, shape_of, value, value_address)
+
+BLAS_MIN_FLOPS = 4096       # below this, the loops beat a library call
 
 
 @register_jitable
@@ -17,6 +21,17 @@ def matmul_vjp(ctx, i):
     n = sa[0] if sa.size == 2 else 1
     k = sa[sa.size - 1]
     m = sb[1] if sb.size == 2 else 1
+    if ctx.dgemm != 0 and n * k * m >= BLAS_MIN_FLOPS:
+        g = adjoint_address(ctx, i)
+        if has_adjoint(ctx, a):               # dA = G @ B.T: (n, m) (k, m)^T
+            beta = 0.0 if first_write(ctx, a) else 1.0
+            cblas_dgemm(ctx.dgemm, NO_TRANS, TRANS, n, k, m, 1.0, g, m,
+                        value_address(ctx, b), m, beta, adjoint_address(ctx, a), k)
+        if has_adjoint(ctx, b):               # dB = A.T @ G: (n, k)^T (n, m)
+            beta = 0.0 if first_write(ctx, b) else 1.0
+            cblas_dgemm(ctx.dgemm, TRANS, NO_TRANS, k, m, n, 1.0, value_address(ctx, a), k,
+                        g, m, beta, adjoint_address(ctx, b), m)
+        return
     x, y, g = value(ctx, a), value(ctx, b), adjoint(ctx, i)
     if has_adjoint(ctx, a):                   # dA[r, p] += sum_j G[r, j] B[p, j]
         ga = accumulator(ctx, a)
