@@ -14,6 +14,11 @@ def is_grad_enabled():
 class _GradModeContext:
     _mode = None
 
+    def __new__(cls, *args):
+        if cls is not set_grad_enabled and len(args) == 1 and callable(args[0]):
+            return cls()(args[0])            # used as @no_grad, without parentheses
+        return super().__new__(cls)
+
     def __enter__(self):
         self._saved = _Mode.enabled
         _Mode.enabled = self._mode

@@ -293,14 +293,24 @@ def where(condition, x, y):
     return _plain(z, shape, dtype)
 
 
-def maximum(x, y):
-    """Elementwise maximum; on ties the gradient is split evenly between x and y."""
-    return _binary(binary_ops[codes.MAXIMUM], x, y)
+def clip(x, a_min, a_max):
+    """x limited to [a_min, a_max] (either may be None; a_max wins if a_min > a_max, as
+    in numpy). The gradient passes to x where a_min <= x <= a_max, boundaries included
+    (torch's clamp), and to a_min or a_max where they are taken.
 
-
-def minimum(x, y):
-    """Elementwise minimum; on ties the gradient is split evenly between x and y."""
-    return _binary(binary_ops[codes.MINIMUM], x, y)
+    >>> x = at.tensor([0.0, 1.0, 3.0], requires_grad=True)
+    >>> at.grad(at.clip(x, 1.0, 2.0).sum(), x)
+    (tensor([0., 1., 0.]),)
+    """
+    x = as_tensor(x)
+    out, xv = x, _array_value(x)
+    if a_min is not None:
+        lo = _array_value(a_min) if type(a_min) is Tensor else np.asarray(a_min)
+        out = where(xv < lo, a_min, out)
+    if a_max is not None:
+        hi = _array_value(a_max) if type(a_max) is Tensor else np.asarray(a_max)
+        out = where(_array_value(as_tensor(out)) > hi, a_max, out)
+    return out
 
 
 # ---- reductions -------------------------------------------------------------------------

@@ -260,6 +260,10 @@ class Tensor:
     def mean(self, axis=None, keepdims=False): return _reduce(codes.MEAN, self, axis, keepdims)
     # exp, log, sin, ... and __neg__, __abs__ are the recording functions (set below)
 
+    def clip(self, a_min=None, a_max=None):
+        """Limit to [a_min, a_max]; see at.clip."""
+        return clip(self, a_min, a_max)
+
     def reshape(self, *shape):
         """``reshape(3, 4)`` or ``reshape((3, 4))``; -1 infers one dimension."""
         return reshape(self, shape[0] if len(shape) == 1 else shape)
@@ -424,7 +428,7 @@ def _tape_value(v):
 
 # ---- operators and methods that record (record.py, which needs the class above) ----------
 
-from .record import (_UNARY_FUNCTIONS, _binary, _cast_result, _compare,  # noqa: E402
+from .record import (_UNARY_FUNCTIONS, _binary, _cast_result, _compare, clip,  # noqa: E402
                      _getitem, _reduce, _setitem, add, astype, divide, matmul, multiply,
                      power, reshape, subtract, transpose)
 

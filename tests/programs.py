@@ -21,6 +21,13 @@ OPS = [
     ("pow", 1, lambda L, a: (a * a + 1.0) ** 1.5),
     ("square", 1, lambda L, a: a ** 2),
     ("const", 1, lambda L, a: 2.0 * a - 1.0),
+    ("arctan", 1, lambda L, a: L.arctan(a)),
+    ("arcsinh", 1, lambda L, a: L.arcsinh(a)),
+    ("log1p", 1, lambda L, a: L.log1p(a * a)),
+    ("expm1", 1, lambda L, a: L.expm1(a * 0.5)),
+    ("erf", 1, lambda L, a: L.erf(a)),
+    ("hypot", 2, lambda L, a, b: L.hypot(a, b * 0.5 + 1.0)),
+    ("logaddexp", 2, lambda L, a, b: L.logaddexp(a, b)),
 ]
 
 

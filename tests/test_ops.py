@@ -17,6 +17,23 @@ def positive(shape):
     return rng.uniform(0.5, 2.0, shape)
 
 
+def inside_unit(shape):
+    return rng.uniform(-0.8, 0.8, shape)
+
+
+def off_integers(shape):
+    """Away from integers and halves: floor, ceil, round and sign are flat here."""
+    return rng.integers(-3, 3, shape) + rng.uniform(0.1, 0.4, shape)
+
+
+def quotient_dividend(shape):
+    return rng.uniform(4.1, 4.9, shape) * rng.choice([-1.0, 1.0], shape)
+
+
+def quotient_divisor(shape):
+    return rng.uniform(1.7, 1.95, shape)        # |x / y| in (2.1, 2.9): no jumps
+
+
 UNARY = {
     "negative": (at.negative, away_from_zero),
     "abs": (at.abs, away_from_zero),
@@ -29,6 +46,27 @@ UNARY = {
     "tanh": (at.tanh, away_from_zero),
     "sigmoid": (at.sigmoid, away_from_zero),
     "relu": (at.relu, away_from_zero),
+    "log1p": (at.log1p, lambda s: rng.uniform(-0.5, 2.0, s)),
+    "expm1": (at.expm1, away_from_zero),
+    "log2": (at.log2, positive),
+    "log10": (at.log10, positive),
+    "exp2": (at.exp2, away_from_zero),
+    "square": (at.square, away_from_zero),
+    "reciprocal": (at.reciprocal, away_from_zero),
+    "sinh": (at.sinh, away_from_zero),
+    "cosh": (at.cosh, away_from_zero),
+    "arcsin": (at.arcsin, inside_unit),
+    "arccos": (at.arccos, inside_unit),
+    "arctan": (at.arctan, away_from_zero),
+    "arcsinh": (at.arcsinh, away_from_zero),
+    "arccosh": (at.arccosh, lambda s: rng.uniform(1.2, 3.0, s)),
+    "arctanh": (at.arctanh, inside_unit),
+    "softplus": (at.softplus, lambda s: away_from_zero(s) * 3),
+    "erf": (at.erf, away_from_zero),
+    "sign": (at.sign, off_integers),
+    "floor": (at.floor, off_integers),
+    "ceil": (at.ceil, off_integers),
+    "round": (at.round, off_integers),
 }
 
 BINARY = {
@@ -39,6 +77,11 @@ BINARY = {
     "pow": (lambda x, y: x ** y, positive, away_from_zero),
     "maximum": (at.maximum, away_from_zero, away_from_zero),
     "minimum": (at.minimum, away_from_zero, away_from_zero),
+    "arctan2": (at.arctan2, away_from_zero, away_from_zero),
+    "hypot": (at.hypot, away_from_zero, away_from_zero),
+    "logaddexp": (at.logaddexp, away_from_zero, away_from_zero),
+    "fmod": (at.fmod, quotient_dividend, quotient_divisor),
+    "mod": (at.mod, quotient_dividend, quotient_divisor),
 }
 
 SHAPES = [(), (1,), (4,), (2, 3), (2, 1, 3)]
@@ -244,3 +287,41 @@ def test_large_matmul_operand_used_twice(matmul_path):
     g, = at.grad((w @ w).sum(), w)              # both BLAS calls add into one adjoint
     ones = np.ones((30, 30))
     np.testing.assert_allclose(g.numpy(), ones @ w0.T + w0.T @ ones, rtol=1e-12)
+
+
+@pytest.mark.parametrize("name", sorted(UNARY))
+def test_unary_values_match_numpy(name):
+    fn, gen = UNARY[name]
+    x = gen((5,))
+    want = {"negative": np.negative, "relu": lambda v: np.maximum(v, 0),
+            "sigmoid": lambda v: 1 / (1 + np.exp(-v)),
+            "softplus": lambda v: np.log1p(np.exp(v)),
+            "erf": np.vectorize(__import__("math").erf),
+            "tan": lambda v: np.tan(v * 0.5)}.get(name) or getattr(np, name)
+    np.testing.assert_allclose(fn(at.tensor(x)).numpy(), want(x), rtol=1e-14)
+    for v in x[:2]:                                   # the 0-d path (Python floats)
+        np.testing.assert_allclose(fn(at.tensor(v)).item(), want(v), rtol=1e-14)
+
+
+def test_special_values_follow_numpy():
+    with np.errstate(all="ignore"):
+        for name, v in [("log1p", -1.0), ("log2", 0.0), ("log10", -1.0), ("arcsin", 2.0),
+                        ("arccosh", 0.5), ("arctanh", 1.0), ("reciprocal", 0.0),
+                        ("exp2", 2000.0), ("cosh", 1000.0)]:
+            got = getattr(at, name)(at.tensor(v)).item()
+            want = float(getattr(np, name)(v))
+            assert got == want or (np.isnan(got) and np.isnan(want)), name
+        assert np.isnan(at.mod(at.tensor(1.0), 0.0).item())
+        assert at.round(at.tensor(2.5)).item() == 2.0 and at.sign(at.tensor(-0.0)).item() == 0
+
+
+def test_clip_follows_torch_at_the_bounds():
+    x = at.tensor([0.0, 1.0, 1.5, 2.0, 3.0], requires_grad=True)
+    g, = at.grad(at.clip(x, 1.0, 2.0).sum(), x)
+    assert g.tolist() == [0.0, 1.0, 1.0, 1.0, 0.0]
+    lo = at.tensor(0.5, requires_grad=True)
+    y = x.clip(lo, None)
+    assert y.tolist() == [0.5, 1.0, 1.5, 2.0, 3.0]
+    assert at.grad(y.sum(), lo)[0].item() == 1.0
+    np.testing.assert_array_equal(at.clip(at.tensor([1.0, 5.0]), 3.0, 2.0).numpy(),
+                                  np.clip([1.0, 5.0], 3.0, 2.0))

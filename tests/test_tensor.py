@@ -233,3 +233,18 @@ def test_non_tensor_inputs_and_outputs():
         at.grad((x * 2).sum(), [x, 1.0])
     with pytest.raises(TypeError, match="'float' object is not iterable"):
         at.grad(1.0, x)
+
+
+def test_grad_mode_decorators_without_parentheses():
+    x = at.ones(2, requires_grad=True)
+
+    @at.no_grad
+    def f(v):
+        return v * 2
+
+    @at.enable_grad
+    def g(v):
+        return v * 2
+    assert not f(x).requires_grad and f.__name__ == "f"
+    with at.no_grad():
+        assert g(x).requires_grad

@@ -11,10 +11,13 @@ SOURCE_LAST = 9
 
 # Elementwise unary, z = f(x).
 NEG, ABS, EXP, LOG, SQRT, SIN, COS, TAN, TANH, SIGMOID, RELU = range(100, 111)
+(LOG1P, EXPM1, LOG2, LOG10, EXP2, SQUARE, RECIPROCAL, SINH, COSH, ARCSIN, ARCCOS, ARCTAN,
+ ARCSINH, ARCCOSH, ARCTANH, SOFTPLUS, ERF, SIGN, FLOOR, CEIL, ROUND) = range(111, 132)
 UNARY_FIRST, UNARY_LAST = 100, 299
 
 # Elementwise binary with numpy broadcasting, z = f(x, y).
 ADD, SUB, MUL, DIV, POW, MAXIMUM, MINIMUM = range(300, 307)
+ARCTAN2, HYPOT, LOGADDEXP, FMOD, MOD = range(307, 312)
 BINARY_FIRST, BINARY_LAST = 300, 399
 
 # where(cond, x, y): cond is a CONST row named in the int pool.

@@ -15,8 +15,12 @@ import numpy as np
 from numba.extending import register_jitable
 
 from . import vmath
-from .codes import (ABS, ADD, COS, DIV, EXP, LOG, MAXIMUM, MINIMUM, MUL, NEG, POW, RELU,
-                    SIGMOID, SIN, SQRT, SUB, TAN, TANH, WHERE)
+from .codes import (ABS, ADD, ARCCOS, ARCCOSH, ARCSIN, ARCSINH, ARCTAN, ARCTAN2, ARCTANH,
+                    CEIL, COS, COSH, DIV, ERF, EXP, EXP2, EXPM1, FLOOR, FMOD, HYPOT, LOG,
+                    LOG1P, LOG2, LOG10, LOGADDEXP, MAXIMUM, MINIMUM, MOD, MUL, NEG, POW,
+                    RECIPROCAL, RELU, ROUND, SIGMOID, SIGN, SIN, SINH, SOFTPLUS, SQRT, SQUARE,
+                    SUB, TAN, TANH, WHERE)
+from ..kernels.cache import cached_njit
 from ..kernels.layout import (A, AUX, B, OP, accumulator, adjoint, first_write, has_adjoint,
                               operand_map, value)
 
@@ -54,6 +58,40 @@ def _relu_array(x):
     return np.where(x > 0, x, np.zeros((), x.dtype)) if x.size else x.copy()
 
 
+def _softplus_scalar(x):
+    return x + math.log1p(math.exp(-x)) if x > 0 else math.log1p(math.exp(x))
+
+
+def _softplus_array(x):
+    x = x.astype(np.float64) if x.dtype.kind != "f" else x
+    return np.where(x > 0, x, 0) + np.log1p(np.exp(-np.abs(x)))
+
+
+@cached_njit()
+def _erf_loop(x, out):
+    for k in range(x.size):
+        out[k] = math.erf(x[k])
+
+
+def _erf_array(x):
+    """numpy has no erf; a compiled loop over math.erf."""
+    x64 = np.ascontiguousarray(x, np.float64)
+    out = np.empty(x64.shape)
+    _erf_loop(x64.reshape(-1), out.reshape(-1))
+    return out.astype(x.dtype) if x.dtype == np.float32 else out
+
+
+def _sign(x):
+    return 1.0 if x > 0 else (-1.0 if x < 0 else x)       # 0.0, -0.0 and nan unchanged
+
+
+def _logaddexp(x, y):
+    m = x if x > y else y
+    if m == -math.inf:
+        return -math.inf
+    return m + math.log1p(math.exp(-abs(x - y)))
+
+
 def _maximum(x, y):
     return x if (x >= y or x != x) else y
 
@@ -86,6 +124,48 @@ unary_ops = {op.code: op for op in [
       "1 / (1 + e**-x), without overflow."),
     U(RELU,    "relu",     _relu_scalar,                              _relu_array,
       "max(x, 0). Gradient 0 at x = 0."),
+    U(LOG1P,   "log1p",    math.log1p,                                np.log1p,
+      "log(1 + x), accurate near 0."),
+    U(EXPM1,   "expm1",    math.expm1,                                np.expm1,
+      "e**x - 1, accurate near 0."),
+    U(LOG2,    "log2",     math.log2,                                 np.log2,
+      "Base-2 logarithm."),
+    U(LOG10,   "log10",    math.log10,                                np.log10,
+      "Base-10 logarithm."),
+    U(EXP2,    "exp2",     lambda x: math.pow(2.0, x),                np.exp2,
+      "2**x."),
+    U(SQUARE,  "square",   lambda x: x * x,                           np.square,
+      "x * x."),
+    U(RECIPROCAL, "reciprocal", lambda x: 1.0 / x,                    np.reciprocal,
+      "1 / x (integer division for integer arrays, as in numpy)."),
+    U(SINH,    "sinh",     math.sinh,                                 np.sinh,
+      "Hyperbolic sine."),
+    U(COSH,    "cosh",     math.cosh,                                 np.cosh,
+      "Hyperbolic cosine."),
+    U(ARCSIN,  "arcsin",   math.asin,                                 np.arcsin,
+      "Inverse sine. Gradient inf at |x| = 1."),
+    U(ARCCOS,  "arccos",   math.acos,                                 np.arccos,
+      "Inverse cosine. Gradient -inf at |x| = 1."),
+    U(ARCTAN,  "arctan",   math.atan,                                 np.arctan,
+      "Inverse tangent."),
+    U(ARCSINH, "arcsinh",  math.asinh,                                np.arcsinh,
+      "Inverse hyperbolic sine."),
+    U(ARCCOSH, "arccosh",  math.acosh,                                np.arccosh,
+      "Inverse hyperbolic cosine. Gradient inf at x = 1."),
+    U(ARCTANH, "arctanh",  math.atanh,                                np.arctanh,
+      "Inverse hyperbolic tangent. Gradient inf at |x| = 1."),
+    U(SOFTPLUS, "softplus", _softplus_scalar,                         _softplus_array,
+      "log(1 + e**x), without overflow. Gradient sigmoid(x)."),
+    U(ERF,     "erf",      math.erf,                                  _erf_array,
+      "The error function."),
+    U(SIGN,    "sign",     _sign,                                     np.sign,
+      "-1, 0 or 1. Gradient 0 everywhere (as in torch)."),
+    U(FLOOR,   "floor",    lambda x: float(math.floor(x)),            np.floor,
+      "Largest integer <= x. Gradient 0 everywhere (as in torch)."),
+    U(CEIL,    "ceil",     lambda x: float(math.ceil(x)),             np.ceil,
+      "Smallest integer >= x. Gradient 0 everywhere (as in torch)."),
+    U(ROUND,   "round",    lambda x: float(round(x)),                 np.round,
+      "Nearest integer, halves to even. Gradient 0 everywhere (as in torch)."),
 ]}
 
 binary_ops = {op.code: op for op in [
@@ -103,10 +183,23 @@ binary_ops = {op.code: op for op in [
       "Elementwise maximum; on ties the gradient is split evenly."),
     U(MINIMUM, "minimum",  _minimum,                                  np.minimum,
       "Elementwise minimum; on ties the gradient is split evenly."),
+    U(ARCTAN2, "arctan2",  math.atan2,                                np.arctan2,
+      "The angle of the point (y, x) for arctan2(x1=y, x2=x); nan gradient at (0, 0)."),
+    U(HYPOT,   "hypot",    math.hypot,                                np.hypot,
+      "sqrt(x**2 + y**2). nan gradient at (0, 0), as in torch."),
+    U(LOGADDEXP, "logaddexp", _logaddexp,                             np.logaddexp,
+      "log(e**x + e**y), without overflow."),
+    U(FMOD,    "fmod",     math.fmod,                                 np.fmod,
+      "Remainder with the sign of x. d/dy = -trunc(x / y)."),
+    U(MOD,     "mod",      operator.mod,                              np.mod,
+      "Remainder with the sign of y (Python's %). d/dy = -floor(x / y)."),
 ]}
 
 
 # ---- the derivative table: z = f(x) or z = f(x, y), one element ----------------------
+
+_LN2, _LN10 = math.log(2.0), math.log(10.0)
+_TWO_OVER_SQRT_PI = 2.0 / math.sqrt(math.pi)
 
 @register_jitable
 def power(x, p):
@@ -137,6 +230,26 @@ def unary_partial(op, x, z):
     if op == TANH:    return 1.0 - z * z
     if op == SIGMOID: return z * (1.0 - z)
     if op == RELU:    return 1.0 if z > 0 else 0.0
+    if op == LOG1P:   return 1.0 / (1.0 + x)
+    if op == EXPM1:   return z + 1.0
+    if op == LOG2:    return 1.0 / (x * _LN2)
+    if op == LOG10:   return 1.0 / (x * _LN10)
+    if op == EXP2:    return z * _LN2
+    if op == SQUARE:  return 2.0 * x
+    if op == RECIPROCAL: return -z * z
+    if op == SINH:    return math.cosh(x)
+    if op == COSH:    return math.sinh(x)
+    if op == ARCSIN:  return 1.0 / math.sqrt(1.0 - x * x)
+    if op == ARCCOS:  return -1.0 / math.sqrt(1.0 - x * x)
+    if op == ARCTAN:  return 1.0 / (1.0 + x * x)
+    if op == ARCSINH: return 1.0 / math.sqrt(x * x + 1.0)
+    if op == ARCCOSH: return 1.0 / math.sqrt(x * x - 1.0)
+    if op == ARCTANH: return 1.0 / (1.0 - x * x)
+    if op == SOFTPLUS: return 1.0 / (1.0 + math.exp(-x)) if x >= 0 else math.exp(x) / (
+                                    1.0 + math.exp(x))
+    if op == ERF:     return _TWO_OVER_SQRT_PI * math.exp(-x * x)
+    if op == SIGN or op == FLOOR or op == CEIL or op == ROUND:
+        return 0.0
     return math.nan
 
 
@@ -150,6 +263,11 @@ def binary_partial_x(op, x, y, z):
     if op == POW:     return 0.0 if y == 0 else y * power(x, y - 1.0)
     if op == MAXIMUM: return 0.5 if x == y else (0.0 if x < y else 1.0)
     if op == MINIMUM: return 0.5 if x == y else (0.0 if x > y else 1.0)
+    if op == ARCTAN2: return y / (x * x + y * y)
+    if op == HYPOT:   return x / z
+    if op == LOGADDEXP: return math.exp(x - z)
+    if op == FMOD:    return 1.0
+    if op == MOD:     return 1.0
     return math.nan
 
 
@@ -163,6 +281,11 @@ def binary_partial_y(op, x, y, z):
     if op == POW:     return 0.0 if (x == 0 and y >= 0) else z * math.log(x)
     if op == MAXIMUM: return 0.5 if x == y else (0.0 if y < x else 1.0)
     if op == MINIMUM: return 0.5 if x == y else (0.0 if y > x else 1.0)
+    if op == ARCTAN2: return -x / (x * x + y * y)
+    if op == HYPOT:   return y / z
+    if op == LOGADDEXP: return math.exp(y - z)
+    if op == FMOD:    return -math.trunc(x / y)
+    if op == MOD:     return -math.floor(x / y)
     return math.nan
 
 
@@ -251,6 +374,11 @@ def per_operand(*rules):
     return lambda at, g, r, k: rules[k](at, g, r)
 
 
+def _zero(at, g):
+    """An exact zero gradient of g's shape, still on the graph."""
+    return at.where(np.zeros(g.shape, bool), g, 0.0)
+
+
 def _share(u, v, wins):
     """1 where u wins over v, 1/2 on ties, 0 elsewhere (a constant)."""
     a, b = u.numpy(), v.numpy()
@@ -270,6 +398,27 @@ graph_vjps = {
     TANH:    P(lambda at, g, r: g * (1.0 - r.z * r.z)),
     SIGMOID: P(lambda at, g, r: g * (r.z * (1.0 - r.z))),
     RELU:    P(lambda at, g, r: g * (r.z.numpy() > 0)),
+    LOG1P:   P(lambda at, g, r: g / (1.0 + r.x)),
+    EXPM1:   P(lambda at, g, r: g * (r.z + 1.0)),
+    LOG2:    P(lambda at, g, r: g / (r.x * _LN2)),
+    LOG10:   P(lambda at, g, r: g / (r.x * _LN10)),
+    EXP2:    P(lambda at, g, r: g * r.z * _LN2),
+    SQUARE:  P(lambda at, g, r: g * 2.0 * r.x),
+    RECIPROCAL: P(lambda at, g, r: -g * r.z * r.z),
+    SINH:    P(lambda at, g, r: g * at.cosh(r.x)),
+    COSH:    P(lambda at, g, r: g * at.sinh(r.x)),
+    ARCSIN:  P(lambda at, g, r: g / at.sqrt(1.0 - r.x * r.x)),
+    ARCCOS:  P(lambda at, g, r: -g / at.sqrt(1.0 - r.x * r.x)),
+    ARCTAN:  P(lambda at, g, r: g / (1.0 + r.x * r.x)),
+    ARCSINH: P(lambda at, g, r: g / at.sqrt(r.x * r.x + 1.0)),
+    ARCCOSH: P(lambda at, g, r: g / at.sqrt(r.x * r.x - 1.0)),
+    ARCTANH: P(lambda at, g, r: g / (1.0 - r.x * r.x)),
+    SOFTPLUS: P(lambda at, g, r: g * at.sigmoid(r.x)),
+    ERF:     P(lambda at, g, r: g * _TWO_OVER_SQRT_PI * at.exp(-(r.x * r.x))),
+    SIGN:    P(lambda at, g, r: _zero(at, g)),
+    FLOOR:   P(lambda at, g, r: _zero(at, g)),
+    CEIL:    P(lambda at, g, r: _zero(at, g)),
+    ROUND:   P(lambda at, g, r: _zero(at, g)),
     ADD:     P(lambda at, g, r: g,
                lambda at, g, r: g),
     SUB:     P(lambda at, g, r: g,
@@ -285,6 +434,16 @@ graph_vjps = {
                lambda at, g, r: g * _share(r.y, r.x, np.greater)),
     MINIMUM: P(lambda at, g, r: g * _share(r.x, r.y, np.less),
                lambda at, g, r: g * _share(r.y, r.x, np.less)),
+    ARCTAN2: P(lambda at, g, r: g * r.y / (r.x * r.x + r.y * r.y),
+               lambda at, g, r: -g * r.x / (r.x * r.x + r.y * r.y)),
+    HYPOT:   P(lambda at, g, r: g * r.x / r.z,
+               lambda at, g, r: g * r.y / r.z),
+    LOGADDEXP: P(lambda at, g, r: g * at.exp(r.x - r.z),
+                 lambda at, g, r: g * at.exp(r.y - r.z)),
+    FMOD:    P(lambda at, g, r: g,
+               lambda at, g, r: -g * np.trunc(r.x.numpy() / r.y.numpy())),
+    MOD:     P(lambda at, g, r: g,
+               lambda at, g, r: -g * np.floor(r.x.numpy() / r.y.numpy())),
     WHERE:   P(lambda at, g, r: at.where(r.cond, g, 0.0),
                lambda at, g, r: at.where(r.cond, 0.0, g)),
 }
