@@ -37,7 +37,17 @@ class Tensor:
     """
     __slots__ = ("_value", "_shape", "_dtype", "_tape", "_row", "_requires_grad",
                  "_grad", "_retains_grad", "_cache", "__weakref__")
-    __array_ufunc__ = None        # numpy defers its operators to ours: ndarray * Tensor
+
+    def __array_ufunc__(self, ufunc, method, *inputs, **kwargs):
+        """np.sin(t), ndarray * t: numpy ufuncs record like autotape's (interop.py)."""
+        from .interop import array_ufunc
+        return array_ufunc(ufunc, method, inputs, kwargs)
+
+    def __array_function__(self, func, types, args, kwargs):
+        """np.sum(t), np.concatenate([t, u]): the numpy functions autotape has record;
+        any other raises a TypeError naming it, never dropping the gradient."""
+        from .interop import array_function
+        return array_function(func, args, kwargs)
 
     # -- attributes ------------------------------------------------------------------------
 

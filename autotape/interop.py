@@ -1,0 +1,87 @@
+"""numpy on Tensors: np.sin(t), np.sum(t, axis=0), ndarray * t record on the tape.
+
+Tensor implements numpy's ``__array_ufunc__`` and ``__array_function__`` protocols with
+the two tables below. A numpy ufunc or function that is not in them raises a TypeError
+naming it: numpy would otherwise turn the Tensor into an array and drop its gradient
+without a word.
+"""
+import numpy as np
+
+from . import record
+from .ops.elementwise import binary_ops, unary_ops
+from .record import _BINARY_FUNCTIONS, _UNARY_FUNCTIONS
+
+# numpy ufunc name -> autotape function; the op table's names are numpy's, except these
+_UFUNC_RENAMES = {"abs": "absolute", "mod": "remainder"}
+UFUNCS = {_UFUNC_RENAMES.get(op.name, op.name): _UNARY_FUNCTIONS[code]
+          for code, op in unary_ops.items()}
+UFUNCS.update({_UFUNC_RENAMES.get(op.name, op.name): _BINARY_FUNCTIONS[code]
+               for code, op in binary_ops.items()})
+UFUNCS["matmul"] = record.matmul
+for _name in ("less", "less_equal", "greater", "greater_equal", "equal", "not_equal"):
+    UFUNCS[_name] = (lambda fn: lambda x, y: record._compare(fn, record.as_tensor(x), y))(
+        getattr(np, _name))
+
+
+def _reduction(fn):
+    def call(a, axis=None, dtype=None, out=None, keepdims=False):
+        _refuse(fn.__name__, dtype=dtype, out=out)
+        return fn(a, axis=axis, keepdims=keepdims)
+    return call
+
+
+def _round(a, decimals=0, out=None):
+    _refuse("round", decimals=decimals, out=out)
+    return _UNARY_FUNCTIONS[[c for c, op in unary_ops.items() if op.name == "round"][0]](a)
+
+
+def _dot(a, b, out=None):
+    _refuse("dot", out=out)
+    a, b = record.as_tensor(a), record.as_tensor(b)
+    return a * b if a.ndim == 0 or b.ndim == 0 else record.matmul(a, b)
+
+
+def _refuse(name, **given):
+    """TypeError for arguments given a value autotape does not implement."""
+    bad = [k for k, v in given.items() if v is not None and not (k == "decimals" and v == 0)]
+    if bad:
+        raise TypeError(f"autotape does not support the argument(s) {', '.join(bad)} of "
+                        f"numpy.{name} on Tensors")
+
+
+FUNCTIONS = {
+    np.sum: _reduction(record.sum),
+    np.mean: _reduction(record.mean),
+    np.where: lambda condition, x, y: record.where(condition, x, y),
+    np.concatenate: lambda arrays, axis=0: record.concatenate(arrays, axis),
+    np.stack: lambda arrays, axis=0: record.stack(arrays, axis),
+    np.reshape: lambda a, shape: record.reshape(a, shape),
+    np.transpose: lambda a, axes=None: record.transpose(a, axes),
+    np.broadcast_to: lambda array, shape: record.broadcast_to(array, shape),
+    np.clip: lambda a, a_min=None, a_max=None: record.clip(a, a_min, a_max),
+    np.round: _round,
+    np.dot: _dot,
+    np.shape: lambda a: record.as_tensor(a).shape,
+    np.ndim: lambda a: record.as_tensor(a).ndim,
+    np.size: lambda a: record.as_tensor(a).size,
+}
+
+
+def array_ufunc(ufunc, method, inputs, kwargs):
+    if method != "__call__":
+        raise TypeError(f"autotape does not support numpy.{ufunc.__name__}.{method} on "
+                        "Tensors")
+    fn = UFUNCS.get(ufunc.__name__)
+    if fn is None:
+        raise TypeError(f"autotape does not support numpy.{ufunc.__name__} on Tensors")
+    if kwargs:
+        raise TypeError(f"autotape does not support the argument(s) "
+                        f"{', '.join(sorted(kwargs))} of numpy.{ufunc.__name__} on Tensors")
+    return fn(*inputs)
+
+
+def array_function(func, args, kwargs):
+    fn = FUNCTIONS.get(func)
+    if fn is None:
+        raise TypeError(f"autotape does not support numpy.{func.__name__} on Tensors")
+    return fn(*args, **kwargs)

@@ -1,0 +1,50 @@
+"""numpy functions and ufuncs on Tensors record on the tape, or raise naming themselves."""
+import numpy as np
+import pytest
+
+import autotape as at
+from fd import check_grads
+
+
+def test_ufuncs_record_and_differentiate():
+    def f(x, y):
+        return np.sin(x) * np.exp(y) + np.arctan2(x, y) - np.sqrt(np.abs(x) + 1) / y
+    check_grads(f, np.array([0.3, -1.2, 2.0]), np.array([1.5, 0.7, -0.9]))
+
+
+def test_numpy_functions_record_and_differentiate():
+    def f(x):
+        y = np.where(x > 0, x ** 2, -x)
+        z = np.concatenate([y, np.stack([x, x]).sum(axis=0)])
+        return np.mean(np.reshape(z, (2, 3)), axis=1) + np.dot(x, x) + np.clip(x, -1, 1).sum()
+    check_grads(f, np.array([0.3, -1.7, 2.2]))
+
+
+def test_ndarray_on_the_left_defers_to_tensor():
+    x = at.tensor([1.0, 2.0], requires_grad=True)
+    a = np.array([3.0, 4.0])
+    for y in (a * x, a + x, a - x, a / x, a ** x, a @ x):
+        assert isinstance(y, at.Tensor) and y.requires_grad
+    g, = at.grad((a * x).sum() + a @ x, x)
+    assert g.tolist() == [6.0, 8.0]
+    assert (a > x).dtype == np.bool_ and not (a > x).requires_grad
+
+
+def test_unsupported_functions_and_arguments_raise():
+    x = at.tensor([1.0, 2.0], requires_grad=True)
+    with pytest.raises(TypeError, match="numpy.cumsum"):
+        np.cumsum(x)
+    with pytest.raises(TypeError, match="numpy.add.reduce"):
+        np.add.reduce(x)
+    with pytest.raises(TypeError, match="argument\\(s\\) out of numpy.sin"):
+        np.sin(x, out=np.empty(2))
+    with pytest.raises(TypeError, match="argument\\(s\\) dtype of numpy.sum"):
+        np.sum(x, dtype=np.float32)
+    with pytest.raises(TypeError, match="numpy.bitwise_and"):
+        np.bitwise_and(at.tensor([1, 2]), 1)
+
+
+def test_shape_queries():
+    x = at.ones(2, 3)
+    assert (np.shape(x), np.ndim(x), np.size(x)) == ((2, 3), 2, 6)
+    assert np.round(at.tensor([0.4, 1.6])).tolist() == [0.0, 2.0]
