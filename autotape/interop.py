@@ -7,7 +7,7 @@ without a word.
 """
 import numpy as np
 
-from . import record
+from . import composite, record
 from .ops.elementwise import binary_ops, unary_ops
 from .record import _BINARY_FUNCTIONS, _UNARY_FUNCTIONS
 
@@ -41,6 +41,11 @@ def _dot(a, b, out=None):
     return a * b if a.ndim == 0 or b.ndim == 0 else record.matmul(a, b)
 
 
+def _plain_call(name, fn, *args, **unsupported):
+    _refuse(name, **unsupported)
+    return fn(*args)
+
+
 def _refuse(name, **given):
     """TypeError for arguments given a value autotape does not implement."""
     bad = [k for k, v in given.items() if v is not None and not (k == "decimals" and v == 0)]
@@ -52,6 +57,28 @@ def _refuse(name, **given):
 FUNCTIONS = {
     np.sum: _reduction(record.sum),
     np.mean: _reduction(record.mean),
+    np.max: lambda a, axis=None, out=None, keepdims=False: _plain_call(
+        "max", record.max, a, axis, keepdims, out=out),
+    np.min: lambda a, axis=None, out=None, keepdims=False: _plain_call(
+        "min", record.min, a, axis, keepdims, out=out),
+    np.var: lambda a, axis=None, dtype=None, out=None, ddof=0, keepdims=False: _plain_call(
+        "var", composite.var, a, axis, ddof, keepdims, dtype=dtype, out=out),
+    np.std: lambda a, axis=None, dtype=None, out=None, ddof=0, keepdims=False: _plain_call(
+        "std", composite.std, a, axis, ddof, keepdims, dtype=dtype, out=out),
+    np.argmax: lambda a, axis=None, out=None, keepdims=False: _plain_call(
+        "argmax", composite.argmax, a, axis, keepdims, out=out),
+    np.argmin: lambda a, axis=None, out=None, keepdims=False: _plain_call(
+        "argmin", composite.argmin, a, axis, keepdims, out=out),
+    np.average: lambda a, axis=None, weights=None, returned=False, keepdims=False: (
+        _plain_call("average", composite.average, a, axis, weights, keepdims,
+                    returned=returned or None)),
+    np.diagonal: composite.diagonal,
+    np.amax: lambda a, axis=None, out=None, keepdims=False: _plain_call(
+        "amax", record.max, a, axis, keepdims, out=out),
+    np.amin: lambda a, axis=None, out=None, keepdims=False: _plain_call(
+        "amin", record.min, a, axis, keepdims, out=out),
+    np.trace: lambda a, offset=0, axis1=0, axis2=1, dtype=None, out=None: _plain_call(
+        "trace", composite.trace, a, offset, axis1, axis2, dtype=dtype, out=out),
     np.where: lambda condition, x, y: record.where(condition, x, y),
     np.concatenate: lambda arrays, axis=0: record.concatenate(arrays, axis),
     np.stack: lambda arrays, axis=0: record.stack(arrays, axis),

@@ -15,7 +15,7 @@ from numpy.lib.array_utils import normalize_axis_index, normalize_axis_tuple
 from .grad_mode import _Mode
 from .ops import codes
 from .ops.elementwise import binary_ops, unary_ops
-from .ops.reduce import axes_mask
+from .ops.reduce import axes_mask, reductions
 from .ops.shape import broadcast_pattern, index_map, transpose_pattern, view_pattern
 from .tape import open_tape
 from .tensor import (_LEAF_VIEW_INPLACE, _NONLEAF_NO_GRAD_INPLACE, F32, F64,
@@ -318,7 +318,7 @@ def clip(x, a_min, a_max):
 def _reduce(code, x, axis, keepdims):
     x = as_tensor(x)
     axes = tuple(range(x.ndim)) if axis is None else normalize_axis_tuple(axis, x.ndim)
-    fn = np.sum if code == codes.SUM else np.mean
+    fn = reductions[code]
     with np.errstate(all="ignore"), warnings.catch_warnings():
         warnings.simplefilter("ignore", RuntimeWarning)
         z, shape, dtype = _canonical(fn(_array_value(x), axis=axes, keepdims=keepdims))
@@ -338,6 +338,19 @@ def sum(x, axis=None, keepdims=False):
 def mean(x, axis=None, keepdims=False):
     """Mean over ``axis`` (None: all axes; an int or a tuple of ints)."""
     return _reduce(codes.MEAN, x, axis, keepdims)
+
+
+def max(x, axis=None, keepdims=False):
+    """Largest element over ``axis``; the gradient is split evenly among ties."""
+    return _reduce(codes.MAX, x, axis, keepdims)
+
+
+def min(x, axis=None, keepdims=False):
+    """Smallest element over ``axis``; the gradient is split evenly among ties."""
+    return _reduce(codes.MIN, x, axis, keepdims)
+
+
+amax, amin = max, min
 
 
 # ---- layout -----------------------------------------------------------------------------

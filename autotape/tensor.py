@@ -270,6 +270,36 @@ class Tensor:
     def mean(self, axis=None, keepdims=False): return _reduce(codes.MEAN, self, axis, keepdims)
     # exp, log, sin, ... and __neg__, __abs__ are the recording functions (set below)
 
+    def max(self, axis=None, keepdims=False):
+        return record_max(self, axis, keepdims)
+
+    def min(self, axis=None, keepdims=False):
+        return record_min(self, axis, keepdims)
+
+    def var(self, axis=None, ddof=0, keepdims=False):
+        from .composite import var
+        return var(self, axis, ddof, keepdims)
+
+    def std(self, axis=None, ddof=0, keepdims=False):
+        from .composite import std
+        return std(self, axis, ddof, keepdims)
+
+    def argmax(self, axis=None, keepdims=False):
+        from .composite import argmax
+        return argmax(self, axis, keepdims)
+
+    def argmin(self, axis=None, keepdims=False):
+        from .composite import argmin
+        return argmin(self, axis, keepdims)
+
+    def diagonal(self, offset=0, axis1=0, axis2=1):
+        from .composite import diagonal
+        return diagonal(self, offset, axis1, axis2)
+
+    def trace(self, offset=0, axis1=0, axis2=1):
+        from .composite import trace
+        return trace(self, offset, axis1, axis2)
+
     def clip(self, a_min=None, a_max=None):
         """Limit to [a_min, a_max]; see at.clip."""
         return clip(self, a_min, a_max)
@@ -362,7 +392,8 @@ ADD, SUB, MUL, DIV = (binary_ops[c] for c in (codes.ADD, codes.SUB, codes.MUL, c
 _OP_NAMES = {op.code: op.name.capitalize() + "Backward" for op in
              list(unary_ops.values()) + list(binary_ops.values())}
 _OP_NAMES.update({codes.WHERE: "WhereBackward", codes.SUM: "SumBackward",
-                  codes.MEAN: "MeanBackward", codes.RESHAPE: "ReshapeBackward",
+                  codes.MEAN: "MeanBackward", codes.MAX: "MaxBackward",
+                  codes.MIN: "MinBackward", codes.SCATTER: "ScatterBackward", codes.RESHAPE: "ReshapeBackward",
                   codes.STRIDED: "ViewBackward", codes.SETITEM: "CopySlices",
                   codes.CONCAT: "CatBackward", codes.MATMUL: "MatmulBackward"})
 
@@ -441,6 +472,7 @@ def _tape_value(v):
 from .record import (_UNARY_FUNCTIONS, _binary, _cast_result, _compare, clip,  # noqa: E402
                      _getitem, _reduce, _setitem, add, astype, divide, matmul, multiply,
                      power, reshape, subtract, transpose)
+from .record import max as record_max, min as record_min  # noqa: E402
 
 Tensor.__add__, Tensor.__sub__, Tensor.__mul__ = add, subtract, multiply
 Tensor.__truediv__, Tensor.__pow__ = divide, power
