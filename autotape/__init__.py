@@ -12,8 +12,8 @@ from .engine import backward, grad
 from .grad_mode import enable_grad, is_grad_enabled, no_grad, set_grad_enabled
 from .gradcheck import GradcheckError, gradcheck, gradgradcheck
 from .ops.elementwise import binary_ops as _binary_ops, unary_ops as _unary_ops
-from .composite import (argmax, argmin, average, diagonal, log_softmax, logsumexp, softmax,
-                        std, trace, var)
+from .composite import *  # noqa: F401,F403  (composed functions: composite.__all__)
+from . import composite as _composite
 from .record import (_BINARY_FUNCTIONS, _UNARY_FUNCTIONS, amax, amin, astype, broadcast_to,
                      clip, concatenate, matmul, max, mean, min, reshape, stack, sum, transpose,
                      where)
@@ -32,8 +32,8 @@ __all__ = [
     "eye", "arange", "linspace",
     "grad", "backward", "gradcheck", "gradgradcheck", "GradcheckError", "no_grad",
     "enable_grad", "set_grad_enabled", "is_grad_enabled",
-    "where", "clip", "sum", "mean", "max", "min", "amax", "amin", "argmax", "argmin",
-    "logsumexp", "softmax", "log_softmax", "var", "std", "average", "diagonal", "trace",
+    "where", "clip", "sum", "mean", "max", "min", "amax", "amin",
     "matmul", "reshape", "transpose", "astype",
     "broadcast_to", "stack", "concatenate",
-] + [op.name for op in _unary_ops.values()] + [op.name for op in _binary_ops.values()]
+] + _composite.__all__ + [op.name for op in _unary_ops.values()] + [
+    op.name for op in _binary_ops.values()]

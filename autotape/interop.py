@@ -72,7 +72,6 @@ FUNCTIONS = {
     np.average: lambda a, axis=None, weights=None, returned=False, keepdims=False: (
         _plain_call("average", composite.average, a, axis, weights, keepdims,
                     returned=returned or None)),
-    np.diagonal: composite.diagonal,
     np.amax: lambda a, axis=None, out=None, keepdims=False: _plain_call(
         "amax", record.max, a, axis, keepdims, out=out),
     np.amin: lambda a, axis=None, out=None, keepdims=False: _plain_call(
@@ -88,6 +87,10 @@ FUNCTIONS = {
     np.clip: lambda a, a_min=None, a_max=None: record.clip(a, a_min, a_max),
     np.round: _round,
     np.dot: _dot,
+    **{getattr(np, name): getattr(composite, name) for name in (
+        "expand_dims", "squeeze", "ravel", "swapaxes", "moveaxis", "flip", "split", "roll",
+        "tile", "repeat", "pad", "triu", "tril", "vdot", "outer", "tensordot", "inner",
+        "diagonal")},
     np.shape: lambda a: record.as_tensor(a).shape,
     np.ndim: lambda a: record.as_tensor(a).ndim,
     np.size: lambda a: record.as_tensor(a).size,
