@@ -8,8 +8,8 @@ from .ops import codes
 from .ops.shape import _c_strides
 from .creation import full
 from .record import (_UNARY_FUNCTIONS, broadcast_to, concatenate, gather, matmul, mean,
-                     reshape, sum, transpose, where)
-from .tensor import _array_value, _canonical, _plain, as_tensor
+                     reshape, sum, take_flat, transpose, where)
+from .tensor import Tensor, _array_value, _canonical, _plain, as_tensor
 
 _exp, _log, _sqrt = (_UNARY_FUNCTIONS[c] for c in (codes.EXP, codes.LOG, codes.SQRT))
 
@@ -306,3 +306,27 @@ def inner(a, b):
 __all__ += ["expand_dims", "unsqueeze", "squeeze", "ravel", "flatten", "swapaxes",
             "moveaxis", "flip", "split", "roll", "tile", "repeat", "pad", "triu", "tril",
             "dot", "vdot", "outer", "tensordot", "inner"]
+
+
+# ---- indexing by arrays --------------------------------------------------------------------
+
+def _index_array(indices):
+    return np.asarray(_array_value(indices) if isinstance(indices, Tensor) else indices)
+
+
+def take(a, indices, axis=None):
+    """Elements at ``indices`` along ``axis`` (of the flattened tensor when None); the
+    gradient of a repeated index accumulates."""
+    a = as_tensor(a)
+    return take_flat(a, np.take(np.arange(a.size).reshape(a.shape), _index_array(indices),
+                                axis=axis))
+
+
+def take_along_axis(arr, indices, axis):
+    """numpy.take_along_axis: ``indices`` picks along ``axis`` position by position."""
+    arr = as_tensor(arr)
+    return take_flat(arr, np.take_along_axis(np.arange(arr.size).reshape(arr.shape),
+                                             _index_array(indices), axis))
+
+
+__all__ += ["take", "take_along_axis"]

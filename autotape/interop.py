@@ -90,7 +90,7 @@ FUNCTIONS = {
     **{getattr(np, name): getattr(composite, name) for name in (
         "expand_dims", "squeeze", "ravel", "swapaxes", "moveaxis", "flip", "split", "roll",
         "tile", "repeat", "pad", "triu", "tril", "vdot", "outer", "tensordot", "inner",
-        "diagonal")},
+        "diagonal", "take", "take_along_axis")},
     np.shape: lambda a: record.as_tensor(a).shape,
     np.ndim: lambda a: record.as_tensor(a).ndim,
     np.size: lambda a: record.as_tensor(a).size,

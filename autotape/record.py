@@ -420,6 +420,59 @@ def scatter(x, pattern, base_shape):
     return _plain(z, shape_out, dtype)
 
 
+def take_flat(x, flat_index):
+    """x's elements at ``flat_index`` (an int array of any shape, into x's flat C-order
+    data): the gather behind advanced indexing, take and take_along_axis."""
+    x = as_tensor(x)
+    idx = np.asarray(flat_index, np.int64)
+    z, shape, dtype = _canonical(_array_value(x).reshape(-1)[idx])
+    if dtype.kind == "f" and _recording(x):
+        tape = _tape_for(x)
+        irow = tape.const(idx.astype(F64).reshape(-1), idx.shape)
+        row = tape.push(codes.TAKE, _row_of(x, tape), irow, shape, -1, _tape_value(z))
+        return _result(z, shape, dtype, tape, row)
+    return _plain(z, shape, dtype)
+
+
+def put_add(x, flat_index, base_shape):
+    """The transpose of take_flat: zeros of ``base_shape`` with x added at ``flat_index``
+    (x has the index's shape; repeated indices accumulate)."""
+    x = as_tensor(x)
+    idx = np.asarray(flat_index, np.int64).reshape(-1)
+    n = int(np.prod(base_shape, dtype=np.int64))
+    values = np.asarray(_array_value(x), F64).reshape(-1)
+    z = np.bincount(idx, weights=values, minlength=n).reshape(base_shape)
+    z, shape, dtype = _canonical(z.astype(x._dtype))
+    if _recording(x):
+        tape = _tape_for(x)
+        irow = tape.const(idx.astype(F64), (idx.size,))
+        row = tape.push(codes.PUT_ADD, _row_of(x, tape), irow, shape, -1, _tape_value(z))
+        return _result(z, shape, dtype, tape, row)
+    return _plain(z, shape, dtype)
+
+
+def _flat_positions(x, index):
+    """numpy's own answer to which elements ``x[index]`` selects, as flat indices."""
+    return np.arange(x.size, dtype=np.int64).reshape(x._shape)[index]
+
+
+def _numpy_index(index):
+    """An index with integer and bool Tensors turned into arrays (advanced indexing)."""
+    items = index if type(index) is tuple else (index,)
+    out = tuple(_array_value(k) if type(k) is Tensor else k for k in items)
+    return out if type(index) is tuple else out[0]
+
+
+def _is_basic(index):
+    items = index if type(index) is tuple else (index,)
+    for k in items:
+        if not (k is None or k is Ellipsis or type(k) is slice or
+                (isinstance(k, numbers.Integral) and not isinstance(k, (bool, np.bool_))) or
+                (type(k) is Tensor and k._dtype.kind in "iu" and k._shape == ())):
+            return False
+    return True
+
+
 def transpose(x, axes=None):
     """Permute the axes (reversed when ``axes`` is None)."""
     x = as_tensor(x)
@@ -457,28 +510,19 @@ def _from_view(x, view):
 
 
 def _basic_index(index):
-    """Normalise an index to a tuple of ints, slices, None and Ellipsis (ending in one)."""
+    """Normalise a basic index to a tuple of ints, slices, None and Ellipsis (ending in
+    one, so that numpy returns a view even when every axis gets an integer)."""
     items = index if type(index) is tuple else (index,)
-    out = []
-    for k in items:
-        if k is None or k is Ellipsis or type(k) is slice:
-            out.append(k)
-        elif isinstance(k, (bool, np.bool_)):
-            raise IndexError("autotape supports basic indexing (integers, slices, ..., "
-                             "None); got a boolean index")
-        elif isinstance(k, numbers.Integral):
-            out.append(int(k))
-        elif type(k) is Tensor and k._dtype.kind in "iu" and k._shape == ():
-            out.append(int(k))
-        else:
-            raise IndexError("autotape supports basic indexing (integers, slices, ..., "
-                             f"None); got {type(k).__name__}")
+    out = [int(k) if (isinstance(k, numbers.Integral) or type(k) is Tensor) else k
+           for k in items]
     if not any(k is Ellipsis for k in out):
         out.append(Ellipsis)
     return tuple(out)
 
 
 def _getitem(x, index):
+    if not _is_basic(index):                  # integer arrays, boolean masks
+        return take_flat(x, _flat_positions(x, _numpy_index(index)))
     index = _basic_index(index)
     view = _array_value(x)[index]
     if not _recording(x):
@@ -494,6 +538,8 @@ def _getitem(x, index):
 
 
 def _setitem(x, index, value):
+    if not _is_basic(index):
+        return _setitem_advanced(x, _numpy_index(index), value)
     index = _basic_index(index)
     value_requires = type(value) is Tensor and value.requires_grad
     if x._tape is None and x._requires_grad and _Mode.enabled:
@@ -531,6 +577,37 @@ def _setitem(x, index, value):
     row = tape.push(codes.SETITEM, _row_of(x, tape), _row_of(vt, tape), shape,
                     tape.params(params), _tape_value(z))
     x._become(_result(z, shape, dtype, tape, row))
+
+
+def _setitem_advanced(x, index, value):
+    """x[index] = value with integer-array or mask indices. numpy's rule (the last write
+    to a repeated position wins) holds for the values and for the gradient."""
+    value_requires = type(value) is Tensor and value.requires_grad
+    if x._tape is None and x._requires_grad and _Mode.enabled:
+        raise RuntimeError(_LEAF_VIEW_INPLACE)
+    if not (_Mode.enabled and (x.requires_grad or value_requires)):
+        if x._tape is not None:
+            raise RuntimeError(_NONLEAF_NO_GRAD_INPLACE)
+        a = _array_value(x)
+        if x.requires_grad or not a.flags.writeable or type(x._value) is float:
+            a = a.copy()
+        a[index] = _array_value(value) if type(value) is Tensor else value
+        x._value = float(a) if (x._shape == () and x._dtype.kind == "f") else a
+        x._cache = None
+        return
+    if x._dtype.kind != "f":
+        raise TypeError("cannot assign a tensor that requires grad into a tensor of dtype "
+                        f"{x._dtype}")
+    positions = _flat_positions(x, index)
+    v = broadcast_to(value, positions.shape)
+    flat = positions.reshape(-1)
+    last = flat.size - 1 - np.unique(flat[::-1], return_index=True)[1]   # last writers
+    written = np.zeros(x.size, bool)
+    written[flat] = True
+    kept = where(written.reshape(x._shape), 0.0, x)
+    placed = put_add(take_flat(reshape(v, (-1,)), last), flat[last], x._shape)
+    result = kept + placed
+    x._become(_cast_result(result, x._dtype) if result._dtype != x._dtype else result)
 
 
 def _join(tensors, axis, new_axis):

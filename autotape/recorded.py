@@ -14,7 +14,7 @@ import numpy as np
 from .grad_mode import enable_grad
 from .ops import elementwise, linalg, reduce, shape
 from .ops.codes import CONCAT, CONST, IMPORT, LEAF, SOURCE_LAST, WHERE
-from .record import gather, scatter, where
+from .record import gather, put_add, scatter, take_flat, where
 from .tensor import F64, Tensor, _plain, _result
 
 GRAPH_VJPS = {**elementwise.graph_vjps, **reduce.graph_vjps, **shape.graph_vjps,
@@ -24,7 +24,8 @@ GRAPH_VJPS = {**elementwise.graph_vjps, **reduce.graph_vjps, **shape.graph_vjps,
 def _namespace():
     import autotape
     ns = {name: getattr(autotape, name) for name in autotape.__all__}
-    return types.SimpleNamespace(**ns, gather=gather, scatter=scatter)
+    return types.SimpleNamespace(**ns, gather=gather, scatter=scatter, take_flat=take_flat,
+                                 put_add=put_add)
 
 
 class RowView:

@@ -391,7 +391,8 @@ _NONLEAF_NO_GRAD_INPLACE = (
 ADD, SUB, MUL, DIV = (binary_ops[c] for c in (codes.ADD, codes.SUB, codes.MUL, codes.DIV))
 _OP_NAMES = {op.code: op.name.capitalize() + "Backward" for op in
              list(unary_ops.values()) + list(binary_ops.values())}
-_OP_NAMES.update({codes.WHERE: "WhereBackward", codes.SUM: "SumBackward",
+_OP_NAMES.update({codes.TAKE: "IndexBackward", codes.PUT_ADD: "IndexPutBackward",
+                  codes.WHERE: "WhereBackward", codes.SUM: "SumBackward",
                   codes.MEAN: "MeanBackward", codes.MAX: "MaxBackward",
                   codes.MIN: "MinBackward", codes.SCATTER: "ScatterBackward", codes.RESHAPE: "ReshapeBackward",
                   codes.STRIDED: "ViewBackward", codes.SETITEM: "CopySlices",

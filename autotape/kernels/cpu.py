@@ -8,14 +8,15 @@ import numpy as np
 from numba import carray
 from numba.extending import register_jitable
 
-from ..ops.codes import (BINARY_FIRST, BINARY_LAST, CONCAT, CONST, MATMUL, REDUCE_FIRST,
-                         REDUCE_LAST, RESHAPE, SCATTER, SETITEM, SOURCE_LAST, STRIDED,
-                         UNARY_FIRST, UNARY_LAST, WHERE)
+from ..ops.codes import (BINARY_FIRST, BINARY_LAST, CONCAT, CONST, MATMUL, PUT_ADD,
+                         REDUCE_FIRST, REDUCE_LAST, RESHAPE, SCATTER, SETITEM, SOURCE_LAST,
+                         STRIDED, TAKE, UNARY_FIRST, UNARY_LAST, WHERE)
 from ..ops.elementwise import (binary_partial_x, binary_partial_y, binary_vjp,
                                unary_partial, unary_vjp, where_vjp)
 from ..ops.linalg import matmul_vjp
 from ..ops.reduce import reduce_vjp
-from ..ops.shape import concat_vjp, reshape_vjp, scatter_vjp, setitem_vjp, strided_vjp
+from ..ops.shape import (concat_vjp, put_add_vjp, reshape_vjp, scatter_vjp, setitem_vjp,
+                         strided_vjp, take_vjp)
 from .cache import cached_njit
 from .layout import A, AUX, B, OP, SHAPE, VLOC, Sweep, _f64_pointer, adjoint, first_write
 
@@ -116,6 +117,10 @@ def reverse_sweep(rows, ipool, shape_ndim, shape_start, shape_dims, shape_size,
             concat_vjp(ctx, i)
         elif op == SCATTER:
             scatter_vjp(ctx, i)
+        elif op == TAKE:
+            take_vjp(ctx, i)
+        elif op == PUT_ADD:
+            put_add_vjp(ctx, i)
         elif op == MATMUL:
             matmul_vjp(ctx, i)
         else:

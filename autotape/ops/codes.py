@@ -27,10 +27,11 @@ WHERE = 400
 SUM, MEAN, MAX, MIN = 500, 501, 502, 503
 REDUCE_FIRST, REDUCE_LAST = 500, 599
 
-# Layout: reshape (same flat data, in a new shape or float dtype), strided gather (basic indexing, transpose,
-# broadcast_to), index assignment, concatenation (stack), and the transpose of a
-# strided gather: scatter-add into zeros.
-RESHAPE, STRIDED, SETITEM, CONCAT, SCATTER = 600, 601, 602, 603, 604
+# Layout: reshape (same flat data, in a new shape or float dtype), strided gather
+# (basic indexing, transpose, broadcast_to), index assignment, concatenation (stack),
+# the transpose of a strided gather (scatter-add into zeros), and a gather by an index
+# array (advanced indexing, take) with its transpose; operand b holds the flat indices.
+RESHAPE, STRIDED, SETITEM, CONCAT, SCATTER, TAKE, PUT_ADD = range(600, 607)
 
 # Linear algebra.
 MATMUL = 700

@@ -9,9 +9,9 @@ columns of the output viewed as (outer, width).
 import numpy as np
 from numba.extending import register_jitable
 
-from .codes import CONCAT, RESHAPE, SCATTER, SETITEM, STRIDED
+from .codes import CONCAT, PUT_ADD, RESHAPE, SCATTER, SETITEM, STRIDED, TAKE
 from ..kernels.layout import (A, B, accumulator, adjoint, broadcast_map, first_write,
-                              has_adjoint, param, shape_of, strided_map)
+                              has_adjoint, param, shape_of, strided_map, value)
 
 
 def view_pattern(shape, index):
@@ -110,6 +110,32 @@ def scatter_vjp(ctx, i):
 
 
 @register_jitable
+def take_vjp(ctx, i):
+    """z = x.flat[idx]: the gradient scatter-adds back (repeated indices accumulate)."""
+    a, b = ctx.rows[i, A], ctx.rows[i, B]
+    if not has_adjoint(ctx, a):
+        return
+    idx, g, ga = value(ctx, b), adjoint(ctx, i), accumulator(ctx, a)
+    for k in range(g.size):
+        ga[int(idx[k])] += g[k]
+
+
+@register_jitable
+def put_add_vjp(ctx, i):
+    """z = zeros with x added at idx: the gradient gathers."""
+    a, b = ctx.rows[i, A], ctx.rows[i, B]
+    if not has_adjoint(ctx, a):
+        return
+    idx, g, ga = value(ctx, b), adjoint(ctx, i), adjoint(ctx, a)
+    if first_write(ctx, a):
+        for k in range(ga.size):
+            ga[k] = g[int(idx[k])]
+    else:
+        for k in range(ga.size):
+            ga[k] += g[int(idx[k])]
+
+
+@register_jitable
 def setitem_vjp(ctx, i):
     """z = base with region := v. Params: [ndim, dims..., offset, strides...]."""
     a, b = ctx.rows[i, A], ctx.rows[i, B]
@@ -177,6 +203,11 @@ def _outside_region(r):
     return keep.reshape(r.shape)
 
 
+def _flat_index(r):
+    """TAKE / PUT_ADD: the index operand as ints."""
+    return r.y.numpy().astype(np.int64)
+
+
 def _band(at, g, r, k):
     outer, width = int(r.params[0]), int(r.params[1])
     col, band = int(r.params[4 + 3 * k]), int(r.params[5 + 3 * k])
@@ -190,4 +221,6 @@ graph_vjps = {
     SETITEM: lambda at, g, r, k: (g * _outside_region(r) if k == 0
                                   else at.gather(g, _region(r))),
     CONCAT: _band,
+    TAKE: lambda at, g, r, k: at.put_add(g, _flat_index(r), r.x.shape),
+    PUT_ADD: lambda at, g, r, k: at.take_flat(g, _flat_index(r)),
 }
