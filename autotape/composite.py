@@ -9,6 +9,7 @@ from .ops.shape import _c_strides
 from .creation import full
 from .record import (_UNARY_FUNCTIONS, broadcast_to, concatenate, gather, matmul, mean,
                      reshape, sum, take_flat, transpose, where)
+from .record import max as record_max, min as record_min
 from .tensor import Tensor, _array_value, _canonical, _plain, as_tensor
 
 _exp, _log, _sqrt = (_UNARY_FUNCTIONS[c] for c in (codes.EXP, codes.LOG, codes.SQRT))
@@ -330,3 +331,50 @@ def take_along_axis(arr, indices, axis):
 
 
 __all__ += ["take", "take_along_axis"]
+
+
+# ---- norms ---------------------------------------------------------------------------------
+
+def _safe_sqrt(s):
+    """sqrt(s), with gradient 0 (not nan) where s == 0: the norm of a zero vector."""
+    positive = _array_value(as_tensor(s)) > 0
+    return where(positive, _sqrt(where(positive, s, 1.0)), 0.0)
+
+
+def norm(x, ord=None, axis=None, keepdims=False):
+    """numpy.linalg.norm: vectors (ord None/2, 1, inf, -inf, 0 < p) and matrices
+    ('fro', 1, inf, -1, -inf). The gradient at a zero vector is 0 (torch's rule)."""
+    x = as_tensor(x)
+    abs_ = _UNARY_FUNCTIONS[codes.ABS]
+    if axis is None and ord is None:
+        return _safe_sqrt(sum(x * x, keepdims=keepdims))
+    axes = _axes(x, axis) if axis is not None else tuple(range(x.ndim))
+    if len(axes) == 1:
+        if ord is None or ord == 2:
+            return _safe_sqrt(sum(x * x, axis=axes, keepdims=keepdims))
+        if ord == np.inf:
+            return record_max(abs_(x), axis=axes, keepdims=keepdims)
+        if ord == -np.inf:
+            return record_min(abs_(x), axis=axes, keepdims=keepdims)
+        if ord == 1:
+            return sum(abs_(x), axis=axes, keepdims=keepdims)
+        if isinstance(ord, (int, float)) and ord > 0:
+            return sum(abs_(x) ** ord, axis=axes, keepdims=keepdims) ** (1.0 / ord)
+        raise ValueError(f"autotape's norm does not support ord={ord!r} for vectors")
+    if len(axes) == 2:
+        rows, cols = axes
+        if ord is None or ord == "fro":
+            return _safe_sqrt(sum(x * x, axis=axes, keepdims=keepdims))
+        if ord in (1, -1, np.inf, -np.inf):
+            summed, other = (rows, cols) if ord in (1, -1) else (cols, rows)
+            s = sum(abs_(x), axis=summed, keepdims=True)
+            pick = record_max if ord > 0 else record_min
+            out = pick(s, axis=other, keepdims=True)
+            return out if keepdims else reshape(out, tuple(
+                n for d, n in enumerate(out.shape) if d not in axes))
+        raise ValueError(f"autotape's norm does not support ord={ord!r} for matrices "
+                         "(the spectral and nuclear norms need an SVD)")
+    raise ValueError("Improper number of dimensions to norm.")
+
+
+__all__ += ["norm"]

@@ -87,6 +87,8 @@ FUNCTIONS = {
     np.clip: lambda a, a_min=None, a_max=None: record.clip(a, a_min, a_max),
     np.round: _round,
     np.dot: _dot,
+    np.linalg.norm: lambda x, ord=None, axis=None, keepdims=False: composite.norm(
+        x, ord, axis, keepdims),
     **{getattr(np, name): getattr(composite, name) for name in (
         "expand_dims", "squeeze", "ravel", "swapaxes", "moveaxis", "flip", "split", "roll",
         "tile", "repeat", "pad", "triu", "tril", "vdot", "outer", "tensordot", "inner",

@@ -1,0 +1,43 @@
+"""autotape.numpy: numpy's names for autotape's functions.
+
+    import autotape.numpy as anp
+    y = anp.sum(anp.sin(x) * x, axis=0)
+
+Every function takes Tensors, numpy arrays and Python numbers, follows numpy's
+signature, broadcasting and dtype rules, and records when an argument requires grad.
+A numpy name autotape does not provide raises AttributeError naming it.
+"""
+import numpy as _np
+
+import autotape as _at
+from . import composite as _composite
+from .creation import arange, eye, full, linspace, ones, zeros  # noqa: F401
+from .record import (amax, amin, broadcast_to, clip, concatenate, matmul,  # noqa: F401
+                     max, mean, min, reshape, stack, sum, transpose, where)
+
+for _name in _at.__all__:                     # elementwise ops and composed functions
+    if hasattr(_np, _name) or _name in _composite.__all__:
+        globals()[_name] = getattr(_at, _name)
+absolute = _at.abs
+remainder = _at.mod
+true_divide = _at.divide
+array = asarray = _at.tensor
+pi, e, inf, nan, newaxis = _np.pi, _np.e, _np.inf, _np.nan, _np.newaxis
+
+
+def zeros_like(a, dtype=None):
+    return _at.zeros_like(_at.as_tensor(a), dtype=dtype)
+
+
+def ones_like(a, dtype=None):
+    return _at.ones_like(_at.as_tensor(a), dtype=dtype)
+
+
+class linalg:
+    """numpy.linalg's names that autotape provides."""
+    norm = staticmethod(_composite.norm)
+
+
+def __getattr__(name):
+    raise AttributeError(f"autotape.numpy has no {name!r} (numpy.{name} is not supported "
+                         "on Tensors yet)")

@@ -1,0 +1,52 @@
+"""norm against numpy.linalg.norm; the autotape.numpy namespace."""
+import numpy as np
+import pytest
+
+import autotape as at
+import autotape.numpy as anp
+from fd import check_grads, check_second_order
+
+rng = np.random.default_rng(3)
+
+NORMS = [((5,), None, None), ((5,), 1, None), ((5,), np.inf, None), ((5,), -np.inf, None),
+         ((5,), 3, None), ((2, 3), None, None), ((2, 3), "fro", None), ((2, 3), 1, None),
+         ((2, 3), np.inf, None), ((2, 3), -1, None), ((3, 4), 2, 1), ((3, 4), None, 0),
+         ((2, 3, 4), "fro", (0, 2))]
+
+
+@pytest.mark.parametrize("shape, ord, axis", NORMS, ids=str)
+def test_norm(shape, ord, axis):
+    x = rng.normal(size=shape)
+    want = np.linalg.norm(x, ord=ord, axis=axis)
+    np.testing.assert_allclose(at.norm(at.tensor(x), ord, axis).numpy(), want, rtol=1e-14)
+    np.testing.assert_allclose(np.linalg.norm(at.tensor(x), ord=ord, axis=axis).numpy(),
+                               want, rtol=1e-14)
+    check_grads(lambda t: at.norm(t, ord, axis), x)
+    check_second_order(lambda t: at.norm(t, ord, axis) * t.sum(), x)
+
+
+def test_norm_of_zero_vector_has_zero_gradient():
+    z = at.zeros(3, requires_grad=True)
+    assert at.grad(at.norm(z), z)[0].tolist() == [0.0, 0.0, 0.0]     # research T60
+    assert at.grad(anp.linalg.norm(z * 2.0), z)[0].tolist() == [0.0, 0.0, 0.0]
+
+
+def test_unsupported_norms_raise():
+    with pytest.raises(ValueError, match="SVD"):
+        at.norm(at.ones(2, 2), 2)
+    with pytest.raises(ValueError, match="ord=-1"):
+        at.norm(at.ones(3), -1)
+
+
+def test_numpy_namespace():
+    x = at.tensor([[0.5, -1.0], [2.0, 0.25]], requires_grad=True)
+    y = anp.sum(anp.sin(x) * anp.exp(x), axis=0) + anp.linalg.norm(x) + anp.absolute(x).mean()
+    g, = at.grad(y.sum(), x)
+    x0 = x.numpy()
+    want = (np.cos(x0) + np.sin(x0)) * np.exp(x0) + 2 * (       # y has 2 elements:
+        x0 / np.linalg.norm(x0) + np.sign(x0) / 4)              # the scalars count twice
+    np.testing.assert_allclose(g.numpy(), want, rtol=1e-13)
+    assert anp.array([1, 2]).dtype == np.int64 and anp.pi == np.pi
+    assert anp.zeros_like(x).shape == (2, 2) and anp.remainder is at.mod
+    with pytest.raises(AttributeError, match="numpy.cumsum"):
+        anp.cumsum(x)
