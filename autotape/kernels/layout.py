@@ -143,6 +143,23 @@ def broadcast_map(small, big):
 
 
 @register_jitable
+def trailing(ctx, r, out):
+    """Whether row r's shape, leading 1s dropped, is the last axes of row out's shape:
+    then broadcasting repeats it whole, and element k of out reads element k % size."""
+    small, big = shape_of(ctx, r), shape_of(ctx, out)
+    lead = 0
+    while lead < small.size and small[lead] == 1:
+        lead += 1
+    m = small.size - lead
+    if m > big.size:
+        return False
+    for d in range(m):
+        if small[lead + d] != big[big.size - m + d]:
+            return False
+    return True
+
+
+@register_jitable
 def operand_map(ctx, r, out):
     """Index map from output row ``out`` to operand row ``r`` under broadcasting."""
     return broadcast_map(shape_of(ctx, r), shape_of(ctx, out))

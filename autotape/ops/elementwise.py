@@ -22,7 +22,7 @@ from .codes import (ABS, ADD, ARCCOS, ARCCOSH, ARCSIN, ARCSINH, ARCTAN, ARCTAN2,
                     SUB, TAN, TANH, WHERE)
 from ..kernels.cache import cached_njit
 from ..kernels.layout import (A, AUX, B, OP, accumulator, adjoint, first_write, has_adjoint,
-                              operand_map, value)
+                              operand_map, trailing, value)
 
 
 class Elementwise:
@@ -338,6 +338,18 @@ def binary_vjp(ctx, i):
                 gb = accumulator(ctx, b)
                 for k in range(n):
                     gb[k * sy] += g[k] * binary_partial_y(op, x[k * sx], y[k * sy], z[k])
+        return
+    if trailing(ctx, a, i) and trailing(ctx, b, i):
+        # each operand repeats along leading axes (a bias row, say): index k % size
+        nx, ny = x.size, y.size
+        if has_adjoint(ctx, a):
+            ga = accumulator(ctx, a)
+            for k in range(n):
+                ga[k % nx] += g[k] * binary_partial_x(op, x[k % nx], y[k % ny], z[k])
+        if has_adjoint(ctx, b):
+            gb = accumulator(ctx, b)
+            for k in range(n):
+                gb[k % ny] += g[k] * binary_partial_y(op, x[k % nx], y[k % ny], z[k])
         return
     ma, mb = operand_map(ctx, a, i), operand_map(ctx, b, i)
     if has_adjoint(ctx, a):

@@ -1,0 +1,50 @@
+"""Gradient of a 2-layer MLP (784-256-10, batch 256, tanh, mean squared error), the model
+written with plain numpy calls; autotape runs it on Tensors."""
+import numpy as np
+import pytest
+
+import autotape as at
+
+rng = np.random.default_rng(0)
+X, Y = rng.normal(size=(256, 784)), rng.normal(size=(256, 10))
+PARAMS = [rng.normal(size=(784, 256)) * 0.05, np.zeros(256),
+          rng.normal(size=(256, 10)) * 0.05, np.zeros(10)]
+GROUP = pytest.mark.benchmark(group="MLP 784-256-10, batch 256: loss + gradient")
+
+
+def loss(np_, W1, b1, W2, b2, x, y):
+    h = np_.tanh(x @ W1 + b1)
+    return np_.mean((h @ W2 + b2 - y) ** 2)
+
+
+@GROUP
+def test_autotape(benchmark):
+    def run():
+        ps = [at.tensor(p, requires_grad=True) for p in PARAMS]
+        return at.grad(loss(np, *ps, X, Y), ps)
+    benchmark.pedantic(run, rounds=20, warmup_rounds=2)
+
+
+@GROUP
+def test_torch(benchmark, torch):
+    x, y = torch.tensor(X), torch.tensor(Y)
+
+    def run():
+        ps = [torch.tensor(p, requires_grad=True) for p in PARAMS]
+        return torch.autograd.grad(loss(torch, *ps, x, y), ps)
+    benchmark.pedantic(run, rounds=20, warmup_rounds=2)
+
+
+@GROUP
+def test_jax_jit(benchmark, jax):
+    g = jax.jit(jax.grad(lambda ps: loss(jax.numpy, *ps, X, Y)))
+    ps = [jax.numpy.asarray(p) for p in PARAMS]
+    jax.block_until_ready(g(ps))
+    benchmark.pedantic(lambda: jax.block_until_ready(g(ps)), rounds=20)
+
+
+@GROUP
+def test_hips_autograd(benchmark, hips):
+    import autograd.numpy as anp
+    g = hips.grad(lambda ps: loss(anp, *ps, X, Y))
+    benchmark.pedantic(lambda: g(PARAMS), rounds=10, warmup_rounds=1)
