@@ -1,17 +1,20 @@
 """The tape: a flat, struct-of-arrays record of differentiable ops.
 
-One row per recorded op (see kernels/layout.py for the columns). 0-d values live in a
-float64 arena; array values stay in their own float64 buffers, which the tape keeps
-alive and hands to compiled code by address. Every shape used is interned once in a
-shape table.
+One row per recorded op. While recording, a row is three list entries (opcode and two
+operand rows) plus, for rows with a shape, parameters or an array value, an entry in
+``extra``; ``columns()`` assembles the int64 columns the compiled sweep reads (see
+kernels/layout.py). 0-d values live in a float64 arena; array values stay in their own
+float64 buffers, which the tape keeps alive and hands to compiled code by address.
+Every shape used is interned once in a shape table.
 
 Lifetime. A result Tensor holds its tape; a tape holds the leaves it snapshotted and
 the older tapes it imported values from, never the results recorded on it, so a tape
 is freed as soon as no result on it is alive. Recording goes to the open tape. A tape
 closes when a sweep releases it (a backward without retain_graph); once it is full
 (MAX_ROWS), the next op that starts from leaves opens a new one. Later ops use the new
-tape, and an operand that lives on an older tape enters it as an IMPORT row. The engine sweeps tapes newest first and passes each IMPORT
-row's adjoint to the row it came from, so a graph may span any number of tapes.
+tape, and an operand that lives on an older tape enters it as an IMPORT row. The engine
+sweeps tapes newest first and passes each IMPORT row's adjoint to the row it came from,
+so a graph may span any number of tapes.
 """
 import itertools
 import weakref
