@@ -92,9 +92,13 @@ class Tape:
         return sid
 
     def push_scalar(self, op, a, b, value):
-        """Append a row whose value is a 0-d float: the hot path of scalar code."""
-        row = self.nrows
+        """Append a row whose value is a 0-d float (record.py inlines this)."""
         self.arena.append(value)
+        return self._stage(op, a, b)
+
+    def _stage(self, op, a, b):
+        """Append a row's opcode and operands; returns the row."""
+        row = self.nrows
         self.codes.append(op)
         self.opa.append(a)
         self.opb.append(b)
@@ -137,13 +141,7 @@ class Tape:
             sid = self.shape_id(shape)
         if sid or aux >= 0 or big >= 0:
             self.extra.append((row, sid, aux, big))
-        self.codes.append(op)
-        self.opa.append(a)
-        self.opb.append(b)
-        self.nrows = row + 1
-        if row >= self.checkpoint:
-            self.reached_checkpoint()
-        return row
+        return self._stage(op, a, b)
 
     def params(self, values):
         """Store int parameters; returns the aux index of the first."""
