@@ -646,11 +646,8 @@ def concatenate(tensors, axis=0):
 # ---- linear algebra ---------------------------------------------------------------------
 
 def matmul(x, y):
-    """Matrix product of 1-D and 2-D operands (numpy's rules for 1-D)."""
+    """Matrix product with numpy's rules: 1-D operands, batch axes, broadcasting."""
     x, y = as_tensor(x), as_tensor(y)
-    if not (1 <= x.ndim <= 2 and 1 <= y.ndim <= 2):
-        raise ValueError(f"matmul: autotape supports 1-D and 2-D operands, got shapes "
-                         f"{x._shape} and {y._shape}")
     z, shape, dtype = _canonical(np.matmul(_array_value(x), _array_value(y)))
     if dtype.kind == "f" and _recording(x, y):
         tape = _tape_for(x, y)

@@ -36,10 +36,12 @@ def test_binary_second_derivatives(name, shapes):
     (lambda x: (x ** 2).T @ x, [(3, 2)]),
     (lambda x, y: at.tanh(x @ y) * x.sum(), [(2, 3), (3,)]),
     (lambda x, y: (x * y) @ (y * y), [(3,), (3,)]),
+    (lambda x, y: at.tanh(x @ y) @ y[0], [(2, 3, 4), (2, 4, 4)]),
     (lambda x: at.broadcast_to(x * x, (2, 3)) * x, [(3,)]),
     (lambda x, y: at.stack([x * y, y * y, x ** 3], axis=1), [(2,), (2,)]),
     (lambda x, y: at.concatenate([x * x, y * x.sum()]), [(2,), (3,)]),
-], ids=["where", "sum", "mean", "reshape", "index", "matmul", "mlp", "vec", "broadcast",
+], ids=["where", "sum", "mean", "reshape", "index", "matmul", "mlp", "vec", "batched",
+        "broadcast",
         "stack", "concatenate"])
 def test_structural_second_derivatives(f, shapes):
     check_second_order(f, *[away_from_zero(s) for s in shapes])

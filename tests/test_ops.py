@@ -325,3 +325,34 @@ def test_clip_follows_torch_at_the_bounds():
     assert at.grad(y.sum(), lo)[0].item() == 1.0
     np.testing.assert_array_equal(at.clip(at.tensor([1.0, 5.0]), 3.0, 2.0).numpy(),
                                   np.clip([1.0, 5.0], 3.0, 2.0))
+
+
+BATCHED = [((2, 3, 4), (4, 5)), ((3, 4), (2, 4, 5)), ((2, 1, 3, 4), (5, 4, 2)),
+           ((4,), (2, 4, 3)), ((2, 3, 4), (4,)), ((2, 3, 4), (2, 4, 2))]
+
+
+@pytest.mark.parametrize("sa, sb", BATCHED, ids=str)
+def test_batched_matmul(sa, sb):
+    check_grads(lambda x, y: x @ y, away_from_zero(sa), away_from_zero(sb))
+
+
+def sum_to(arr, shape):
+    """Sum a broadcast array back to ``shape`` (the reference for batched gradients)."""
+    lead = arr.ndim - len(shape)
+    axes = tuple(range(lead)) + tuple(lead + d for d, n in enumerate(shape)
+                                      if n == 1 and arr.shape[lead + d] != 1)
+    return arr.sum(axis=axes, keepdims=True).reshape(shape)
+
+
+@pytest.mark.parametrize("sa, sb", [((3, 20, 30), (30, 25)), ((2, 1, 40, 30), (3, 30, 20))],
+                         ids=str)
+def test_large_batched_matmul_matches_numpy(matmul_path, sa, sb):
+    a0, b0 = rng.normal(size=sa), rng.normal(size=sb)
+    a, b = at.tensor(a0, requires_grad=True), at.tensor(b0, requires_grad=True)
+    out = a @ b
+    w = rng.normal(size=out.shape)
+    ga, gb = at.grad((out * at.tensor(w)).sum(), [a, b])
+    want_a = sum_to(np.matmul(w, np.swapaxes(b0, -1, -2)), sa)
+    want_b = sum_to(np.matmul(np.swapaxes(a0, -1, -2), w), sb)
+    np.testing.assert_allclose(ga.numpy(), want_a, rtol=1e-12, atol=1e-12)
+    np.testing.assert_allclose(gb.numpy(), want_b, rtol=1e-12, atol=1e-12)
