@@ -350,6 +350,28 @@ def min(x, axis=None, keepdims=False):
     return _reduce(codes.MIN, x, axis, keepdims)
 
 
+def prod(x, axis=None, keepdims=False):
+    """Product over ``axis``; exact gradients with zeros (see ops/reduce.py)."""
+    return _reduce(codes.PROD, x, axis, keepdims)
+
+
+def cumsum(x, axis=None):
+    """Cumulative sum along ``axis`` (of the flattened tensor when None)."""
+    x = as_tensor(x)
+    if axis is None:
+        x, axis = reshape(x, (-1,)), 0
+    axis = normalize_axis_index(axis, x.ndim)
+    z, shape, dtype = _canonical(np.cumsum(_array_value(x), axis=axis))
+    if dtype.kind == "f" and _recording(x):
+        outer = int(np.prod(x._shape[:axis], dtype=np.int64))
+        inner = int(np.prod(x._shape[axis + 1:], dtype=np.int64))
+        tape = _tape_for(x)
+        row = tape.push(codes.CUMSUM, _row_of(x, tape), -1, shape,
+                        tape.params((outer, x._shape[axis], inner)), _tape_value(z))
+        return _result(z, shape, dtype, tape, row)
+    return _plain(z, shape, dtype)
+
+
 amax, amin = max, min
 
 

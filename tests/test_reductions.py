@@ -86,3 +86,30 @@ def test_numpy_names_on_tensors():
     w = np.array([1.0, 2.0, 3.0])
     np.testing.assert_allclose(np.average(x, axis=1, weights=w).numpy(),
                                np.average(x.numpy(), axis=1, weights=w))
+
+
+@pytest.mark.parametrize("axis, keepdims", [(None, False), (1, False), (0, True), ((0, 2), False)])
+def test_prod(axis, keepdims):
+    x = rng.normal(size=(3, 4, 2))
+    x[0, 1, 0] = 0.0                       # one zero in some groups, two in others
+    x[2, 1, 0] = 0.0
+    x[1, 3, 1] = 0.0
+    np.testing.assert_allclose(at.prod(at.tensor(x), axis, keepdims).numpy(),
+                               np.prod(x, axis=axis, keepdims=keepdims), rtol=1e-14)
+    check_grads(lambda t: at.prod(t, axis=axis, keepdims=keepdims), x)
+    check_second_order(lambda t: at.prod(t, axis=axis, keepdims=keepdims), x)
+
+
+def test_prod_gradient_at_zeros_is_exact():
+    x = at.tensor([[2., 0., 3.], [1., 4., 5.], [0., 0., 2.]], requires_grad=True)
+    assert at.grad(x.prod(axis=1).sum(), x)[0].tolist() == [[0, 6, 0], [20, 5, 4], [0, 0, 0]]
+
+
+@pytest.mark.parametrize("axis", [None, 0, 1, -1])
+def test_cumsum(axis):
+    x = rng.normal(size=(3, 4))
+    np.testing.assert_allclose(at.cumsum(at.tensor(x), axis).numpy(), np.cumsum(x, axis),
+                               rtol=1e-14)
+    check_grads(lambda t: at.cumsum(t, axis), x)
+    check_second_order(lambda t: at.cumsum(t * t, axis) * t.sum(), x)
+    assert np.cumsum(at.tensor(x, requires_grad=True), axis=axis).requires_grad

@@ -24,7 +24,9 @@ BINARY_FIRST, BINARY_LAST = 300, 399
 WHERE = 400
 
 # Reductions over an axis bitmask held in the int pool.
-SUM, MEAN, MAX, MIN = 500, 501, 502, 503
+SUM, MEAN, MAX, MIN, PROD = 500, 501, 502, 503, 504
+# Scans along one axis (params: outer, length, inner).
+CUMSUM = 550
 REDUCE_FIRST, REDUCE_LAST = 500, 599
 
 # Layout: reshape (same flat data, in a new shape or float dtype), strided gather

@@ -1,14 +1,16 @@
-"""Reductions over an axis set: sum, mean, max, min.
+"""Reductions over an axis set: sum, mean, max, min, prod; and cumsum along one axis.
 
 The row's int parameter is a bitmask of the reduced axes of the operand. The VJP of sum
 and mean broadcasts the output gradient back over those axes (times 1/count for mean);
 that of max and min sends it to the elements equal to the result, split evenly among
-ties (torch's amax rule).
+ties (torch's amax rule); that of prod is z / x, computed so that zeros are exact: in
+a group with one zero only that element gets a gradient (the product of the others),
+with two or more none does.
 """
 import numpy as np
 from numba.extending import register_jitable
 
-from .codes import MAX, MEAN, MIN, SUM
+from .codes import CUMSUM, MAX, MEAN, MIN, PROD, SUM
 from ..kernels.layout import (A, accumulator, adjoint, broadcast_map, first_write,
                               has_adjoint, param, shape_of, size_of, value)
 
@@ -47,12 +49,56 @@ def extreme_vjp(ctx, i, a, g):
 
 
 @register_jitable
+def prod_vjp(ctx, i, a, g):
+    x, z = value(ctx, a), value(ctx, i)
+    m = _kept_map(ctx, i, a)
+    zeros = np.zeros(z.size)
+    others = np.ones(z.size)                  # product of the non-zero elements
+    for k in range(x.size):
+        if x[k] == 0:
+            zeros[m[k]] += 1.0
+        else:
+            others[m[k]] *= x[k]
+    ga = accumulator(ctx, a)
+    for k in range(x.size):
+        j = m[k]
+        if zeros[j] == 0:
+            ga[k] += g[j] * others[j] / x[k]
+        elif zeros[j] == 1 and x[k] == 0:
+            ga[k] += g[j] * others[j]
+
+
+@register_jitable
+def cumsum_vjp(ctx, i):
+    """z = cumsum(x) along an axis viewed as (outer, length, inner): the gradient is the
+    reversed cumulative sum of g."""
+    a = ctx.rows[i, A]
+    if not has_adjoint(ctx, a):
+        return
+    outer, length, inner = param(ctx, i, 0), param(ctx, i, 1), param(ctx, i, 2)
+    g, ga = adjoint(ctx, i), accumulator(ctx, a)
+    for o in range(outer):
+        for c in range(inner):
+            s = 0.0
+            for j in range(length - 1, -1, -1):
+                k = (o * length + j) * inner + c
+                s += g[k]
+                ga[k] += s
+
+
+@register_jitable
 def reduce_vjp(ctx, i):
     a = ctx.rows[i, A]
     if not has_adjoint(ctx, a):
         return
     if ctx.rows[i, 0] == MAX or ctx.rows[i, 0] == MIN:
         extreme_vjp(ctx, i, a, adjoint(ctx, i))
+        return
+    if ctx.rows[i, 0] == PROD:
+        prod_vjp(ctx, i, a, adjoint(ctx, i))
+        return
+    if ctx.rows[i, 0] == CUMSUM:
+        cumsum_vjp(ctx, i)
         return
     g, ga = adjoint(ctx, i), adjoint(ctx, a)
     assign = first_write(ctx, a)          # every element of ga is written below
@@ -77,7 +123,7 @@ def reduce_vjp(ctx, i):
             ga[k] += g[m[k]] * scale
 
 
-reductions = {SUM: np.sum, MEAN: np.mean, MAX: np.max, MIN: np.min}
+reductions = {SUM: np.sum, MEAN: np.mean, MAX: np.max, MIN: np.min, PROD: np.prod}
 
 
 # ---- for create_graph=True (see elementwise.graph_vjps) --------------------------------
@@ -98,7 +144,30 @@ def _tie_share(r):
     return hit / np.sum(hit, axis=axes, keepdims=True)
 
 
+def _prod_rule(at, g, r):
+    """z / x where the group has no zero; the product of the others at a group's only
+    zero; 0 elsewhere. Recorded, so it differentiates again."""
+    mask = int(r.params[0])
+    axes = tuple(d for d in range(r.x.ndim) if (mask >> d) & 1)
+    x = r.x
+    zero = x.numpy() == 0
+    lone_zero = zero & (np.sum(zero, axis=axes, keepdims=True) == 1)
+    nonzero_x = at.where(zero, 1.0, x)
+    others = at.broadcast_to(at.prod(nonzero_x, axis=axes, keepdims=True), x.shape)
+    ge = _expand(at, g, r)
+    no_zero = ~np.broadcast_to(np.any(zero, axis=axes, keepdims=True), x.shape)
+    return at.where(no_zero, ge * others / nonzero_x, at.where(lone_zero, ge * others, 0.0))
+
+
+def _reverse_cumsum(at, g, r):
+    outer, length, inner = (int(v) for v in r.params[:3])
+    g3 = g.reshape(outer, length, inner)
+    return at.flip(at.cumsum(at.flip(g3, 1), axis=1), 1).reshape(r.x.shape)
+
+
 graph_vjps = {
+    PROD: lambda at, g, r, k: _prod_rule(at, g, r),
+    CUMSUM: lambda at, g, r, k: _reverse_cumsum(at, g, r),
     SUM:  lambda at, g, r, k: _expand(at, g, r),
     MEAN: lambda at, g, r, k: _expand(at, g, r) * (r.z.size / max(r.x.size, 1)),
     MAX:  lambda at, g, r, k: _expand(at, g, r) * _tie_share(r),
