@@ -145,18 +145,20 @@ def _tie_share(r):
 
 
 def _prod_rule(at, g, r):
-    """z / x where the group has no zero; the product of the others at a group's only
-    zero; 0 elsewhere. Recorded, so it differentiates again."""
+    """g times the product of the other elements: z / x at non-zero elements (through
+    the recorded z, so correct to any order), and at each zero the recorded product of
+    the others (zeros are few; one product each)."""
     mask = int(r.params[0])
     axes = tuple(d for d in range(r.x.ndim) if (mask >> d) & 1)
-    x = r.x
+    x, ge = r.x, _expand(at, g, r)
     zero = x.numpy() == 0
-    lone_zero = zero & (np.sum(zero, axis=axes, keepdims=True) == 1)
-    nonzero_x = at.where(zero, 1.0, x)
-    others = at.broadcast_to(at.prod(nonzero_x, axis=axes, keepdims=True), x.shape)
-    ge = _expand(at, g, r)
-    no_zero = ~np.broadcast_to(np.any(zero, axis=axes, keepdims=True), x.shape)
-    return at.where(no_zero, ge * others / nonzero_x, at.where(lone_zero, ge * others, 0.0))
+    out = at.where(zero, 0.0, ge * _expand(at, r.z, r) / at.where(zero, 1.0, x))
+    for p in zip(*np.nonzero(zero)):
+        here = np.zeros(zero.shape, bool)
+        here[p] = True
+        others = at.prod(at.where(here, 1.0, x), axis=axes, keepdims=True)
+        out = out + at.where(here, ge * at.broadcast_to(others, x.shape), 0.0)
+    return out
 
 
 def _reverse_cumsum(at, g, r):
