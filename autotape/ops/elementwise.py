@@ -230,6 +230,11 @@ def unary_partial(op, x, z):
     if op == TANH:    return 1.0 - z * z
     if op == SIGMOID: return z * (1.0 - z)
     if op == RELU:    return 1.0 if z > 0 else 0.0
+    return _more_unary_partial(op, x, z)
+
+
+@register_jitable
+def _more_unary_partial(op, x, z):
     if op == LOG1P:   return 1.0 / (1.0 + x)
     if op == EXPM1:   return z + 1.0
     if op == LOG2:    return 1.0 / (x * _LN2)
@@ -253,6 +258,9 @@ def unary_partial(op, x, z):
     return math.nan
 
 
+# The arithmetic ops are kept in small functions that the compiler inlines into the
+# sweep's element loops; the rest of the table follows in a second function each.
+
 @register_jitable
 def binary_partial_x(op, x, y, z):
     """dz/dx."""
@@ -261,6 +269,11 @@ def binary_partial_x(op, x, y, z):
     if op == MUL:     return y
     if op == DIV:     return 1.0 / y
     if op == POW:     return 0.0 if y == 0 else y * power(x, y - 1.0)
+    return _more_binary_partial_x(op, x, y, z)
+
+
+@register_jitable
+def _more_binary_partial_x(op, x, y, z):
     if op == MAXIMUM: return 0.5 if x == y else (0.0 if x < y else 1.0)
     if op == MINIMUM: return 0.5 if x == y else (0.0 if x > y else 1.0)
     if op == ARCTAN2: return y / (x * x + y * y)
@@ -279,6 +292,11 @@ def binary_partial_y(op, x, y, z):
     if op == MUL:     return x
     if op == DIV:     return -x / (y * y)
     if op == POW:     return 0.0 if (x == 0 and y >= 0) else z * math.log(x)
+    return _more_binary_partial_y(op, x, y, z)
+
+
+@register_jitable
+def _more_binary_partial_y(op, x, y, z):
     if op == MAXIMUM: return 0.5 if x == y else (0.0 if y < x else 1.0)
     if op == MINIMUM: return 0.5 if x == y else (0.0 if y > x else 1.0)
     if op == ARCTAN2: return -x / (x * x + y * y)
@@ -311,15 +329,15 @@ def unary_vjp(ctx, i):
             ga[k] += g[k] * unary_partial(op, x[k], z[k])
 
 
-@register_jitable
-def binary_vjp(ctx, i):
-    op = ctx.rows[i, OP]
-    a, b = ctx.rows[i, A], ctx.rows[i, B]
-    x, y, z, g = value(ctx, a), value(ctx, b), value(ctx, i), adjoint(ctx, i)
-    n = z.size
-    if (x.size == n or x.size == 1) and (y.size == n or y.size == 1):
-        # same shape or a single element: a stride of 1 or 0, no index map
-        sx, sy = (1 if x.size == n else 0), (1 if y.size == n else 0)
+def _same_shape_loops(code):
+    """The VJP loops of a binary op on operands of the output's size (or one element).
+    With ``code`` >= 0 the opcode is a closure constant, so the table folds to one line
+    and the loops vectorise; with -1 they take the runtime opcode ``op``."""
+    @register_jitable
+    def loops(ctx, op, a, b, x, y, z, g, sx, sy):
+        if code >= 0:
+            op = code
+        n = z.size
         if has_adjoint(ctx, a):
             if sx == 1 and first_write(ctx, a):
                 ga = adjoint(ctx, a)
@@ -338,6 +356,34 @@ def binary_vjp(ctx, i):
                 gb = accumulator(ctx, b)
                 for k in range(n):
                     gb[k * sy] += g[k] * binary_partial_y(op, x[k * sx], y[k * sy], z[k])
+    return loops
+
+
+_same_shape_add, _same_shape_sub, _same_shape_mul, _same_shape_div, _same_shape_pow, \
+    _same_shape_any = (_same_shape_loops(c) for c in (ADD, SUB, MUL, DIV, POW, -1))
+
+
+@register_jitable
+def binary_vjp(ctx, i):
+    op = ctx.rows[i, OP]
+    a, b = ctx.rows[i, A], ctx.rows[i, B]
+    x, y, z, g = value(ctx, a), value(ctx, b), value(ctx, i), adjoint(ctx, i)
+    n = z.size
+    if (x.size == n or x.size == 1) and (y.size == n or y.size == 1):
+        # same shape or a single element: a stride of 1 or 0, no index map
+        sx, sy = (1 if x.size == n else 0), (1 if y.size == n else 0)
+        if op == ADD:
+            _same_shape_add(ctx, op, a, b, x, y, z, g, sx, sy)
+        elif op == SUB:
+            _same_shape_sub(ctx, op, a, b, x, y, z, g, sx, sy)
+        elif op == MUL:
+            _same_shape_mul(ctx, op, a, b, x, y, z, g, sx, sy)
+        elif op == DIV:
+            _same_shape_div(ctx, op, a, b, x, y, z, g, sx, sy)
+        elif op == POW:
+            _same_shape_pow(ctx, op, a, b, x, y, z, g, sx, sy)
+        else:
+            _same_shape_any(ctx, op, a, b, x, y, z, g, sx, sy)
         return
     if trailing(ctx, a, i) and trailing(ctx, b, i):
         # each operand repeats along leading axes (a bias row, say): index k % size
