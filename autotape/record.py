@@ -129,11 +129,6 @@ def _unary_function(op):
     return unary
 
 
-def _unary(op, x):
-    """z = op(x) for an op given by its table entry."""
-    return _UNARY_FUNCTIONS[op.code](x)
-
-
 _UNARY_FUNCTIONS = {code: _unary_function(op) for code, op in unary_ops.items()}
 
 

@@ -4,12 +4,8 @@ import numpy as np
 import autotape as at
 
 
-def numeric_grads(f, arrays, weights, eps=1e-6):
-    """Central-difference gradient of sum(f(*arrays) * weights) for every array."""
-    def phi(args):
-        with at.no_grad():
-            out = f(*[at.tensor(a) for a in args])
-        return float(np.sum(np.asarray(out.numpy(), np.float64) * weights))
+def central_differences(phi, arrays, eps=1e-6):
+    """The gradient of the scalar function phi(list of arrays), by central differences."""
     grads = []
     for k, a in enumerate(arrays):
         g = np.zeros(a.shape)
@@ -21,6 +17,15 @@ def numeric_grads(f, arrays, weights, eps=1e-6):
             g[idx] = (phi(plus) - phi(minus)) / (2 * eps)
         grads.append(g)
     return grads
+
+
+def numeric_grads(f, arrays, weights, eps=1e-6):
+    """Central-difference gradient of sum(f(*arrays) * weights) for every array."""
+    def phi(args):
+        with at.no_grad():
+            out = f(*[at.tensor(a) for a in args])
+        return float(np.sum(np.asarray(out.numpy(), np.float64) * weights))
+    return central_differences(phi, arrays, eps)
 
 
 def check_grads(f, *arrays, seed=0, rtol=1e-5, atol=1e-6):
@@ -64,14 +69,7 @@ def check_second_order(f, *arrays, seed=1, rtol=1e-4, atol=1e-5, eps=1e-5):
         gs = at.grad((f(*ts) * at.tensor(w)).sum(), ts, allow_unused=True,
                      materialize_grads=True)
         return sum(float(np.sum(g.numpy() * v)) for g, v in zip(gs, vs))
-    for k, a in enumerate(arrays):
-        numeric = np.zeros(a.shape)
-        for idx in np.ndindex(a.shape):
-            plus = [b.copy() for b in arrays]
-            minus = [b.copy() for b in arrays]
-            plus[k][idx] += eps
-            minus[k][idx] -= eps
-            numeric[idx] = (first_derivative_probe(plus) - first_derivative_probe(minus)) / (
-                2 * eps)
-        np.testing.assert_allclose(analytic[k].numpy(), numeric, rtol=rtol, atol=atol,
+    numeric = central_differences(first_derivative_probe, arrays, eps)
+    for k in range(len(arrays)):
+        np.testing.assert_allclose(analytic[k].numpy(), numeric[k], rtol=rtol, atol=atol,
                                    err_msg=f"second derivative, argument {k}")

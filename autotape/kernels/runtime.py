@@ -2,6 +2,7 @@
 import numpy as np
 
 from .cache import cached_njit
+from .layout import ROW_WIDTH
 
 
 @cached_njit()
@@ -15,7 +16,7 @@ def decode_rows(codes, opa, opb, extra, shape_size):
     """Assemble staged rows (see tape.py) into the sweep's int64 columns; returns the
     columns and the total size of all rows' values."""
     n = codes.size
-    rows = np.empty((n, 6), np.int64)
+    rows = np.empty((n, ROW_WIDTH), np.int64)
     big = np.full(n, -1, np.int64)
     for i in range(n):
         rows[i, 0] = codes[i]

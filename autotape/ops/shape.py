@@ -77,14 +77,19 @@ def _pattern(ctx, i, first, ndim):
 
 
 @register_jitable
+def _pattern_map(ctx, i, shape):
+    """The flat indices of a row's strided pattern (params [offset, strides...])."""
+    offset, strides = _pattern(ctx, i, 0, shape.size)
+    return strided_map(shape, offset, strides)
+
+
+@register_jitable
 def strided_vjp(ctx, i):
-    """z = gather(x, offset, strides): params [offset, strides...]."""
+    """z = gather(x, offset, strides): the VJP scatter-adds along the pattern."""
     a = ctx.rows[i, A]
     if not has_adjoint(ctx, a):
         return
-    shape = shape_of(ctx, i)
-    offset, strides = _pattern(ctx, i, 0, shape.size)
-    m = strided_map(shape, offset, strides)
+    m = _pattern_map(ctx, i, shape_of(ctx, i))
     g, ga = adjoint(ctx, i), accumulator(ctx, a)
     for k in range(g.size):
         ga[m[k]] += g[k]
@@ -97,9 +102,7 @@ def scatter_vjp(ctx, i):
     a = ctx.rows[i, A]
     if not has_adjoint(ctx, a):
         return
-    shape = shape_of(ctx, a)
-    offset, strides = _pattern(ctx, i, 0, shape.size)
-    m = strided_map(shape, offset, strides)
+    m = _pattern_map(ctx, i, shape_of(ctx, a))
     g, ga = adjoint(ctx, i), adjoint(ctx, a)
     if first_write(ctx, a):
         for k in range(ga.size):
