@@ -208,17 +208,7 @@ def _run_recorded(outputs, given, inputs, retain, accumulate=False):
             if leaf._requires_grad:
                 g = _recorded_grad(g, leaf)
                 leaf._grad = g if getattr(leaf, "_grad", None) is None else leaf._grad + g
-    if inputs is None:
-        return None
-    result = []
-    for t in inputs:
-        if t._tape is None:
-            entry = leaf_grads.get(id(t))
-            g = None if entry is None else entry[1]
-        else:
-            g = adj.get((t._tape.id, t._row))
-        result.append(None if g is None else _recorded_grad(g, t))
-    return result
+    return None if inputs is None else _input_grads(inputs, leaf_grads, adj, _recorded_grad)
 
 
 def _recorded_grad(g, t):
@@ -277,14 +267,20 @@ def _run(outputs, grads, inputs, retain, accumulate=False):
                 _accumulate(leaf, g.reshape(leaf.shape))
     if inputs is None:
         return None
+    return _input_grads(inputs, leaf_grads, found, lambda g, t: g.reshape(t.shape))
+
+
+def _input_grads(inputs, leaf_grads, by_row, finish):
+    """Each input's gradient (None where unused): a leaf's summed over its rows, a
+    non-leaf's from its row; ``finish(g, t)`` shapes it for t."""
     result = []
     for t in inputs:
         if t._tape is None:
             entry = leaf_grads.get(id(t))
-            result.append(None if entry is None else entry[1].reshape(t.shape))
+            g = None if entry is None else entry[1]
         else:
-            g = found.get((t._tape.id, t._row))
-            result.append(None if g is None else g.reshape(t.shape))
+            g = by_row.get((t._tape.id, t._row))
+        result.append(None if g is None else finish(g, t))
     return result
 
 

@@ -83,59 +83,61 @@ def _pattern_map(ctx, i, shape):
     return strided_map(shape, offset, strides)
 
 
+# A gather and a scatter-add are each other's transposes. Both come in two forms, by a
+# strided pattern (STRIDED / SCATTER) and by an index array (TAKE / PUT_ADD); the four
+# VJPs differ only in where the index map comes from.
+
 @register_jitable
-def strided_vjp(ctx, i):
-    """z = gather(x, offset, strides): the VJP scatter-adds along the pattern."""
-    a = ctx.rows[i, A]
-    if not has_adjoint(ctx, a):
-        return
-    m = _pattern_map(ctx, i, shape_of(ctx, i))
+def _scatter_add_into(ctx, i, a, m):
+    """Operand a's adjoint += row i's adjoint scattered to positions m (repeats add)."""
     g, ga = adjoint(ctx, i), accumulator(ctx, a)
     for k in range(g.size):
-        ga[m[k]] += g[k]
+        ga[int(m[k])] += g[k]
+
+
+@register_jitable
+def _gather_into(ctx, i, a, m):
+    """Operand a's adjoint (=, or += if written) row i's adjoint at positions m."""
+    g, ga = adjoint(ctx, i), adjoint(ctx, a)
+    if first_write(ctx, a):
+        for k in range(ga.size):
+            ga[k] = g[int(m[k])]
+    else:
+        for k in range(ga.size):
+            ga[k] += g[int(m[k])]
+
+
+@register_jitable
+def strided_vjp(ctx, i):
+    """z = gather(x, pattern): the VJP scatter-adds along the pattern."""
+    a = ctx.rows[i, A]
+    if has_adjoint(ctx, a):
+        _scatter_add_into(ctx, i, a, _pattern_map(ctx, i, shape_of(ctx, i)))
 
 
 @register_jitable
 def scatter_vjp(ctx, i):
-    """z = scatter-add of x into zeros at the pattern: the VJP gathers. Params as for
-    strided_vjp, the pattern's shape being x's."""
+    """z = scatter-add of x into zeros at the pattern (x has the pattern's shape): the
+    VJP gathers."""
     a = ctx.rows[i, A]
-    if not has_adjoint(ctx, a):
-        return
-    m = _pattern_map(ctx, i, shape_of(ctx, a))
-    g, ga = adjoint(ctx, i), adjoint(ctx, a)
-    if first_write(ctx, a):
-        for k in range(ga.size):
-            ga[k] = g[m[k]]
-    else:
-        for k in range(ga.size):
-            ga[k] += g[m[k]]
+    if has_adjoint(ctx, a):
+        _gather_into(ctx, i, a, _pattern_map(ctx, i, shape_of(ctx, a)))
 
 
 @register_jitable
 def take_vjp(ctx, i):
-    """z = x.flat[idx]: the gradient scatter-adds back (repeated indices accumulate)."""
-    a, b = ctx.rows[i, A], ctx.rows[i, B]
-    if not has_adjoint(ctx, a):
-        return
-    idx, g, ga = value(ctx, b), adjoint(ctx, i), accumulator(ctx, a)
-    for k in range(g.size):
-        ga[int(idx[k])] += g[k]
+    """z = x.flat[idx], idx held by operand b: the VJP scatter-adds back."""
+    a = ctx.rows[i, A]
+    if has_adjoint(ctx, a):
+        _scatter_add_into(ctx, i, a, value(ctx, ctx.rows[i, B]))
 
 
 @register_jitable
 def put_add_vjp(ctx, i):
-    """z = zeros with x added at idx: the gradient gathers."""
-    a, b = ctx.rows[i, A], ctx.rows[i, B]
-    if not has_adjoint(ctx, a):
-        return
-    idx, g, ga = value(ctx, b), adjoint(ctx, i), adjoint(ctx, a)
-    if first_write(ctx, a):
-        for k in range(ga.size):
-            ga[k] = g[int(idx[k])]
-    else:
-        for k in range(ga.size):
-            ga[k] += g[int(idx[k])]
+    """z = zeros with x added at idx (operand b): the VJP gathers."""
+    a = ctx.rows[i, A]
+    if has_adjoint(ctx, a):
+        _gather_into(ctx, i, a, value(ctx, ctx.rows[i, B]))
 
 
 @register_jitable
