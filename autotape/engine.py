@@ -2,6 +2,8 @@
 
 Both compute, for each requested tensor, the gradient of sum_i <outputs[i],
 grad_outputs[i]>. ``grad`` returns it; ``backward`` accumulates it into ``.grad``.
+With ``is_grads_batched=True`` the first axis of every grad_output is a batch of K
+cotangents, swept together as K lanes of one compiled sweep.
 Checks and messages follow torch.autograd so that code and searches carry over.
 """
 import heapq
@@ -26,11 +28,20 @@ _RELEASED_MSG = (
 def grad(outputs, inputs, grad_outputs=None, retain_graph=None, create_graph=False,
          allow_unused=None, is_grads_batched=False, materialize_grads=False):
     """Gradients of ``outputs`` with respect to ``inputs``, as a tuple (or a dict when
-    ``inputs`` is a dict). Never touches ``.grad``, except of ``retain_grad()`` tensors.
+    ``inputs`` is a dict). Never touches ``.grad``, except of ``retain_grad()`` tensors
+    (and not at all when ``is_grads_batched``).
 
     >>> x = at.tensor([1.0, 2.0], requires_grad=True)
     >>> at.grad((x ** 2).sum(), x)
     (tensor([2., 4.]),)
+
+    ``is_grads_batched=True``: each grad_output carries a batch of K cotangents on its
+    first axis, and each result gets shape ``(K, *input.shape)``; one sweep does them
+    all. With the identity as the batch, that is a whole Jacobian:
+
+    >>> at.grad(x ** 2, x, at.eye(2), is_grads_batched=True)
+    (tensor([[2., 0.],
+            [0., 4.]]),)
     """
     outputs = _tensor_tuple(outputs)
     keys = None
@@ -42,9 +53,9 @@ def grad(outputs, inputs, grad_outputs=None, retain_graph=None, create_graph=Fal
                          "materialize_grads=True, but got: allow_unused=False.")
     if allow_unused is None:
         allow_unused = materialize_grads
-    _unsupported(is_grads_batched)
     given = _grads_tuple(grad_outputs, len(outputs))
-    grads = _make_grads(outputs, given)
+    lanes = _batch_size(outputs, given) if is_grads_batched else 1
+    grads = _make_grads(outputs, given, batched=is_grads_batched)
     if not inputs:
         raise RuntimeError("`inputs` argument to `grad()` cannot be empty.")
     for t in inputs:
@@ -56,25 +67,28 @@ def grad(outputs, inputs, grad_outputs=None, retain_graph=None, create_graph=Fal
         if not t.requires_grad:
             raise RuntimeError("One of the differentiated Tensors does not require grad")
     retain = create_graph if retain_graph is None else retain_graph
-    if create_graph:
+    if create_graph and is_grads_batched:
+        found = _run_recorded_lanes(outputs, given, inputs, retain, lanes)
+    elif create_graph:
         found = _run_recorded(outputs, given, inputs, retain)
     else:
-        found = _run(outputs, grads, inputs, retain)
+        found = _run(outputs, grads, inputs, retain, lanes=lanes if is_grads_batched else 0)
     result = []
     for k, t in enumerate(inputs):
         g = found[k]
+        shape = (lanes,) + t.shape if is_grads_batched else t.shape
         if g is None:
             if not allow_unused:
                 raise RuntimeError(
                     f"The differentiated Tensor at index {k} appears to not have been used "
                     "in the graph. Set allow_unused=True if this is the desired behavior.")
             if materialize_grads:
-                g = recorded.connect(_plain(np.zeros(t.shape), t.shape, F64), t) \
-                    if create_graph else np.zeros(t.shape)
+                g = recorded.connect(_plain(np.zeros(shape), shape, F64), t) \
+                    if create_graph else np.zeros(shape)
         if g is None or isinstance(g, Tensor):
             result.append(g)
         else:
-            result.append(_as_grad(g, t))
+            result.append(_as_grad(g, t, shape))
     return dict(zip(keys, result)) if keys is not None else tuple(result)
 
 
@@ -124,10 +138,29 @@ def backward(tensors, grad_tensors=None, retain_graph=None, create_graph=False,
 
 # ---- argument checks ----------------------------------------------------------------------
 
-def _unsupported(is_grads_batched):
-    if is_grads_batched:
-        raise NotImplementedError("is_grads_batched=True is not supported by this autotape "
-                                  "version yet")
+_BATCHED_SHAPE_MSG = (
+    "If `is_grads_batched=True`, we interpret the first dimension of each grad_output as the "
+    "batch dimension. The sizes of the remaining dimensions are expected to match the shape "
+    "of corresponding output, but a mismatch was detected: grad_output[{i}] has a shape of "
+    "{g} and output[{i}] has a shape of {o}. If you only want some tensors in `grad_output` "
+    "to be considered batched, consider using vmap.")
+
+
+def _batch_size(outputs, given):
+    """K, the batch of cotangents that every grad_output carries on its first axis."""
+    sizes = []
+    for t, g in zip(outputs, given):
+        if isinstance(g, Tensor) and g.ndim == 0 or g is None and isinstance(t, Tensor) \
+                and t.ndim == 0:
+            raise ValueError("vmap(vjp, in_dims=0, ...)(<inputs>): Got in_dim=0 for some "
+                             "input, but that input is a Tensor of dimensionality 0 so "
+                             "expected in_dim to satisfy 0 <= in_dim < 0.")
+        if isinstance(g, Tensor):
+            sizes.append(g.shape[0])
+    if len(set(sizes)) > 1:
+        raise ValueError("vmap: Expected all tensors to have the same size in the mapped "
+                         f"dimension, got sizes {sizes} for the mapped dimension")
+    return sizes[0] if sizes else 1
 
 
 def _tensor_tuple(outputs):
@@ -146,11 +179,16 @@ def _shape_text(shape):
     return str(tuple(shape))
 
 
-def _make_grads(outputs, grads):
+def _make_grads(outputs, grads, batched=False):
     """Check each (output, gradient) pair and return the gradients as float64 arrays."""
     out = []
     for i, (t, g) in enumerate(zip(outputs, grads)):
-        if isinstance(g, Tensor):
+        if isinstance(g, Tensor) and batched:
+            if g.shape[1:] != t.shape:
+                raise RuntimeError(_BATCHED_SHAPE_MSG.format(
+                    i=i, g=_shape_text(g.shape[1:]), o=_shape_text(t.shape)))
+            out.append(np.asarray(g._value, F64))
+        elif isinstance(g, Tensor):
             if g.shape != t.shape:
                 raise RuntimeError(
                     f"Mismatch in shape: grad_output[{i}] has a shape of "
@@ -211,6 +249,18 @@ def _run_recorded(outputs, given, inputs, retain, accumulate=False):
     return None if inputs is None else _input_grads(inputs, leaf_grads, adj, _recorded_grad)
 
 
+def _run_recorded_lanes(outputs, given, inputs, retain, lanes):
+    """create_graph with a batch of cotangents: one recorded run per lane, stacked (the
+    results are recorded tensors, so their own later sweeps are compiled)."""
+    from .record import stack
+    per_lane = []
+    for k in range(lanes):
+        lane = [None if g is None else g[k] for g in given]
+        per_lane.append(_run_recorded(outputs, lane, inputs, retain or k < lanes - 1))
+    return [None if any(f[j] is None for f in per_lane) else stack([f[j] for f in per_lane])
+            for j in range(len(inputs))]
+
+
 def _recorded_grad(g, t):
     """A recorded gradient for t: connected to t, in t's dtype."""
     g = recorded.connect(g, t)
@@ -219,15 +269,18 @@ def _recorded_grad(g, t):
 
 # ---- the run: sweep tapes newest first ----------------------------------------------------
 
-def _run(outputs, grads, inputs, retain, accumulate=False):
+def _run(outputs, grads, inputs, retain, accumulate=False, lanes=0):
     """Sweep every tape the outputs reach. With ``inputs``, return their gradients as
     float64 arrays (None where unused); with ``accumulate``, add the gradient of every
-    reached leaf that requires grad into its ``.grad``."""
+    reached leaf that requires grad into its ``.grad``. ``lanes=K`` (K >= 1): every
+    gradient carries K cotangents on a leading axis, and so does every result."""
+    batched = lanes > 0
+    lanes = max(lanes, 1)
     seeds = {}                  # tape -> [(row, gradient)]
     leaf_grads = {}             # id(leaf) -> [leaf, summed float64 gradient]
     for t, g in zip(outputs, grads):
         if t._tape is None:
-            _add_grad(leaf_grads, t, g)
+            _add_grad(leaf_grads, t, np.array(g, F64))
         else:
             seeds.setdefault(t._tape, []).append((t._row, g.reshape(-1)))
     wanted = {}                 # (tape id, row) -> input positions, for non-leaf inputs
@@ -240,25 +293,25 @@ def _run(outputs, grads, inputs, retain, accumulate=False):
     heapq.heapify(queue)
     while queue:
         _, tape = heapq.heappop(queue)
-        adj, adj_off = _sweep(tape, seeds.pop(tape), retain)
+        adj, adj_off = _sweep(tape, seeds.pop(tape), retain, lanes)
         for row, (parent, prow) in tape.imports.items():
             if adj_off[row] >= 0:
                 if parent not in seeds:
                     heapq.heappush(queue, (-parent.id, parent))
                     seeds[parent] = []
-                seeds[parent].append((prow, _row_slice(adj, adj_off, tape, row).copy()))
+                seeds[parent].append((prow, adj(row).reshape(-1)))
         for row, leaf in tape.leaves.items():
             if adj_off[row] >= 0:
-                _add_grad(leaf_grads, leaf, _row_slice(adj, adj_off, tape, row))
+                _add_grad(leaf_grads, leaf, adj(row))
         for row, ref in list(tape.retained.items()):
             t = ref()
             if t is None:
                 del tape.retained[row]
-            elif adj_off[row] >= 0 and t._tape is tape and t._row == row:
-                _accumulate(t, _row_slice(adj, adj_off, tape, row).reshape(t.shape).copy())
+            elif adj_off[row] >= 0 and t._tape is tape and t._row == row and not batched:
+                _accumulate(t, adj(row).reshape(t.shape))
         for (tid, row), ks in wanted.items():
             if tid == tape.id and adj_off[row] >= 0:
-                found[(tid, row)] = _row_slice(adj, adj_off, tape, row).copy()
+                found[(tid, row)] = adj(row)
         if not retain:
             tape.open = False
     if accumulate:
@@ -267,7 +320,8 @@ def _run(outputs, grads, inputs, retain, accumulate=False):
                 _accumulate(leaf, g.reshape(leaf.shape))
     if inputs is None:
         return None
-    return _input_grads(inputs, leaf_grads, found, lambda g, t: g.reshape(t.shape))
+    lead = (lanes,) if batched else ()
+    return _input_grads(inputs, leaf_grads, found, lambda g, t: g.reshape(lead + t.shape))
 
 
 def _input_grads(inputs, leaf_grads, by_row, finish):
@@ -284,24 +338,33 @@ def _input_grads(inputs, leaf_grads, by_row, finish):
     return result
 
 
-def _sweep(tape, seeds, retain):
+def _sweep(tape, seeds, retain, lanes):
+    """One compiled sweep of ``tape`` with ``lanes`` cotangents per seed. Returns the
+    adjoint offsets and ``adjoint(row)``: a copy of row's adjoint, ``(lanes, size)`` when
+    lanes > 1, else flat."""
     seed_rows = np.array([r for r, _ in seeds], np.int64)
     seed_off = np.zeros(len(seeds) + 1, np.int64)
     np.cumsum([g.size for _, g in seeds], out=seed_off[1:])
     seed_vals = np.concatenate([g for _, g in seeds]) if seeds else np.zeros(0)
     c = tape.columns()
-    adj = _scratch(c.total_size)
-    status, adj_off = reverse_sweep(
+    adj = _scratch(lanes * c.total_size)
+    status, adj_off, stride = reverse_sweep(
         c.rows, c.ipool, c.shape_ndim, c.shape_start, c.shape_dims, c.shape_size,
         tape.arena.buffer_info()[0], len(tape.arena), c.big_addr, tape.released, retain,
-        seed_rows, seed_vals, seed_off, adj, _Blas.dgemm)
+        seed_rows, seed_vals, seed_off, lanes, adj, _Blas.dgemm)
     if status == RELEASED:
         raise RuntimeError(_RELEASED_MSG)
     if status == UNKNOWN_OP:
         raise RuntimeError("autotape internal error: the sweep met an opcode it does not "
                            "know; please report this")
     assert status == OK
-    return adj, adj_off
+
+    def adjoint(row):
+        off, size = adj_off[row], tape.row_size(row)
+        if lanes == 1:
+            return adj[off:off + size].copy()
+        return adj[:lanes * stride].reshape(lanes, stride)[:, off:off + size].copy()
+    return adjoint, adj_off
 
 
 class _Blas:
@@ -320,23 +383,20 @@ def _scratch(size):
     return _Scratch.buffer
 
 
-def _row_slice(adj, adj_off, tape, row):
-    off = adj_off[row]
-    return adj[off:off + tape.row_size(row)]
-
-
 def _add_grad(leaf_grads, leaf, g):
-    """Sum a leaf's gradient over its rows (copied out: the adjoint space is reused)."""
+    """Sum a leaf's gradient over its rows (g is the caller's own array)."""
     entry = leaf_grads.get(id(leaf))
     if entry is None:
-        leaf_grads[id(leaf)] = [leaf, g.astype(F64)]          # a copy
+        leaf_grads[id(leaf)] = [leaf, g.astype(F64, copy=False)]
     else:
         entry[1] += g.reshape(entry[1].shape)
 
 
-def _as_grad(g, t):
-    """A float64 gradient array the caller owns, as a Tensor of t's shape and dtype."""
-    return _plain(g.astype(t.dtype, copy=False).reshape(t.shape), t.shape, t.dtype)
+def _as_grad(g, t, shape=None):
+    """A float64 gradient array the caller owns, as a Tensor of t's dtype and shape (or
+    ``shape``)."""
+    shape = t.shape if shape is None else shape
+    return _plain(g.astype(t.dtype, copy=False).reshape(shape), shape, t.dtype)
 
 
 def _accumulate(t, g):

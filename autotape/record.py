@@ -499,7 +499,7 @@ def transpose(x, axes=None):
         raise ValueError("axes don't match array")
     view = np.transpose(_array_value(x), axes)
     if _recording(x):
-        z, _, _ = _canonical(np.ascontiguousarray(view))
+        z, _, _ = _canonical(view)
         return _strided(x, z, transpose_pattern(x._shape, axes))
     return _from_view(x, view)
 
@@ -510,7 +510,7 @@ def broadcast_to(x, shape):
     shape = (int(shape),) if isinstance(shape, numbers.Integral) else tuple(shape)
     view = np.broadcast_to(_array_value(x), shape)
     if _recording(x):
-        z, _, _ = _canonical(np.ascontiguousarray(view))
+        z, _, _ = _canonical(view)
         return _strided(x, z, broadcast_pattern(x._shape, shape))
     return _from_view(x, view)
 
@@ -544,7 +544,7 @@ def _getitem(x, index):
     view = _array_value(x)[index]
     if not _recording(x):
         return _from_view(x, view)
-    z, _, _ = _canonical(np.ascontiguousarray(view))
+    z, _, _ = _canonical(view)       # (np.ascontiguousarray would make 0-d 1-d)
     if len(index) == 2 and type(index[0]) is int and x._shape:   # x[i]: the common case
         i = index[0] + x._shape[0] if index[0] < 0 else index[0]
         inner = int(np.prod(x._shape[1:], dtype=np.int64))

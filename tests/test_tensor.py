@@ -252,3 +252,14 @@ def test_grad_mode_decorators_without_parentheses():
     assert not f(x).requires_grad and f.__name__ == "f"
     with at.no_grad():
         assert g(x).requires_grad
+
+
+def test_zero_d_views_of_recorded_tensors_are_zero_d():
+    """x[0], .T and broadcast_to of a 0-d result hold a 0-d value (numpy's
+    ascontiguousarray would have made it 1-d)."""
+    x = at.tensor([1.0, 2.0], requires_grad=True)
+    y = (x * 2)[0]
+    assert y.shape == () and y.numpy().shape == () and y.detach().item() == 2.0
+    s = (x * 2).sum()
+    assert s.T.numpy().shape == () and at.broadcast_to(s, ()).numpy().shape == ()
+    assert at.grad(y + s.T, x)[0].tolist() == [4.0, 2.0]

@@ -3,6 +3,12 @@
 The sweep marks the rows reachable backwards from the seeded outputs, gives each
 reachable row that can carry a gradient a slice of one flat adjoint buffer, seeds the
 outputs, then walks the rows in reverse and hands each one to its family's VJP kernel.
+
+Lanes. One sweep can carry K cotangents at once (a whole Jacobian, a Hessian,
+``is_grads_batched``): the adjoint buffer then holds K lane copies, lane k at
+``k * total``, each with its own written-marks. Each row is handed to its kernel once
+per lane while its values are still in cache; the kernels themselves never know about
+lanes, because a lane is just an adjoint buffer at another address.
 """
 import numpy as np
 from numba import carray
@@ -32,13 +38,22 @@ def _add_scalar(adj, off, touched, r, v):
         touched[r] = True
 
 
+@register_jitable
+def _lane(ctx, touched, k, total):
+    """The sweep context of lane k: the same tape, lane k's adjoints and marks."""
+    return Sweep(ctx.rows, ctx.ipool, ctx.shape_ndim, ctx.shape_start, ctx.shape_dims,
+                 ctx.shape_size, ctx.arena_addr, ctx.big_addr, ctx.adj_addr + 8 * k * total,
+                 ctx.adj_off, touched[k], ctx.dgemm)
+
+
 @cached_njit()
 def reverse_sweep(rows, ipool, shape_ndim, shape_start, shape_dims, shape_size,
                   arena_addr, arena_size, big_addr, released, retain,
-                  seed_rows, seed_vals, seed_off, adj, dgemm):
-    """Returns (status, adjoint offset per row). ``adj`` is scratch space at least as
-    long as the sizes of all rows together; ``dgemm`` the address of a CBLAS dgemm, or 0
-    for none (kernels/blas.py)."""
+                  seed_rows, seed_vals, seed_off, lanes, adj, dgemm):
+    """Returns (status, adjoint offset per row, lane stride). ``adj`` is scratch space
+    at least ``lanes`` times as long as the sizes of all rows together; seed j's values
+    for all lanes are ``seed_vals[seed_off[j]:seed_off[j + 1]]``, lane-major. ``dgemm``
+    is the address of a CBLAS dgemm, or 0 for none (kernels/blas.py)."""
     n = rows.shape[0]
     adj_off = np.full(n, -1, np.int64)
     top = -1
@@ -62,22 +77,26 @@ def reverse_sweep(rows, ipool, shape_ndim, shape_start, shape_dims, shape_size,
     for i in range(top + 1):
         if reached[i] and rows[i, OP] != CONST:
             if released[i]:
-                return RELEASED, adj_off
+                return RELEASED, adj_off, 0
             adj_off[i] = total
             total += shape_size[rows[i, SHAPE]]
-    touched = np.zeros(n, np.bool_)
+    touched = np.zeros((lanes, n), np.bool_)   # identical across lanes: same rows, same kernels
     ctx = Sweep(rows, ipool, shape_ndim, shape_start, shape_dims, shape_size,
-                arena_addr, big_addr, adj.ctypes.data, adj_off, touched, dgemm)
+                arena_addr, big_addr, adj.ctypes.data, adj_off, touched[0], dgemm)
     arena = carray(_f64_pointer(arena_addr), arena_size)
     for j in range(seed_rows.size):
         r = seed_rows[j]
-        seed = adjoint(ctx, r)
-        if first_write(ctx, r):
-            seed[:] = seed_vals[seed_off[j]:seed_off[j + 1]]
-        else:
-            seed += seed_vals[seed_off[j]:seed_off[j + 1]]
+        size = shape_size[rows[r, SHAPE]]
+        for k in range(lanes):
+            lane = _lane(ctx, touched, k, total)
+            seed = adjoint(lane, r)
+            lane_vals = seed_vals[seed_off[j] + k * size:seed_off[j] + (k + 1) * size]
+            if first_write(lane, r):
+                seed[:] = lane_vals
+            else:
+                seed += lane_vals
     for i in range(top, -1, -1):
-        if not touched[i]:                     # unreached, a constant, or a zero adjoint
+        if not touched[0, i]:                  # unreached, a constant, or a zero adjoint
             continue
         op = rows[i, OP]
         if op <= SOURCE_LAST:
@@ -86,50 +105,62 @@ def reverse_sweep(rows, ipool, shape_ndim, shape_start, shape_dims, shape_size,
         if op <= BINARY_LAST and rows[i, VLOC] >= 0 and rows[a, VLOC] >= 0 and (
                 b < 0 or rows[b, VLOC] >= 0):
             # all 0-d: the hot path of scalar code, straight from the derivative table
-            g = adj[adj_off[i]]
             x, z = arena[rows[a, VLOC]], arena[rows[i, VLOC]]
             if UNARY_FIRST <= op <= UNARY_LAST:
                 if adj_off[a] >= 0:
-                    _add_scalar(adj, adj_off[a], touched, a, g * unary_partial(op, x, z))
+                    d = unary_partial(op, x, z)
+                    for k in range(lanes):
+                        _add_scalar(adj, k * total + adj_off[a], touched[k], a,
+                                    adj[k * total + adj_off[i]] * d)
                 continue
             if BINARY_FIRST <= op <= BINARY_LAST:
                 y = arena[rows[b, VLOC]]
                 if adj_off[a] >= 0:
-                    _add_scalar(adj, adj_off[a], touched, a, g * binary_partial_x(op, x, y, z))
+                    d = binary_partial_x(op, x, y, z)
+                    for k in range(lanes):
+                        _add_scalar(adj, k * total + adj_off[a], touched[k], a,
+                                    adj[k * total + adj_off[i]] * d)
                 if adj_off[b] >= 0:
-                    _add_scalar(adj, adj_off[b], touched, b, g * binary_partial_y(op, x, y, z))
+                    d = binary_partial_y(op, x, y, z)
+                    for k in range(lanes):
+                        _add_scalar(adj, k * total + adj_off[b], touched[k], b,
+                                    adj[k * total + adj_off[i]] * d)
                 continue
-        if UNARY_FIRST <= op <= UNARY_LAST:
-            unary_vjp(ctx, i)
-        elif BINARY_FIRST <= op <= BINARY_LAST:
-            binary_vjp(ctx, i)
-        elif op == WHERE:
-            where_vjp(ctx, i)
-        elif REDUCE_FIRST <= op <= REDUCE_LAST:
-            reduce_vjp(ctx, i)
-        elif op == RESHAPE:
-            reshape_vjp(ctx, i)
-        elif op == STRIDED:
-            strided_vjp(ctx, i)
-        elif op == SETITEM:
-            setitem_vjp(ctx, i)
-        elif op == CONCAT:
-            concat_vjp(ctx, i)
-        elif op == SCATTER:
-            scatter_vjp(ctx, i)
-        elif op == TAKE:
-            take_vjp(ctx, i)
-        elif op == PUT_ADD:
-            put_add_vjp(ctx, i)
-        elif op == MATMUL:
-            matmul_vjp(ctx, i)
-        else:
-            return UNKNOWN_OP, adj_off
-    for i in range(top + 1):                   # read by the caller: never left unwritten
-        if adj_off[i] >= 0 and not touched[i]:
-            adjoint(ctx, i)[:] = 0.0
+        for k in range(lanes):
+            lane = _lane(ctx, touched, k, total)
+            if UNARY_FIRST <= op <= UNARY_LAST:
+                unary_vjp(lane, i)
+            elif BINARY_FIRST <= op <= BINARY_LAST:
+                binary_vjp(lane, i)
+            elif op == WHERE:
+                where_vjp(lane, i)
+            elif REDUCE_FIRST <= op <= REDUCE_LAST:
+                reduce_vjp(lane, i)
+            elif op == RESHAPE:
+                reshape_vjp(lane, i)
+            elif op == STRIDED:
+                strided_vjp(lane, i)
+            elif op == SETITEM:
+                setitem_vjp(lane, i)
+            elif op == CONCAT:
+                concat_vjp(lane, i)
+            elif op == SCATTER:
+                scatter_vjp(lane, i)
+            elif op == TAKE:
+                take_vjp(lane, i)
+            elif op == PUT_ADD:
+                put_add_vjp(lane, i)
+            elif op == MATMUL:
+                matmul_vjp(lane, i)
+            else:
+                return UNKNOWN_OP, adj_off, total
+    for k in range(lanes):                     # read by the caller: never left unwritten
+        lane = _lane(ctx, touched, k, total)
+        for i in range(top + 1):
+            if adj_off[i] >= 0 and not touched[k, i]:
+                adjoint(lane, i)[:] = 0.0
     if not retain:
         for i in range(top + 1):
             if adj_off[i] >= 0 and rows[i, OP] > SOURCE_LAST:
                 released[i] = 1
-    return OK, adj_off
+    return OK, adj_off, total

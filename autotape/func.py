@@ -1,0 +1,370 @@
+"""Transforms on functions, as in torch.func and jax: grad, value_and_grad, vjp, jvp,
+jacrev, jacfwd, jacobian, hessian, hvp, vhp.
+
+Each transform calls ``f`` once on fresh leaves (so ``f`` is recorded on the tape),
+then asks the engine for derivatives. Whole Jacobians and Hessians take one compiled
+sweep whose lanes carry every cotangent at once (``grad(..., is_grads_batched=True)``);
+a Hessian is the Jacobian of the gradient's own tape. Arguments and results may be
+Tensors, numpy arrays, Python numbers, or tuples / lists / dicts of them.
+
+Transforms nest: an argument that already requires grad (a leaf of an outer transform,
+or a user's tensor) is differentiated in place with ``create_graph=True``, so the
+result stays differentiable, as torch.func does.
+
+>>> at.func.grad(lambda x: (x ** 3).sum())(at.tensor([1.0, 2.0]))
+tensor([ 3., 12.])
+"""
+import numpy as np
+
+from .engine import grad as _grad
+from .grad_mode import enable_grad
+from .record import stack
+from .tensor import Tensor, _plain
+
+__all__ = ["grad", "value_and_grad", "vjp", "jvp", "jacrev", "jacfwd", "jacobian",
+           "hessian", "hvp", "vhp"]
+
+
+# ---- pytrees: nested tuples / lists / dicts with array-like leaves -------------------------
+
+def _flatten(tree):
+    """(leaves, rebuild): the leaves of a nested tuple / list / dict, left to right, and
+    a function that puts a list of new leaves back in the same structure."""
+    if isinstance(tree, (tuple, list)):
+        parts = [_flatten(t) for t in tree]
+        kind = type(tree)
+    elif isinstance(tree, dict):
+        keys = list(tree)
+        parts = [_flatten(tree[k]) for k in keys]
+        kind = None
+    else:
+        return [tree], lambda leaves: leaves[0]
+    sizes = [len(p[0]) for p in parts]
+    leaves = [leaf for p in parts for leaf in p[0]]
+
+    def rebuild(new):
+        out, start = [], 0
+        for (_, sub), n in zip(parts, sizes):
+            out.append(sub(new[start:start + n]))
+            start += n
+        return dict(zip(keys, out)) if kind is None else kind(out)
+    return leaves, rebuild
+
+
+def _tracked(value, where):
+    """A tensor to differentiate with respect to: ``value`` itself when it already
+    requires grad (nested transforms), else a new float leaf holding it."""
+    if isinstance(value, Tensor):
+        if value.requires_grad:
+            return value
+        data = value.numpy()
+    elif isinstance(value, (bool, np.bool_)) or not isinstance(
+            value, (int, float, np.number, np.ndarray)):
+        raise TypeError(f"{where}: expected a Tensor, a numpy array or a Python number, "
+                        f"but got {type(value).__name__}")
+    elif isinstance(value, (int, np.integer)):
+        data = np.asarray(float(value))             # a Python int such as 2 means 2.0
+    else:
+        data = np.asarray(value)
+    if data.dtype.kind != "f":
+        raise TypeError(f"{where}: only floating point inputs can be differentiated, but "
+                        f"got dtype {data.dtype}")
+    leaf = _plain(data.copy() if data.ndim else float(data), data.shape, data.dtype)
+    return leaf.requires_grad_()
+
+
+def _as_tensor(value):
+    if isinstance(value, Tensor):
+        return value
+    data = np.asarray(value, np.float64)
+    return _plain(data if data.ndim else float(data), data.shape, data.dtype)
+
+
+def _argnums_tuple(argnums, nargs, name):
+    nums = (argnums,) if isinstance(argnums, int) else tuple(argnums)
+    if not nums:
+        raise RuntimeError(f"{name}: argnums must be non-empty")
+    for a in nums:
+        if not isinstance(a, int) or not -nargs <= a < nargs:
+            raise RuntimeError(f"{name}: Got argnums={argnums}, but only {nargs} "
+                               "positional inputs")
+    return tuple(a % nargs for a in nums)
+
+
+class _Call:
+    """One call of f with the arguments at ``argnums`` replaced by tracked tensors."""
+
+    def __init__(self, f, args, argnums, has_aux, name):
+        self.single = isinstance(argnums, int)
+        self.nums = _argnums_tuple(argnums, len(args), name)
+        args = list(args)
+        self.rebuilds, self.inputs, self.counts = [], [], []
+        # Derivatives stay differentiable when an input came in requiring grad.
+        self.create_graph = False
+        for a in self.nums:
+            leaves, rebuild = _flatten(args[a])
+            tracked = [_tracked(v, name) for v in leaves]
+            self.create_graph |= any(t is v for t, v in zip(tracked, leaves))
+            args[a] = rebuild(tracked)
+            self.rebuilds.append(rebuild)
+            self.inputs.extend(tracked)
+            self.counts.append(len(tracked))
+        with enable_grad():         # like torch.func: an outer no_grad does not apply
+            result = f(*args)
+        self.aux = None
+        if has_aux:
+            if not (isinstance(result, tuple) and len(result) == 2):
+                raise RuntimeError(f"{name}(f, ...)(*args): output of function f should be "
+                                   "a tuple: (output, aux) if has_aux is True")
+            result, self.aux = result
+        self.out = result
+
+    def per_argnum(self, per_input):
+        """Regroup one value per tracked input into the arguments' structures."""
+        grouped, start = [], 0
+        for rebuild, n in zip(self.rebuilds, self.counts):
+            grouped.append(rebuild(per_input[start:start + n]))
+            start += n
+        return grouped[0] if self.single else tuple(grouped)
+
+    def derivatives(self, outputs, cotangents, batched=False):
+        """One gradient per tracked input of sum <outputs, cotangents> (zeros where an
+        input is unused), through one sweep."""
+        usable = [(o, c) for o, c in zip(outputs, cotangents) if o.requires_grad]
+        if not usable:
+            lead = cotangents[0].shape[:1] if batched else ()
+            return [_zeros(lead + t.shape, t) for t in self.inputs]
+        outs, cots = zip(*usable)
+        with enable_grad():
+            return list(_grad(outs, self.inputs, cots, create_graph=self.create_graph,
+                              retain_graph=True, allow_unused=True,
+                              materialize_grads=True, is_grads_batched=batched))
+
+
+def _zeros(shape, like):
+    return _plain(np.zeros(shape, like.dtype), shape, like.dtype)
+
+
+def _outputs(out, name):
+    leaves, rebuild = _flatten(out)
+    for v in leaves:
+        if not isinstance(v, Tensor):
+            raise RuntimeError(f"{name}: Expected f to return Tensors (or tuples, lists and "
+                               f"dicts of them), but got {type(v).__name__}")
+    return leaves, rebuild
+
+
+# ---- gradients -----------------------------------------------------------------------------
+
+def value_and_grad(f, argnums=0, has_aux=False):
+    """A function returning ``(f(*args), gradient)``; with ``has_aux``, f returns
+    ``(value, aux)`` and the result is ``((value, aux), gradient)``, as in jax.
+
+    >>> at.func.value_and_grad(lambda x: x ** 2)(3.0)
+    (tensor(9.), tensor(6.))
+    """
+    def value_and_grad_f(*args):
+        call = _Call(f, args, argnums, has_aux, "value_and_grad")
+        out = call.out
+        if not isinstance(out, Tensor) or out.size != 1:
+            dims = out.ndim if isinstance(out, Tensor) else type(out).__name__
+            raise RuntimeError(
+                f"grad_and_value(f)(*args): Expected f(*args) to return a scalar Tensor, "
+                f"got tensor with {dims} dims. Maybe you wanted to use the vjp or jacrev "
+                "APIs instead?")
+        g = call.per_argnum(call.derivatives([out], [_plain(np.ones(out.shape), out.shape,
+                                                            np.dtype(np.float64))]))
+        value = out if call.create_graph else out.detach()
+        return ((value, call.aux) if has_aux else value), g
+    return value_and_grad_f
+
+
+def grad(f, argnums=0, has_aux=False):
+    """The gradient of a scalar function: ``grad(f)(*args)`` has the structure of the
+    argument(s) at ``argnums``; with ``has_aux``, f returns ``(value, aux)`` and the
+    result is ``(gradient, aux)``.
+
+    >>> at.func.grad(lambda x, y: (x * y).sum(), argnums=(0, 1))(at.tensor([2.0]), 3.0)
+    (tensor([3.]), tensor(2.))
+    """
+    vg = value_and_grad(f, argnums, has_aux)
+
+    def grad_f(*args):
+        value, g = vg(*args)
+        return (g, value[1]) if has_aux else g
+    return grad_f
+
+
+def vjp(f, *primals, has_aux=False):
+    """``(f(*primals), vjp_fn)``: ``vjp_fn(cotangents)`` returns the tuple of
+    cotangent-weighted gradients, one per primal, and can be called many times.
+
+    >>> out, vjp_fn = at.func.vjp(lambda x: x ** 2, at.tensor([1.0, 2.0]))
+    >>> vjp_fn(at.tensor([1.0, 10.0]))
+    (tensor([ 2., 40.]),)
+    """
+    call = _Call(f, primals, tuple(range(len(primals))), has_aux, "vjp")
+    outs, _ = _outputs(call.out, "vjp")
+
+    def vjp_fn(cotangents):
+        cots, _ = _flatten(cotangents)
+        if len(cots) != len(outs):
+            raise RuntimeError(f"Expected pytree structure of cotangents to be the same as "
+                               f"pytree structure of outputs to the function: got "
+                               f"{len(cots)} cotangents for {len(outs)} outputs")
+        cots = [_as_tensor(c) for c in cots]
+        for c, o in zip(cots, outs):
+            if c.shape != o.shape:
+                raise RuntimeError(f"Mismatch in shape: grad_output[0] has a shape of "
+                                   f"{c.shape} and output[0] has a shape of {o.shape}.")
+        return call.per_argnum(call.derivatives(outs, cots))
+    out = call.out if call.create_graph else _detached(call.out)
+    return (out, vjp_fn, call.aux) if has_aux else (out, vjp_fn)
+
+
+def _detached(out):
+    leaves, rebuild = _flatten(out)
+    return rebuild([v.detach() for v in leaves])
+
+
+# ---- Jacobians: every cotangent in one batched sweep ---------------------------------------
+
+def _jacobian_rows(call, outs):
+    """d out_i / d input_j for every output i and tracked input j, each of shape
+    ``out_i.shape + input_j.shape``, from one sweep with one lane per output element."""
+    sizes = [o.size for o in outs]
+    total = sum(sizes)
+    eye = np.eye(total)
+    cots, start = [], 0
+    for o, n in zip(outs, sizes):
+        block = np.ascontiguousarray(eye[:, start:start + n]).reshape((total,) + o.shape)
+        cots.append(_plain(block, block.shape, np.dtype(np.float64)))
+        start += n
+    rows = call.derivatives(outs, cots, batched=True)    # each (total, *input.shape)
+    jac, start = [], 0
+    for o, n in zip(outs, sizes):
+        jac.append([r[start:start + n].reshape(o.shape + t.shape)
+                    for r, t in zip(rows, call.inputs)])
+        start += n
+    return jac
+
+
+def jacrev(f, argnums=0, has_aux=False):
+    """The Jacobian of f: for an output of shape S and an input of shape T, a Tensor of
+    shape ``S + T``. Nested as (outputs, then argnums) when either is a tuple.
+
+    >>> J = at.func.jacrev(lambda x: at.sin(x) * x)(at.tensor([0.0, 1.0]))
+    >>> J.shape
+    (2, 2)
+    """
+    def jacrev_f(*args):
+        call = _Call(f, args, argnums, has_aux, "jacrev")
+        outs, rebuild = _outputs(call.out, "jacrev")
+        jac = _jacobian_rows(call, outs)
+        result = rebuild([call.per_argnum(per_input) for per_input in jac])
+        return (result, call.aux) if has_aux else result
+    return jacrev_f
+
+
+jacobian = jacrev
+
+
+def jacfwd(f, argnums=0, has_aux=False):
+    """The Jacobian of f, as jacrev returns it. autotape has no separate forward-mode
+    sweep: it takes one reverse sweep with one lane per output element, which gives the
+    same numbers (see jvp for single directions).
+
+    >>> at.func.jacfwd(lambda x: x ** 2)(at.tensor([1.0, 2.0]))
+    tensor([[2., 0.],
+            [0., 4.]])
+    """
+    return jacrev(f, argnums, has_aux)
+
+
+def hessian(f, argnums=0):
+    """The Hessian of a scalar function: one recording of f and of its gradient (with
+    create_graph), then one compiled sweep of the gradient's tape carrying every row of
+    the Hessian as a lane. Shape ``T + T`` for an input of shape T.
+
+    >>> at.func.hessian(lambda x: x[0] ** 2 * x[1] + x[1] ** 3)(at.tensor([1.0, 2.0]))
+    tensor([[ 4.,  2.],
+            [ 2., 12.]])
+    """
+    return jacrev(grad(f, argnums), argnums)
+
+
+# ---- directional derivatives ---------------------------------------------------------------
+
+def _tangent_tensors(call, tangents, name):
+    tans = [_as_tensor(v) for v in _flatten(tangents)[0]]
+    if len(tans) != len(call.inputs):
+        raise RuntimeError(f"{name}: Expected primals and tangents to have the same "
+                           f"structure, got {len(call.inputs)} primals and {len(tans)} "
+                           "tangents")
+    for t, x in zip(tans, call.inputs):
+        if t.shape != x.shape:
+            raise RuntimeError(f"{name}: Expected primals and tangents to have the same "
+                               f"shape, got {x.shape} and {t.shape}")
+    return tans
+
+
+def jvp(f, primals, tangents, has_aux=False):
+    """``(f(*primals), J @ tangents)``. Exact: the reverse sweep is linear in its
+    cotangent u, so J t is the gradient of <J^T u, t> with respect to u, taken through
+    the recorded backward (two sweeps, no finite differences).
+
+    >>> at.func.jvp(lambda x: x ** 3, (at.tensor([2.0]),), (at.tensor([1.0]),))
+    (tensor([8.]), tensor([12.]))
+    """
+    primals, tangents = tuple(primals), tuple(tangents)
+    call = _Call(f, primals, tuple(range(len(primals))), has_aux, "jvp")
+    outs, rebuild = _outputs(call.out, "jvp")
+    tans = _tangent_tensors(call, tangents, "jvp")
+    us = [_plain(np.zeros(o.shape), o.shape, np.dtype(np.float64)).requires_grad_()
+          for o in outs]
+    live = [(o, u) for o, u in zip(outs, us) if o.requires_grad]
+    pairs = []
+    with enable_grad():
+        if live:
+            lo, lu = zip(*live)
+            gs = _grad(lo, call.inputs, lu, create_graph=True, retain_graph=True,
+                       allow_unused=True)
+            pairs = [(g, t) for g, t in zip(gs, tans) if g is not None]
+        if pairs:
+            gs, ts = zip(*pairs)
+            jt = _grad(gs, us, ts, allow_unused=True, materialize_grads=True,
+                       create_graph=call.create_graph, retain_graph=True)
+        else:
+            jt = [_zeros(o.shape, o) for o in outs]
+    out = call.out if call.create_graph else _detached(call.out)
+    jt = rebuild([j.astype(o.dtype) if j.dtype != o.dtype else j for j, o in zip(jt, outs)])
+    return (out, jt, call.aux) if has_aux else (out, jt)
+
+
+def hvp(f, primals, tangents):
+    """``(f(*primals), H @ tangents)`` for a scalar f: the gradient recorded once, then
+    one sweep of it with the tangents as cotangent (H is symmetric).
+
+    >>> at.func.hvp(lambda x: (x ** 3).sum(), (at.tensor([1.0, 2.0]),), (at.tensor([1.0, 1.0]),))
+    (tensor(9.), tensor([ 6., 12.]))
+    """
+    primals, tangents = tuple(primals), tuple(tangents)
+    g_f = value_and_grad(f, tuple(range(len(primals))))
+    call = _Call(lambda *xs: _pack(g_f(*xs)), primals, tuple(range(len(primals))), False,
+                 "hvp")
+    value, grads = call.out[0], list(call.out[1:])
+    tans = _tangent_tensors(call, tangents, "hvp")
+    hv = call.per_argnum(call.derivatives(grads, tans))
+    hv = tuple(hv) if len(primals) > 1 else hv[0]
+    return (value if call.create_graph else value.detach()), hv
+
+
+def vhp(f, primals, tangents):
+    """``(f(*primals), tangents @ H)``: equal to hvp for the symmetric Hessian of a twice
+    differentiable f (torch.autograd.functional.vhp)."""
+    return hvp(f, primals, tangents)
+
+
+def _pack(value_and_grads):
+    value, grads = value_and_grads
+    return (value,) + tuple(grads)

@@ -1,0 +1,273 @@
+"""autotape.func: every transform against finite differences, torch's verified values
+(T59), torch.func and jax where installed, pytrees, nesting and errors."""
+import numpy as np
+import pytest
+
+import autotape as at
+import autotape.func as F
+from fd import central_differences
+
+rng = np.random.default_rng(11)
+A = rng.uniform(-1, 1, (5, 5))
+
+
+def stacked(x):                       # T59's f
+    return at.stack([x[0] * x[1], x[0] ** 2, x[1] ** 3])
+
+
+def cubic(x):                         # T59's s
+    return x[0] ** 2 * x[1] + x[1] ** 3
+
+
+def rosenbrock(x):
+    a, b = x[0::2], x[1::2]
+    return (100.0 * (b - a ** 2) ** 2 + (1.0 - a) ** 2).sum()
+
+
+def layer(x):
+    return at.tanh(at.tensor(A) @ x) * x
+
+
+def value(f, x):
+    with at.no_grad():
+        return np.asarray(f(at.tensor(x)).numpy(), np.float64)
+
+
+def fd_jacobian(f, x, eps=1e-6):
+    out = value(f, x)
+    jac = np.zeros(out.shape + x.shape)
+    for idx in np.ndindex(out.shape):
+        jac[idx] = central_differences(lambda xs: value(f, xs[0])[idx], [x], eps)[0]
+    return jac
+
+
+# ---- torch's verified values (T59) -------------------------------------------------------
+
+def test_T59_values():
+    x0 = at.tensor([1., 2.])
+    for jac in (F.jacrev, F.jacfwd, F.jacobian):
+        assert jac(stacked)(x0).tolist() == [[2.0, 1.0], [2.0, 0.0], [0.0, 12.0]]
+    assert F.hessian(cubic)(x0).tolist() == [[4.0, 2.0], [2.0, 12.0]]
+    assert F.hessian(lambda x: (3 * x).sum())(x0).tolist() == [[0.0, 0.0], [0.0, 0.0]]
+    out, vjp_fn = F.vjp(stacked, x0)
+    assert out.tolist() == [2.0, 1.0, 8.0] and vjp_fn(at.ones(3))[0].tolist() == [4.0, 13.0]
+    out, jt = F.jvp(stacked, (x0,), (at.tensor([1., 0.]),))
+    assert jt.tolist() == [2.0, 2.0, 0.0]
+    v = at.tensor([1., -1.])
+    val, hv = F.hvp(cubic, (x0,), (v,))
+    assert val.item() == 10.0 and hv.tolist() == [2.0, -10.0]
+    assert F.vhp(cubic, (x0,), (v,))[1].tolist() == [2.0, -10.0]
+
+
+# ---- finite differences -----------------------------------------------------------------
+
+FUNCTIONS = {"rosenbrock": (rosenbrock, 6), "layer": (lambda x: layer(x).sum(), 5),
+             "cubic": (cubic, 2),
+             "mixed": (lambda x: (at.sin(x) * at.exp(-x ** 2)).sum() * at.norm(x), 4)}
+
+
+@pytest.mark.parametrize("name", sorted(FUNCTIONS))
+def test_grad_and_hessian_match_finite_differences(name):
+    f, n = FUNCTIONS[name]
+    x = rng.uniform(-1, 1, n)
+    g = F.grad(f)(x)
+    fd = central_differences(lambda xs: value(f, xs[0]), [x])[0]
+    np.testing.assert_allclose(g.numpy(), fd, rtol=1e-6, atol=1e-6)
+    H = F.hessian(f)(x)
+    assert H.shape == (n, n)
+    np.testing.assert_allclose(H.numpy(), fd_jacobian(F.grad(f), x), rtol=1e-5, atol=1e-5)
+    np.testing.assert_allclose(H.numpy(), H.numpy().T, rtol=1e-12, atol=1e-12)
+    t = rng.uniform(-1, 1, n)
+    val, hv = F.hvp(f, (x,), (t,))
+    np.testing.assert_allclose(hv.numpy(), H.numpy() @ t, rtol=1e-12, atol=1e-12)
+    np.testing.assert_allclose(val.item(), value(f, x), rtol=1e-15)
+
+
+@pytest.mark.parametrize("f", [layer, stacked, lambda x: at.cumsum(x, 0)[1:] * x[:-1] ** 2,
+                               lambda x: at.softmax(x.reshape(-1, 1) * x, axis=0)])
+def test_jacobians_and_directional_derivatives_match_finite_differences(f):
+    x = rng.uniform(-1, 1, 5 if f is layer else 2 if f is stacked else 4)
+    J = F.jacrev(f)(x)
+    np.testing.assert_allclose(J.numpy(), fd_jacobian(f, x), rtol=1e-6, atol=1e-7)
+    np.testing.assert_array_equal(F.jacfwd(f)(x).numpy(), J.numpy())
+    t = rng.uniform(-1, 1, x.shape)
+    out, jt = F.jvp(f, (x,), (t,))
+    np.testing.assert_allclose(jt.numpy(), np.tensordot(J.numpy(), t, axes=x.ndim),
+                               rtol=1e-12, atol=1e-13)
+    np.testing.assert_array_equal(out.numpy(), value(f, x))
+    out, vjp_fn = F.vjp(f, x)
+    u = rng.uniform(-1, 1, out.shape)
+    np.testing.assert_allclose(vjp_fn(u)[0].numpy(),
+                               np.tensordot(u, J.numpy(), axes=out.ndim), rtol=1e-12,
+                               atol=1e-13)
+
+
+def test_jacobian_rows_equal_separate_gradients_to_1e_14():
+    x = rng.uniform(-1, 1, 5)
+    J = F.jacrev(layer)(x).numpy()
+    for i in range(5):
+        g = F.grad(lambda v: layer(v)[i])(x).numpy()
+        np.testing.assert_allclose(J[i], g, rtol=0, atol=1e-14)
+
+
+# ---- arguments, structures, options -----------------------------------------------------
+
+def test_argnums_pytrees_and_plain_inputs():
+    def loss(params, data):
+        w, b = params["w"], params["b"]
+        return ((data[0] @ w + b - data[1]) ** 2).mean()
+    X, y = rng.uniform(-1, 1, (4, 3)), rng.uniform(-1, 1, 4)
+    params = {"w": rng.uniform(-1, 1, 3), "b": 0.5}
+    g = F.grad(loss)(params, (X, y))
+    assert set(g) == {"w", "b"} and g["w"].shape == (3,) and g["b"].shape == ()
+    r = X @ params["w"] + 0.5 - y
+    np.testing.assert_allclose(g["w"].numpy(), 2 * X.T @ r / 4, rtol=1e-13)
+    np.testing.assert_allclose(g["b"].item(), 2 * r.mean(), rtol=1e-13)
+    gp, gd = F.grad(loss, argnums=(0, 1))(params, [X, y])
+    assert isinstance(gd, list) and gd[0].shape == (4, 3)
+    np.testing.assert_allclose(gd[1].numpy(), -2 * r / 4, rtol=1e-13)
+    assert F.grad(lambda x, y: x * y, argnums=-1)(3, 4.0).item() == 3.0
+
+
+def test_has_aux_and_value_and_grad():
+    def f(x):
+        y = (x ** 2).sum()
+        return y, {"y": y.detach(), "n": 2}
+    x = at.tensor([1., 2.])
+    (val, aux), g = F.value_and_grad(f, has_aux=True)(x)
+    assert val.item() == 5.0 and aux["n"] == 2 and g.tolist() == [2.0, 4.0]
+    g, aux = F.grad(f, has_aux=True)(x)
+    assert g.tolist() == [2.0, 4.0] and aux["y"].item() == 5.0
+    J, aux = F.jacrev(lambda x: (x * 3, "aux"), has_aux=True)(x)
+    assert aux == "aux" and J.tolist() == [[3.0, 0.0], [0.0, 3.0]]
+    out, vjp_fn, aux = F.vjp(lambda x: (x * 2, 7), x, has_aux=True)
+    assert aux == 7 and vjp_fn(at.ones(2))[0].tolist() == [2.0, 2.0]
+    with pytest.raises(RuntimeError, match="should be a tuple: \\(output, aux\\)"):
+        F.grad(lambda x: x.sum(), has_aux=True)(x)
+
+
+def test_several_outputs_and_arguments_nest_like_torch_func():
+    def f(x, y):
+        return x * y, (x ** 2).sum()
+    x, y = at.tensor([1., 2.]), at.tensor([3., 4.])
+    (jxy, jyy), (jsx, jsy) = F.jacrev(f, argnums=(0, 1))(x, y)
+    assert jxy.tolist() == [[3.0, 0.0], [0.0, 4.0]] and jyy.tolist() == [[1.0, 0.0],
+                                                                         [0.0, 2.0]]
+    assert jsx.tolist() == [2.0, 4.0] and jsy.tolist() == [0.0, 0.0]
+    H = F.hessian(lambda x, y: (x * x * y).sum(), argnums=(0, 1))(x, y)
+    assert H[0][0].tolist() == [[6.0, 0.0], [0.0, 8.0]]
+    assert H[0][1].tolist() == [[2.0, 0.0], [0.0, 4.0]] == H[1][0].tolist()
+    assert H[1][1].tolist() == [[0.0, 0.0], [0.0, 0.0]]
+    out, vjp_fn = F.vjp(f, x, y)
+    gx, gy = vjp_fn((at.ones(2), at.tensor(1.0)))
+    assert gx.tolist() == [5.0, 8.0] and gy.tolist() == [1.0, 2.0]
+    out, (jt1, jt2) = F.jvp(f, (x, y), (at.ones(2), at.zeros(2)))
+    assert jt1.tolist() == [3.0, 4.0] and jt2.item() == 6.0
+
+
+def test_transforms_nest_and_stay_differentiable():
+    f = lambda x: at.sin(x) * x ** 3                                   # noqa: E731
+    d3 = F.grad(F.grad(F.grad(f)))(0.7)
+    x = 0.7
+    expected = (-np.cos(x) * x ** 3 - 9 * np.sin(x) * x ** 2 + 18 * np.cos(x) * x
+                + 6 * np.sin(x))
+    np.testing.assert_allclose(d3.item(), expected, rtol=1e-13)
+    v = rng.uniform(-1, 1, 4)
+    np.testing.assert_allclose(F.jacrev(F.jacrev(rosenbrock))(v).numpy(),
+                               F.hessian(rosenbrock)(v).numpy(), rtol=1e-13)
+    w = at.tensor([1.0, 2.0], requires_grad=True)            # torch.func: keeps the graph
+    g = F.grad(lambda x: (x ** 3).sum())(w)
+    assert g.requires_grad
+    assert at.grad(g.sum(), w)[0].tolist() == [6.0, 12.0]
+
+
+def test_per_sample_gradients_in_one_sweep():
+    """The recipe in the README: the Jacobian of the per-sample losses."""
+    X, y = rng.uniform(-1, 1, (6, 3)), rng.uniform(-1, 1, 6)
+    w = rng.uniform(-1, 1, 3)
+
+    def losses(w):
+        return (at.tanh(at.tensor(X) @ w) - at.tensor(y)) ** 2
+    P = F.jacrev(losses)(w)
+    assert P.shape == (6, 3)
+    for i in range(6):
+        gi = F.grad(lambda w: losses(w)[i])(w)
+        np.testing.assert_allclose(P.numpy()[i], gi.numpy(), rtol=0, atol=1e-14)
+
+
+def test_errors():
+    with pytest.raises(RuntimeError, match="Expected f\\(\\*args\\) to return a scalar "
+                                           "Tensor, got tensor with 1 dims"):
+        F.grad(lambda x: x * 2)(at.ones(2))
+    with pytest.raises(TypeError, match="only floating point inputs"):
+        F.grad(lambda x: x.sum())(np.arange(3))
+    with pytest.raises(TypeError, match="expected a Tensor, a numpy array or a Python "
+                                        "number, but got str"):
+        F.grad(lambda x: x)("1.0")
+    with pytest.raises(RuntimeError, match="argnums"):
+        F.grad(lambda x: x.sum(), argnums=2)(at.ones(2))
+    with pytest.raises(RuntimeError, match="same shape"):
+        F.jvp(lambda x: x, (at.ones(2),), (at.ones(3),))
+    out, vjp_fn = F.vjp(lambda x: x * 2, at.ones(2))
+    with pytest.raises(RuntimeError, match="Mismatch in shape"):
+        vjp_fn(at.ones(3))
+    with pytest.raises(RuntimeError, match="Expected f to return Tensors"):
+        F.jacrev(lambda x: 3.0)(at.ones(2))
+
+
+def test_unused_and_constant_outputs_give_zeros():
+    assert F.grad(lambda x, y: (x * 2).sum(), argnums=1)(at.ones(2), at.ones(3)).tolist() \
+        == [0.0, 0.0, 0.0]
+    assert F.jacrev(lambda x: at.ones(2))(at.ones(3)).tolist() == [[0.0] * 3] * 2
+    assert F.hessian(lambda x: x.sum() * 0 + 1.0)(at.ones(2)).tolist() == [[0.0, 0.0]] * 2
+
+
+def test_float32_stays_float32():
+    x = at.tensor([1.0, 2.0], dtype="float32")
+    assert F.grad(lambda x: (x ** 2).sum())(x).dtype == np.float32
+    assert F.jacrev(lambda x: x ** 2)(x).dtype == np.float32
+
+
+# ---- oracles ------------------------------------------------------------------------------
+
+def _oracle_functions(lib, tanh):
+    Am = lib(A)
+    return {
+        "layer": lambda x: tanh(Am @ x) * x,
+        "rosenbrock": lambda x: (100.0 * (x[1::2] - x[0::2] ** 2) ** 2
+                                 + (1.0 - x[0::2]) ** 2).sum(),
+    }
+
+
+def test_against_torch_func():
+    torch = pytest.importorskip("torch")
+    x0 = rng.uniform(-1, 1, 6)[:5]
+    ours = _oracle_functions(at.tensor, at.tanh)
+    theirs = _oracle_functions(torch.tensor, torch.tanh)
+    xt = torch.tensor(x0)
+    np.testing.assert_allclose(F.jacrev(ours["layer"])(x0).numpy(),
+                               torch.func.jacrev(theirs["layer"])(xt).numpy(), rtol=1e-13)
+    x4 = rng.uniform(-1, 1, 4)
+    np.testing.assert_allclose(F.hessian(ours["rosenbrock"])(x4).numpy(),
+                               torch.func.hessian(theirs["rosenbrock"])(
+                                   torch.tensor(x4)).numpy(), rtol=1e-12)
+    t = rng.uniform(-1, 1, 5)
+    np.testing.assert_allclose(F.jvp(ours["layer"], (x0,), (t,))[1].numpy(),
+                               torch.func.jvp(theirs["layer"], (xt,), (torch.tensor(t),))[1]
+                               .numpy(), rtol=1e-12)
+
+
+def test_against_jax():
+    jax = pytest.importorskip("jax")
+    jax.config.update("jax_enable_x64", True)
+    jnp = jax.numpy
+    ours = _oracle_functions(at.tensor, at.tanh)
+    theirs = _oracle_functions(jnp.asarray, jnp.tanh)
+    x0 = rng.uniform(-1, 1, 5)
+    np.testing.assert_allclose(F.jacrev(ours["layer"])(x0).numpy(),
+                               np.asarray(jax.jacrev(theirs["layer"])(jnp.asarray(x0))),
+                               rtol=1e-13)
+    x4 = rng.uniform(-1, 1, 4)
+    np.testing.assert_allclose(F.hessian(ours["rosenbrock"])(x4).numpy(),
+                               np.asarray(jax.hessian(theirs["rosenbrock"])(jnp.asarray(x4))),
+                               rtol=1e-12)
