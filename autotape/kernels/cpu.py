@@ -8,7 +8,7 @@ Lanes. One sweep can carry K cotangents at once (a whole Jacobian, a Hessian,
 ``is_grads_batched``): the adjoint buffer then holds K lane copies, lane k at
 ``k * total``, each with its own written-marks. Each row is handed to its kernel once
 per lane while its values are still in cache; the kernels themselves never know about
-lanes, because a lane is just an adjoint buffer at another address.
+lanes: the context's ``lane`` array says which copy of the adjoints they work on.
 """
 import numpy as np
 from numba import carray
@@ -19,31 +19,24 @@ from ..ops.codes import (BINARY_FIRST, BINARY_LAST, CONCAT, CONST, MATMUL, PUT_A
                          STRIDED, TAKE, UNARY_FIRST, UNARY_LAST, WHERE)
 from ..ops.elementwise import (binary_partial_x, binary_partial_y, binary_vjp,
                                unary_partial, unary_vjp, where_vjp)
-from ..ops.linalg import matmul_vjp
+from ..ops.linalg import matmul_vjp, matmul_vjp_lanes
 from ..ops.reduce import reduce_vjp
 from ..ops.shape import (concat_vjp, put_add_vjp, reshape_vjp, scatter_vjp, setitem_vjp,
                          strided_vjp, take_vjp)
 from .cache import cached_njit
-from .layout import A, AUX, B, OP, SHAPE, VLOC, Sweep, _f64_pointer, adjoint, first_write
+from .layout import (A, AUX, B, OP, SHAPE, VLOC, _f64_pointer, adjoint, first_write,
+                     sweep_context)
 
 OK, RELEASED, UNKNOWN_OP = 0, 1, 2
 
 
 @register_jitable
-def _add_scalar(adj, off, touched, r, v):
-    if touched[r]:
+def _add_scalar(adj, off, touched, k, r, v):
+    if touched[k, r]:
         adj[off] += v
     else:
         adj[off] = v
-        touched[r] = True
-
-
-@register_jitable
-def _lane(ctx, touched, k, total):
-    """The sweep context of lane k: the same tape, lane k's adjoints and marks."""
-    return Sweep(ctx.rows, ctx.ipool, ctx.shape_ndim, ctx.shape_start, ctx.shape_dims,
-                 ctx.shape_size, ctx.arena_addr, ctx.big_addr, ctx.adj_addr + 8 * k * total,
-                 ctx.adj_off, touched[k], ctx.dgemm)
+        touched[k, r] = True
 
 
 @cached_njit()
@@ -81,20 +74,22 @@ def reverse_sweep(rows, ipool, shape_ndim, shape_start, shape_dims, shape_size,
             adj_off[i] = total
             total += shape_size[rows[i, SHAPE]]
     touched = np.zeros((lanes, n), np.bool_)   # identical across lanes: same rows, same kernels
-    ctx = Sweep(rows, ipool, shape_ndim, shape_start, shape_dims, shape_size,
-                arena_addr, big_addr, adj.ctypes.data, adj_off, touched[0], dgemm)
+    lane = np.array([0, total])               # [lane being swept, lane stride]
+    ctx = sweep_context(rows, ipool, shape_ndim, shape_start, shape_dims, shape_size,
+                        arena_addr, big_addr, adj.ctypes.data, adj_off, touched, lane, dgemm)
     arena = carray(_f64_pointer(arena_addr), arena_size)
     for j in range(seed_rows.size):
         r = seed_rows[j]
         size = shape_size[rows[r, SHAPE]]
         for k in range(lanes):
-            lane = _lane(ctx, touched, k, total)
-            seed = adjoint(lane, r)
-            lane_vals = seed_vals[seed_off[j] + k * size:seed_off[j] + (k + 1) * size]
-            if first_write(lane, r):
-                seed[:] = lane_vals
+            ctx.lane[0] = k              # the kernels now see lane k
+            seed, start = adjoint(ctx, r), seed_off[j] + k * size
+            if first_write(ctx, r):
+                for e in range(size):
+                    seed[e] = seed_vals[start + e]
             else:
-                seed += lane_vals
+                for e in range(size):
+                    seed[e] += seed_vals[start + e]
     for i in range(top, -1, -1):
         if not touched[0, i]:                  # unreached, a constant, or a zero adjoint
             continue
@@ -110,7 +105,7 @@ def reverse_sweep(rows, ipool, shape_ndim, shape_start, shape_dims, shape_size,
                 if adj_off[a] >= 0:
                     d = unary_partial(op, x, z)
                     for k in range(lanes):
-                        _add_scalar(adj, k * total + adj_off[a], touched[k], a,
+                        _add_scalar(adj, k * total + adj_off[a], touched, k, a,
                                     adj[k * total + adj_off[i]] * d)
                 continue
             if BINARY_FIRST <= op <= BINARY_LAST:
@@ -118,49 +113,52 @@ def reverse_sweep(rows, ipool, shape_ndim, shape_start, shape_dims, shape_size,
                 if adj_off[a] >= 0:
                     d = binary_partial_x(op, x, y, z)
                     for k in range(lanes):
-                        _add_scalar(adj, k * total + adj_off[a], touched[k], a,
+                        _add_scalar(adj, k * total + adj_off[a], touched, k, a,
                                     adj[k * total + adj_off[i]] * d)
                 if adj_off[b] >= 0:
                     d = binary_partial_y(op, x, y, z)
                     for k in range(lanes):
-                        _add_scalar(adj, k * total + adj_off[b], touched[k], b,
+                        _add_scalar(adj, k * total + adj_off[b], touched, k, b,
                                     adj[k * total + adj_off[i]] * d)
                 continue
+        done = matmul_vjp_lanes(ctx, i, lanes) if op == MATMUL else 0
         for k in range(lanes):
-            lane = _lane(ctx, touched, k, total)
+            ctx.lane[0] = k              # the kernels now see lane k
             if UNARY_FIRST <= op <= UNARY_LAST:
-                unary_vjp(lane, i)
+                unary_vjp(ctx, i)
             elif BINARY_FIRST <= op <= BINARY_LAST:
-                binary_vjp(lane, i)
+                binary_vjp(ctx, i)
             elif op == WHERE:
-                where_vjp(lane, i)
+                where_vjp(ctx, i)
             elif REDUCE_FIRST <= op <= REDUCE_LAST:
-                reduce_vjp(lane, i)
+                reduce_vjp(ctx, i)
             elif op == RESHAPE:
-                reshape_vjp(lane, i)
+                reshape_vjp(ctx, i)
             elif op == STRIDED:
-                strided_vjp(lane, i)
+                strided_vjp(ctx, i)
             elif op == SETITEM:
-                setitem_vjp(lane, i)
+                setitem_vjp(ctx, i)
             elif op == CONCAT:
-                concat_vjp(lane, i)
+                concat_vjp(ctx, i)
             elif op == SCATTER:
-                scatter_vjp(lane, i)
+                scatter_vjp(ctx, i)
             elif op == TAKE:
-                take_vjp(lane, i)
+                take_vjp(ctx, i)
             elif op == PUT_ADD:
-                put_add_vjp(lane, i)
+                put_add_vjp(ctx, i)
             elif op == MATMUL:
-                matmul_vjp(lane, i)
+                if done != 3:
+                    matmul_vjp(ctx, i, 3 & ~done)
             else:
                 return UNKNOWN_OP, adj_off, total
     for k in range(lanes):                     # read by the caller: never left unwritten
-        lane = _lane(ctx, touched, k, total)
+        ctx.lane[0] = k
         for i in range(top + 1):
             if adj_off[i] >= 0 and not touched[k, i]:
-                adjoint(lane, i)[:] = 0.0
+                adjoint(ctx, i)[:] = 0.0
     if not retain:
         for i in range(top + 1):
             if adj_off[i] >= 0 and rows[i, OP] > SOURCE_LAST:
                 released[i] = 1
+    lane[0] = touched[0, 0]                    # the owners of ctx's arrays live to here
     return OK, adj_off, total

@@ -6,13 +6,18 @@ location >= 0 is an offset into the float64 arena (0-d values); a location < 0 n
 an array by address in ``big_addr[-loc - 1]``. Adjoints of the rows a sweep reaches
 live in one flat buffer at ``adj_off[row]`` (-1: the row carries no gradient). That
 buffer is not zeroed up front (on large arrays zeroing is a whole extra memory pass):
-``touched[row]`` says whether a row's adjoint holds data yet; the first contribution
-writes it, later ones add to it.
+``touched[lane, row]`` says whether a row's adjoint holds data yet; the first
+contribution writes it, later ones add to it.
+
+A sweep with K lanes keeps K copies of the adjoints, lane k at ``k * stride``.
+``lane = [k, stride]`` names the lane being swept; it is a mutable array (not a field
+rebuilt per lane) because handing a kernel a new context costs more than small kernels.
 """
 from collections import namedtuple
 
 import numpy as np
 from numba import carray, types
+from numba.core import cgutils
 from numba.extending import intrinsic, register_jitable
 
 OP, A, B, SHAPE, AUX, VLOC = range(6)
@@ -20,7 +25,7 @@ ROW_WIDTH = 6
 
 Sweep = namedtuple("Sweep", [
     "rows", "ipool", "shape_ndim", "shape_start", "shape_dims", "shape_size",
-    "arena_addr", "big_addr", "adj_addr", "adj_off", "touched", "dgemm"])
+    "arena_addr", "big_addr", "adj_addr", "adj_off", "touched", "lane", "dgemm"])
 
 
 @intrinsic
@@ -33,6 +38,33 @@ def _f64_pointer(typingctx, address):
     def codegen(context, builder, signature, args):
         return builder.inttoptr(args[0], context.get_value_type(signature.return_type))
     return sig, codegen
+
+
+@intrinsic
+def borrowed(typingctx, arr):
+    """The same array without its reference count (NULL meminfo): a context made of
+    borrowed arrays passes into a kernel for free, where owned ones cost an atomic
+    incref and decref each per call (~150 ns per call for a Sweep). The caller keeps
+    the owner alive for as long as the borrowed view is used."""
+    if not isinstance(arr, types.Array):
+        return None
+
+    def codegen(context, builder, signature, args):
+        out = context.make_array(signature.args[0])(context, builder, value=args[0])
+        out.meminfo = cgutils.get_null_value(out.meminfo.type)
+        out.parent = cgutils.get_null_value(out.parent.type)
+        return out._getvalue()
+    return arr(arr), codegen
+
+
+@register_jitable
+def sweep_context(rows, ipool, shape_ndim, shape_start, shape_dims, shape_size, arena_addr,
+                  big_addr, adj_addr, adj_off, touched, lane, dgemm):
+    """A Sweep of borrowed arrays (see ``borrowed``)."""
+    return Sweep(borrowed(rows), borrowed(ipool), borrowed(shape_ndim),
+                 borrowed(shape_start), borrowed(shape_dims), borrowed(shape_size),
+                 arena_addr, borrowed(big_addr), adj_addr, borrowed(adj_off),
+                 borrowed(touched), borrowed(lane), dgemm)
 
 
 @register_jitable
@@ -64,7 +96,7 @@ def value_address(ctx, r):
 
 @register_jitable
 def adjoint_address(ctx, r):
-    return ctx.adj_addr + 8 * ctx.adj_off[r]
+    return ctx.adj_addr + 8 * (ctx.lane[0] * ctx.lane[1] + ctx.adj_off[r])
 
 
 @register_jitable
@@ -75,15 +107,24 @@ def has_adjoint(ctx, r):
 @register_jitable
 def adjoint(ctx, r):
     """The row's adjoint, flat, C order (a view into the sweep's adjoint buffer)."""
-    return carray(_f64_pointer(ctx.adj_addr + 8 * ctx.adj_off[r]), size_of(ctx, r))
+    return carray(_f64_pointer(adjoint_address(ctx, r)), size_of(ctx, r))
 
 
 @register_jitable
 def first_write(ctx, r):
     """True if r's adjoint holds no data yet: the caller assigns it instead of adding.
     Marks it written, so only a kernel that covers every element may use this."""
-    fresh = not ctx.touched[r]
-    ctx.touched[r] = True
+    fresh = not ctx.touched[ctx.lane[0], r]
+    ctx.touched[ctx.lane[0], r] = True
+    return fresh
+
+
+@register_jitable
+def first_write_lanes(ctx, r, lanes):
+    """first_write for all lanes at once (written-marks are the same in every lane)."""
+    fresh = not ctx.touched[0, r]
+    for k in range(lanes):
+        ctx.touched[k, r] = True
     return fresh
 
 
@@ -91,9 +132,9 @@ def first_write(ctx, r):
 def accumulator(ctx, r):
     """r's adjoint for kernels that add into part of it: zeroed the first time."""
     out = adjoint(ctx, r)
-    if not ctx.touched[r]:
+    if not ctx.touched[ctx.lane[0], r]:
         out[:] = 0.0
-        ctx.touched[r] = True
+        ctx.touched[ctx.lane[0], r] = True
     return out
 
 
