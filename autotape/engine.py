@@ -312,8 +312,9 @@ def _run(outputs, grads, inputs, retain, accumulate=False, lanes=0):
         for (tid, row), ks in wanted.items():
             if tid == tape.id and adj_off[row] >= 0:
                 found[(tid, row)] = adj(row)
-        if not retain:
-            tape.open = False
+        # Later ops go to a new tape (importing what they use from this one), so the
+        # next sweep never walks or decodes the rows of this one again.
+        tape.open = False
     if accumulate:
         for leaf, g in leaf_grads.values():
             if leaf._requires_grad:
@@ -342,10 +343,12 @@ def _sweep(tape, seeds, retain, lanes):
     """One compiled sweep of ``tape`` with ``lanes`` cotangents per seed. Returns the
     adjoint offsets and ``adjoint(row)``: a copy of row's adjoint, ``(lanes, size)`` when
     lanes > 1, else flat."""
+    offsets = [0]
+    for _, g in seeds:
+        offsets.append(offsets[-1] + g.size)
     seed_rows = np.array([r for r, _ in seeds], np.int64)
-    seed_off = np.zeros(len(seeds) + 1, np.int64)
-    np.cumsum([g.size for _, g in seeds], out=seed_off[1:])
-    seed_vals = np.concatenate([g for _, g in seeds]) if seeds else np.zeros(0)
+    seed_off = np.array(offsets, np.int64)
+    seed_vals = seeds[0][1] if len(seeds) == 1 else np.concatenate([g for _, g in seeds])
     c = tape.columns()
     adj = _scratch(lanes * c.total_size)
     status, adj_off, stride = reverse_sweep(

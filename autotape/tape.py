@@ -59,7 +59,8 @@ class Tape:
         self.chunks = []                 # flushed rows: (opcodes, a, b) int64 arrays
         self.flushed = 0
         self.checkpoint = self._next_checkpoint()   # row at which to flush, check size
-        self.extra = []                  # (row, shape id, aux, array index) where needed
+        self.extra = []                  # row, shape id, aux, array index: 4 ints per row
+                                         # that needs them
         self.ipool = []                  # int parameters and extra operands
         self.arena = array("d")          # 0-d values
         self.arrays = []                 # array values, flat float64, C order
@@ -140,7 +141,7 @@ class Tape:
         if sid is None:
             sid = self.shape_id(shape)
         if sid or aux >= 0 or big >= 0:
-            self.extra.append((row, sid, aux, big))
+            self.extra.extend((row, sid, aux, big))
         return self._stage(op, a, b)
 
     def params(self, values):
@@ -191,15 +192,14 @@ class Tape:
             grown[:self.released.size] = self.released
             self.released = grown
         i64 = np.int64
-        size = np.array(self.shape_size, i64)
-        extra = np.array(self.extra, i64) if self.extra else np.zeros((0, 4), i64)
-        staged = [(np.array(self.codes, i64), np.array(self.opa, i64),
-                   np.array(self.opb, i64))]
-        codes, opa, opb = (np.concatenate(c) for c in zip(*(self.chunks + staged)))
-        rows, total = decode_rows(codes, opa, opb, extra, size)
-        ndim = np.array(self.shape_ndim, i64)
-        start = np.zeros(ndim.size, i64)
-        np.cumsum(ndim[:-1], out=start[1:])
+        size, ndim = np.array(self.shape_size, i64), np.array(self.shape_ndim, i64)
+        codes, opa, opb = (np.array(self.codes, i64), np.array(self.opa, i64),
+                           np.array(self.opb, i64))
+        if self.chunks:
+            codes, opa, opb = (np.concatenate(c) for c in zip(*(self.chunks + [(codes, opa,
+                                                                                 opb)])))
+        rows, start, total = decode_rows(codes, opa, opb, np.array(self.extra, i64), size,
+                                         ndim)
         cols = self._columns = Columns(
             n, rows, np.array(self.ipool or [0], i64), ndim, start,
             np.array(self.shape_dims or [0], i64), size,

@@ -12,9 +12,10 @@ def address_of(a):
 
 
 @cached_njit()
-def decode_rows(codes, opa, opb, extra, shape_size):
+def decode_rows(codes, opa, opb, extra, shape_size, shape_ndim):
     """Assemble staged rows (see tape.py) into the sweep's int64 columns; returns the
-    columns and the total size of all rows' values."""
+    columns, where each shape's dims start in the shape table, and the total size of
+    all rows' values. ``extra`` is flat: (row, shape id, aux, array index) per entry."""
     n = codes.size
     rows = np.empty((n, ROW_WIDTH), np.int64)
     big = np.full(n, -1, np.int64)
@@ -24,11 +25,11 @@ def decode_rows(codes, opa, opb, extra, shape_size):
         rows[i, 2] = opb[i]
         rows[i, 3] = 0
         rows[i, 4] = -1
-    for e in range(extra.shape[0]):
-        r = extra[e, 0]
-        rows[r, 3] = extra[e, 1]
-        rows[r, 4] = extra[e, 2]
-        big[r] = extra[e, 3]
+    for e in range(0, extra.size, 4):
+        r = extra[e]
+        rows[r, 3] = extra[e + 1]
+        rows[r, 4] = extra[e + 2]
+        big[r] = extra[e + 3]
     arena = 0
     total = 0
     for i in range(n):
@@ -38,4 +39,7 @@ def decode_rows(codes, opa, opb, extra, shape_size):
             rows[i, 5] = arena
             arena += 1
         total += shape_size[rows[i, 3]]
-    return rows, total
+    start = np.zeros(shape_ndim.size, np.int64)
+    for s in range(1, shape_ndim.size):
+        start[s] = start[s - 1] + shape_ndim[s - 1]
+    return rows, start, total
