@@ -28,6 +28,8 @@ def main(path):
 
 
 def _fmt(seconds):
+    if seconds < 1e-3:
+        return f"{seconds * 1e6:.0f} us"
     return f"{seconds * 1e3:.1f} ms" if seconds < 10 else f"{seconds:.1f} s"
 
 

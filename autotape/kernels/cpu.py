@@ -18,7 +18,7 @@ from ..ops.codes import (BINARY_FIRST, BINARY_LAST, CONCAT, CONST, MATMUL, PUT_A
                          REDUCE_FIRST, REDUCE_LAST, RESHAPE, SCATTER, SETITEM, SOURCE_LAST,
                          STRIDED, TAKE, UNARY_FIRST, UNARY_LAST, WHERE)
 from ..ops.elementwise import (binary_partial_x, binary_partial_y, binary_vjp,
-                               unary_partial, unary_vjp, where_vjp)
+                               elementwise_vjp_lanes, unary_partial, unary_vjp, where_vjp)
 from ..ops.linalg import matmul_vjp, matmul_vjp_lanes
 from ..ops.reduce import reduce_vjp
 from ..ops.shape import (concat_vjp, put_add_vjp, reshape_vjp, scatter_vjp, setitem_vjp,
@@ -121,6 +121,29 @@ def reverse_sweep(rows, ipool, shape_ndim, shape_start, shape_dims, shape_size,
                         _add_scalar(adj, k * total + adj_off[b], touched, k, b,
                                     adj[k * total + adj_off[i]] * d)
                 continue
+        # kernels that take every lane at once (the row's partials or index map are
+        # computed once); the others run once per lane
+        if op == RESHAPE:
+            reshape_vjp(ctx, i, lanes)
+            continue
+        if op == WHERE:
+            where_vjp(ctx, i, lanes)
+            continue
+        if op == STRIDED:
+            strided_vjp(ctx, i, lanes)
+            continue
+        if op == SCATTER:
+            scatter_vjp(ctx, i, lanes)
+            continue
+        if op == TAKE:
+            take_vjp(ctx, i, lanes)
+            continue
+        if op == PUT_ADD:
+            put_add_vjp(ctx, i, lanes)
+            continue
+        if lanes > 1 and UNARY_FIRST <= op <= BINARY_LAST and \
+                elementwise_vjp_lanes(ctx, i, lanes):
+            continue
         done = matmul_vjp_lanes(ctx, i, lanes) if op == MATMUL else 0
         for k in range(lanes):
             ctx.lane[0] = k              # the kernels now see lane k
@@ -128,24 +151,12 @@ def reverse_sweep(rows, ipool, shape_ndim, shape_start, shape_dims, shape_size,
                 unary_vjp(ctx, i)
             elif BINARY_FIRST <= op <= BINARY_LAST:
                 binary_vjp(ctx, i)
-            elif op == WHERE:
-                where_vjp(ctx, i)
             elif REDUCE_FIRST <= op <= REDUCE_LAST:
                 reduce_vjp(ctx, i)
-            elif op == RESHAPE:
-                reshape_vjp(ctx, i)
-            elif op == STRIDED:
-                strided_vjp(ctx, i)
             elif op == SETITEM:
                 setitem_vjp(ctx, i)
             elif op == CONCAT:
                 concat_vjp(ctx, i)
-            elif op == SCATTER:
-                scatter_vjp(ctx, i)
-            elif op == TAKE:
-                take_vjp(ctx, i)
-            elif op == PUT_ADD:
-                put_add_vjp(ctx, i)
             elif op == MATMUL:
                 if done != 3:
                     matmul_vjp(ctx, i, 3 & ~done)

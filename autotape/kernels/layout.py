@@ -111,6 +111,14 @@ def adjoint(ctx, r):
 
 
 @register_jitable
+def lane_block(ctx, r, lanes):
+    """Row r's adjoints in every lane, from lane ``ctx.lane[0]``: lane k's element e
+    is at ``k * stride + e`` (stride = ``ctx.lane[1]``)."""
+    return carray(_f64_pointer(adjoint_address(ctx, r)),
+                  (lanes - 1) * ctx.lane[1] + size_of(ctx, r))
+
+
+@register_jitable
 def first_write(ctx, r):
     """True if r's adjoint holds no data yet: the caller assigns it instead of adding.
     Marks it written, so only a kernel that covers every element may use this."""

@@ -19,10 +19,11 @@ from .codes import (ABS, ADD, ARCCOS, ARCCOSH, ARCSIN, ARCSINH, ARCTAN, ARCTAN2,
                     CEIL, COS, COSH, DIV, ERF, EXP, EXP2, EXPM1, FLOOR, FMOD, HYPOT, LOG,
                     LOG1P, LOG2, LOG10, LOGADDEXP, MAXIMUM, MINIMUM, MOD, MUL, NEG, POW,
                     RECIPROCAL, RELU, ROUND, SIGMOID, SIGN, SIN, SINH, SOFTPLUS, SQRT, SQUARE,
-                    SUB, TAN, TANH, WHERE)
+                    SUB, TAN, TANH, UNARY_LAST, WHERE)
 from ..kernels.cache import cached_njit
-from ..kernels.layout import (A, AUX, B, OP, accumulator, adjoint, first_write, has_adjoint,
-                              operand_map, trailing, value)
+from ..kernels.layout import (A, AUX, B, OP, accumulator, adjoint, first_write,
+                              first_write_lanes, has_adjoint, lane_block, operand_map,
+                              size_of, trailing, value)
 
 
 class Elementwise:
@@ -409,17 +410,75 @@ def binary_vjp(ctx, i):
 
 
 @register_jitable
-def where_vjp(ctx, i):
+def elementwise_vjp_lanes(ctx, i, lanes):
+    """All K lanes of a unary or binary row whose operands have the output's size (or
+    one element): each partial derivative is computed once, then applied to every
+    lane. Returns False (nothing done) for other shapes, which go lane by lane."""
+    op = ctx.rows[i, OP]
+    a, b = ctx.rows[i, A], ctx.rows[i, B]
+    z = value(ctx, i)
+    n = z.size
+    x = value(ctx, a)
+    unary = op <= UNARY_LAST
+    y = x if unary else value(ctx, b)
+    if not ((x.size == n or x.size == 1) and (y.size == n or y.size == 1)):
+        return False
+    sx, sy = (1 if x.size == n else 0), (1 if y.size == n else 0)
+    stride = ctx.lane[1]
+    ctx.lane[0] = 0
+    g = lane_block(ctx, i, lanes)
+    partial = np.empty(n)
+    for j in range(1 if unary else 2):
+        r = a if j == 0 else b
+        if not has_adjoint(ctx, r):
+            continue
+        for k in range(n):
+            if unary:
+                partial[k] = unary_partial(op, x[k], z[k])
+            elif j == 0:
+                partial[k] = binary_partial_x(op, x[k * sx], y[k * sy], z[k])
+            else:
+                partial[k] = binary_partial_y(op, x[k * sx], y[k * sy], z[k])
+        gr = lane_block(ctx, r, lanes)
+        if (sx if j == 0 else sy) == 0:          # one element: sum over the output
+            fresh = first_write_lanes(ctx, r, lanes)
+            for lane in range(lanes):
+                s = 0.0
+                for k in range(n):
+                    s += g[lane * stride + k] * partial[k]
+                gr[lane * stride] = s if fresh else gr[lane * stride] + s
+        elif first_write_lanes(ctx, r, lanes):
+            for lane in range(lanes):
+                for k in range(n):
+                    gr[lane * stride + k] = g[lane * stride + k] * partial[k]
+        else:
+            for lane in range(lanes):
+                for k in range(n):
+                    gr[lane * stride + k] += g[lane * stride + k] * partial[k]
+    return True
+
+
+@register_jitable
+def where_vjp(ctx, i, lanes=1):
     """z = where(c, x, y): the gradient goes to x where c holds, to y elsewhere."""
     a, b, c = ctx.rows[i, A], ctx.rows[i, B], ctx.ipool[ctx.rows[i, AUX]]
-    g, cond = adjoint(ctx, i), value(ctx, c)
+    ctx.lane[0] = 0
+    g, cond, stride = lane_block(ctx, i, lanes), value(ctx, c), ctx.lane[1]
+    n = size_of(ctx, i)
     mc = operand_map(ctx, c, i)
     for r, taken in ((a, True), (b, False)):
         if has_adjoint(ctx, r):
-            gr, mr = accumulator(ctx, r), operand_map(ctx, r, i)
-            for k in range(g.size):
-                if (cond[mc[k]] != 0) == taken:
-                    gr[mr[k]] += g[k]
+            mr, nr = operand_map(ctx, r, i), size_of(ctx, r)
+            fresh = first_write_lanes(ctx, r, lanes)
+            gr = lane_block(ctx, r, lanes)
+            for lane in range(lanes):
+                base = lane * stride
+                if fresh:
+                    for k in range(nr):
+                        gr[base + k] = 0.0
+                for k in range(n):
+                    if (cond[mc[k]] != 0) == taken:
+                        gr[base + mr[k]] += g[base + k]
 
 
 # ---- the same derivatives written with autotape ops, for create_graph=True -------------

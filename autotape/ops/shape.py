@@ -10,8 +10,9 @@ import numpy as np
 from numba.extending import register_jitable
 
 from .codes import CONCAT, PUT_ADD, RESHAPE, SCATTER, SETITEM, STRIDED, TAKE
-from ..kernels.layout import (A, B, accumulator, adjoint, broadcast_map, first_write,
-                              has_adjoint, param, shape_of, strided_map, value)
+from ..kernels.layout import (A, B, accumulator, adjoint, broadcast_map, first_write_lanes,
+                              has_adjoint, lane_block, param, shape_of, size_of, strided_map,
+                              value)
 
 
 def view_pattern(shape, index):
@@ -55,15 +56,21 @@ def broadcast_pattern(shape, target):
 
 
 @register_jitable
-def reshape_vjp(ctx, i):
+def reshape_vjp(ctx, i, lanes=1):
     a = ctx.rows[i, A]
     if has_adjoint(ctx, a):
-        g, ga = adjoint(ctx, i), adjoint(ctx, a)
-        if first_write(ctx, a):
-            ga[:] = g
-        else:
-            for k in range(g.size):
-                ga[k] += g[k]
+        ctx.lane[0] = 0
+        g, ga, stride = lane_block(ctx, i, lanes), lane_block(ctx, a, lanes), ctx.lane[1]
+        n = size_of(ctx, i)
+        fresh = first_write_lanes(ctx, a, lanes)
+        for lane in range(lanes):
+            base = lane * stride
+            if fresh:
+                for k in range(n):
+                    ga[base + k] = g[base + k]
+            else:
+                for k in range(n):
+                    ga[base + k] += g[base + k]
 
 
 @register_jitable
@@ -85,59 +92,73 @@ def _pattern_map(ctx, i, shape):
 
 # A gather and a scatter-add are each other's transposes. Both come in two forms, by a
 # strided pattern (STRIDED / SCATTER) and by an index array (TAKE / PUT_ADD); the four
-# VJPs differ only in where the index map comes from.
+# VJPs differ only in where the index map comes from. The map depends on the row only,
+# so all K lanes of a sweep share one.
 
 @register_jitable
-def _scatter_add_into(ctx, i, a, m):
+def _scatter_add_into(ctx, i, a, m, lanes):
     """Operand a's adjoint += row i's adjoint scattered to positions m (repeats add)."""
-    g, ga = adjoint(ctx, i), accumulator(ctx, a)
-    for k in range(g.size):
-        ga[int(m[k])] += g[k]
+    ctx.lane[0] = 0
+    g, ga, stride = lane_block(ctx, i, lanes), lane_block(ctx, a, lanes), ctx.lane[1]
+    n, na = size_of(ctx, i), size_of(ctx, a)
+    fresh = first_write_lanes(ctx, a, lanes)
+    for lane in range(lanes):
+        base = lane * stride
+        if fresh:
+            for k in range(na):
+                ga[base + k] = 0.0
+        for k in range(n):
+            ga[base + int(m[k])] += g[base + k]
 
 
 @register_jitable
-def _gather_into(ctx, i, a, m):
+def _gather_into(ctx, i, a, m, lanes):
     """Operand a's adjoint (=, or += if written) row i's adjoint at positions m."""
-    g, ga = adjoint(ctx, i), adjoint(ctx, a)
-    if first_write(ctx, a):
-        for k in range(ga.size):
-            ga[k] = g[int(m[k])]
-    else:
-        for k in range(ga.size):
-            ga[k] += g[int(m[k])]
+    ctx.lane[0] = 0
+    g, ga, stride = lane_block(ctx, i, lanes), lane_block(ctx, a, lanes), ctx.lane[1]
+    na = size_of(ctx, a)
+    fresh = first_write_lanes(ctx, a, lanes)
+    for lane in range(lanes):
+        base = lane * stride
+        if fresh:
+            for k in range(na):
+                ga[base + k] = g[base + int(m[k])]
+        else:
+            for k in range(na):
+                ga[base + k] += g[base + int(m[k])]
 
 
 @register_jitable
-def strided_vjp(ctx, i):
+def strided_vjp(ctx, i, lanes=1):
     """z = gather(x, pattern): the VJP scatter-adds along the pattern."""
     a = ctx.rows[i, A]
     if has_adjoint(ctx, a):
-        _scatter_add_into(ctx, i, a, _pattern_map(ctx, i, shape_of(ctx, i)))
+        _scatter_add_into(ctx, i, a, _pattern_map(ctx, i, shape_of(ctx, i)), lanes)
 
 
 @register_jitable
-def scatter_vjp(ctx, i):
+def scatter_vjp(ctx, i, lanes=1):
     """z = scatter-add of x into zeros at the pattern (x has the pattern's shape): the
     VJP gathers."""
     a = ctx.rows[i, A]
     if has_adjoint(ctx, a):
-        _gather_into(ctx, i, a, _pattern_map(ctx, i, shape_of(ctx, a)))
+        _gather_into(ctx, i, a, _pattern_map(ctx, i, shape_of(ctx, a)), lanes)
 
 
 @register_jitable
-def take_vjp(ctx, i):
+def take_vjp(ctx, i, lanes=1):
     """z = x.flat[idx], idx held by operand b: the VJP scatter-adds back."""
     a = ctx.rows[i, A]
     if has_adjoint(ctx, a):
-        _scatter_add_into(ctx, i, a, value(ctx, ctx.rows[i, B]))
+        _scatter_add_into(ctx, i, a, value(ctx, ctx.rows[i, B]), lanes)
 
 
 @register_jitable
-def put_add_vjp(ctx, i):
+def put_add_vjp(ctx, i, lanes=1):
     """z = zeros with x added at idx (operand b): the VJP gathers."""
     a = ctx.rows[i, A]
     if has_adjoint(ctx, a):
-        _gather_into(ctx, i, a, value(ctx, ctx.rows[i, B]))
+        _gather_into(ctx, i, a, value(ctx, ctx.rows[i, B]), lanes)
 
 
 @register_jitable
