@@ -17,6 +17,7 @@ from .ops import codes
 from .ops.elementwise import binary_ops, unary_ops
 from .ops.reduce import axes_mask, reductions
 from .ops.shape import broadcast_pattern, index_map, transpose_pattern, view_pattern
+from .quiet import quiet
 from .tape import open_tape
 from .tensor import (_LEAF_VIEW_INPLACE, _NONLEAF_NO_GRAD_INPLACE, F32, F64,
                      Tensor, _array_value, _canonical, _constant, _f32, _new, _plain, _result,
@@ -76,7 +77,7 @@ def _cast_result(t, dtype):
 
 def _scalar_fallback(op, *args):
     """numpy's answer where a ``math`` function raises (log(0), 1/0, exp(1000))."""
-    with np.errstate(all="ignore"):
+    with quiet():
         return float(op.array(*(np.float64(v) for v in args)))
 
 
@@ -133,7 +134,7 @@ _UNARY_FUNCTIONS = {code: _unary_function(op) for code, op in unary_ops.items()}
 
 
 def _unary_array(op, x):
-    with np.errstate(all="ignore"):
+    with quiet():
         z, shape, dtype = _canonical(op.array(x._value))
     if _Mode.enabled and (x._tape is not None or x._requires_grad) and dtype.kind == "f":
         tape = _tape_for(x)
@@ -247,7 +248,7 @@ def _binary_arrays(op, x, y):
         y = _constant(y)
     xa = _array_value(x) if type(x) is Tensor else x
     ya = _array_value(y) if type(y) is Tensor else y
-    with np.errstate(all="ignore"):
+    with quiet():
         z, shape, dtype = _canonical(op.array(xa, ya))
     if dtype.kind == "f" and _recording(x, y):
         tape = _tape_for(x, y)
@@ -260,7 +261,7 @@ def _binary_arrays(op, x, y):
 def _compare(np_fn, x, y):
     xa = _array_value(x)
     ya = _array_value(y) if type(y) is Tensor else y
-    with np.errstate(all="ignore"):
+    with quiet():
         return _plain(*_canonical(np_fn(xa, ya)))
 
 
@@ -314,7 +315,7 @@ def _reduce(code, x, axis, keepdims):
     x = as_tensor(x)
     axes = tuple(range(x.ndim)) if axis is None else normalize_axis_tuple(axis, x.ndim)
     fn = reductions[code]
-    with np.errstate(all="ignore"), warnings.catch_warnings():
+    with quiet(), warnings.catch_warnings():
         warnings.simplefilter("ignore", RuntimeWarning)
         z, shape, dtype = _canonical(fn(_array_value(x), axis=axes, keepdims=keepdims))
     if dtype.kind == "f" and _recording(x):

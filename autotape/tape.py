@@ -17,6 +17,7 @@ sweeps tapes newest first and passes each IMPORT row's adjoint to the row it cam
 so a graph may span any number of tapes.
 """
 import itertools
+import math
 import weakref
 from array import array
 from collections import namedtuple
@@ -89,7 +90,7 @@ class Tape:
             sid = self.shape_ids[shape] = len(self.shape_size)
             self.shape_ndim.append(len(shape))
             self.shape_dims.extend(shape)
-            self.shape_size.append(int(np.prod(shape, dtype=np.int64)))
+            self.shape_size.append(math.prod(shape))
         return sid
 
     def push_scalar(self, op, a, b, value):

@@ -15,6 +15,7 @@ import weakref
 import numpy as np
 
 from .grad_mode import _Mode
+from .quiet import quiet
 from .ops import codes
 from .ops.elementwise import binary_ops, unary_ops
 
@@ -336,7 +337,7 @@ class Tensor:
         if not self.requires_grad and not (other_requires and _Mode.enabled) \
                 and type(self._value) is np.ndarray and self._value.flags.writeable:
             other_value = _array_value(other) if type(other) is Tensor else other
-            with np.errstate(all="ignore"):
+            with quiet():
                 op.array(self._value, other_value, out=self._value)
             return self
         if self._tape is not None and not _Mode.enabled:
@@ -472,6 +473,8 @@ def _tape_value(v):
     """A value as the tape stores it: a float, or a flat float64 array."""
     if type(v) is float:
         return v
+    if type(v) is np.ndarray and v.dtype == F64 and v.flags.c_contiguous:
+        return v.reshape(-1)                  # a view: no copy, no dtype dispatch
     return np.ascontiguousarray(v, F64).reshape(-1)
 
 

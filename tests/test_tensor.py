@@ -263,3 +263,17 @@ def test_zero_d_views_of_recorded_tensors_are_zero_d():
     s = (x * 2).sum()
     assert s.T.numpy().shape == () and at.broadcast_to(s, ()).numpy().shape == ()
     assert at.grad(y + s.T, x)[0].tolist() == [4.0, 2.0]
+
+
+def test_recorded_ops_are_quiet_and_leave_numpy_error_state_alone():
+    import warnings
+    before = np.geterr()
+    with warnings.catch_warnings():
+        warnings.simplefilter("error")
+        x = at.tensor([0.0, -1.0], requires_grad=True)
+        y = at.log(x) / x
+    assert np.isneginf(y.numpy()[0])
+    assert np.isnan(y.numpy()[1])
+    assert np.geterr() == before
+    with pytest.warns(RuntimeWarning):
+        np.log(np.array([0.0]))
