@@ -15,7 +15,7 @@ from .ops.elementwise import binary_ops as _binary_ops, unary_ops as _unary_ops
 from .composite import *  # noqa: F401,F403  (composed functions: composite.__all__)
 from . import composite as _composite
 from .record import (_BINARY_FUNCTIONS, _UNARY_FUNCTIONS, amax, amin, astype, broadcast_to,
-                     clip, concatenate, cumsum, matmul, max, mean, min, prod, reshape, stack,
+                     clip, concatenate, cumprod, cumsum, matmul, max, mean, min, prod, reshape, stack,
                      sum, transpose, where)
 from .tensor import Tensor, as_tensor
 from . import func
@@ -33,7 +33,7 @@ __all__ = [
     "eye", "arange", "linspace",
     "grad", "backward", "gradcheck", "gradgradcheck", "GradcheckError", "no_grad",
     "enable_grad", "set_grad_enabled", "is_grad_enabled",
-    "where", "clip", "sum", "mean", "max", "min", "amax", "amin", "prod", "cumsum",
+    "where", "clip", "sum", "mean", "max", "min", "amax", "amin", "prod", "cumsum", "cumprod",
     "matmul", "reshape", "transpose", "astype",
     "broadcast_to", "stack", "concatenate",
 ] + _composite.__all__ + [op.name for op in _unary_ops.values()] + [

@@ -59,6 +59,8 @@ FUNCTIONS = {
     np.prod: _reduction(record.prod),
     np.cumsum: lambda a, axis=None, dtype=None, out=None: _plain_call(
         "cumsum", record.cumsum, a, axis, dtype=dtype, out=out),
+    np.cumprod: lambda a, axis=None, dtype=None, out=None: _plain_call(
+        "cumprod", record.cumprod, a, axis, dtype=dtype, out=out),
     np.mean: _reduction(record.mean),
     np.max: lambda a, axis=None, out=None, keepdims=False: _plain_call(
         "max", record.max, a, axis, keepdims, out=out),

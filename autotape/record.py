@@ -5,6 +5,7 @@ Python floats (0-d) or numpy, and, when grad mode is on and an operand requires 
 appends one row to the open tape (see tape.py). The 0-d elementwise paths are the hot
 path of scalar code and are written for speed; the rest favour clarity.
 """
+import math
 import numbers
 import warnings
 import weakref
@@ -353,16 +354,31 @@ def prod(x, axis=None, keepdims=False):
 
 def cumsum(x, axis=None):
     """Cumulative sum along ``axis`` (of the flattened tensor when None)."""
+    return _scan(codes.CUMSUM, np.cumsum, x, axis)
+
+
+def cumprod(x, axis=None):
+    """Cumulative product along ``axis`` (of the flattened tensor when None). Its
+    gradient never divides by x, so it is exact where x has zeros.
+
+    >>> x = at.tensor([2.0, 0.0, 3.0], requires_grad=True)
+    >>> at.grad(at.cumprod(x).sum(), x)
+    (tensor([1., 8., 0.]),)
+    """
+    return _scan(codes.CUMPROD, np.cumprod, x, axis)
+
+
+def _scan(code, np_fn, x, axis):
     x = as_tensor(x)
     if axis is None:
         x, axis = reshape(x, (-1,)), 0
     axis = normalize_axis_index(axis, x.ndim)
-    z, shape, dtype = _canonical(np.cumsum(_array_value(x), axis=axis))
+    z, shape, dtype = _canonical(np_fn(_array_value(x), axis=axis))
     if dtype.kind == "f" and _recording(x):
-        outer = int(np.prod(x._shape[:axis], dtype=np.int64))
-        inner = int(np.prod(x._shape[axis + 1:], dtype=np.int64))
+        outer = math.prod(x._shape[:axis])
+        inner = math.prod(x._shape[axis + 1:])
         tape = _tape_for(x)
-        row = tape.push(codes.CUMSUM, _row_of(x, tape), -1, shape,
+        row = tape.push(code, _row_of(x, tape), -1, shape,
                         tape.params((outer, x._shape[axis], inner)), _tape_value(z))
         return _result(z, shape, dtype, tape, row)
     return _plain(z, shape, dtype)

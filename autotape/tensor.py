@@ -283,6 +283,9 @@ class Tensor:
     def cumsum(self, axis=None):
         return record_cumsum(self, axis)
 
+    def cumprod(self, axis=None):
+        return record_cumprod(self, axis)
+
     def var(self, axis=None, ddof=0, keepdims=False):
         from .composite import var
         return var(self, axis, ddof, keepdims)
@@ -402,7 +405,7 @@ _OP_NAMES.update({codes.TAKE: "IndexBackward", codes.PUT_ADD: "IndexPutBackward"
                   codes.WHERE: "WhereBackward", codes.SUM: "SumBackward",
                   codes.MEAN: "MeanBackward", codes.MAX: "MaxBackward",
                   codes.MIN: "MinBackward", codes.SCATTER: "ScatterBackward",
-                  codes.PROD: "ProdBackward", codes.CUMSUM: "CumsumBackward", codes.RESHAPE: "ReshapeBackward",
+                  codes.PROD: "ProdBackward", codes.CUMSUM: "CumsumBackward", codes.CUMPROD: "CumprodBackward", codes.RESHAPE: "ReshapeBackward",
                   codes.STRIDED: "ViewBackward", codes.SETITEM: "CopySlices",
                   codes.CONCAT: "CatBackward", codes.MATMUL: "MatmulBackward"})
 
@@ -483,7 +486,8 @@ def _tape_value(v):
 from .record import (_UNARY_FUNCTIONS, _binary, _cast_result, _compare, clip,  # noqa: E402
                      _getitem, _reduce, _setitem, add, astype, divide, matmul, multiply,
                      power, reshape, subtract, transpose)
-from .record import cumsum as record_cumsum, prod as record_prod  # noqa: E402
+from .record import cumprod as record_cumprod, cumsum as record_cumsum  # noqa: E402
+from .record import prod as record_prod  # noqa: E402
 from .record import max as record_max, min as record_min  # noqa: E402
 
 Tensor.__add__, Tensor.__sub__, Tensor.__mul__ = add, subtract, multiply

@@ -44,7 +44,8 @@ def test_binary_ops_in_lanes(name):
 FAMILIES = {
     "where": (lambda x, y: at.where(x > 0, x * y, y), [(3, 4), (3, 4)]),
     "reductions": (lambda x: at.stack([x.sum(axis=0), x.max(axis=0), x.prod(axis=0),
-                                        x.mean(axis=0), at.cumsum(x, axis=0)[-1]]),
+                                        x.mean(axis=0), at.cumsum(x, axis=0)[-1],
+                                        at.cumprod(x, axis=0)[-1]]),
                    [(3, 4)]),
     "whole max": (lambda x: at.max(x) * x, [(2, 3)]),
     "softmax": (lambda x: at.log_softmax(x, axis=-1) * at.softmax(x, axis=0), [(3, 4)]),

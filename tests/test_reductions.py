@@ -113,3 +113,47 @@ def test_cumsum(axis):
     check_grads(lambda t: at.cumsum(t, axis), x)
     check_second_order(lambda t: at.cumsum(t * t, axis) * t.sum(), x)
     assert np.cumsum(at.tensor(x, requires_grad=True), axis=axis).requires_grad
+
+
+@pytest.mark.parametrize("axis", [None, 0, 1, -1])
+def test_cumprod(axis):
+    x = rng.uniform(0.5, 1.5, (3, 4)) * rng.choice([-1.0, 1.0], (3, 4))
+    np.testing.assert_allclose(at.cumprod(at.tensor(x), axis).numpy(), np.cumprod(x, axis),
+                               rtol=1e-15)
+    check_grads(lambda t: at.cumprod(t, axis), x)
+    check_second_order(lambda t: at.cumprod(t, axis) * t.sum(), x)
+    assert np.cumprod(at.tensor(x, requires_grad=True), axis=axis).requires_grad
+    assert at.tensor(x).cumprod(axis).shape == np.cumprod(x, axis).shape
+
+
+def test_cumprod_is_exact_at_zeros_to_second_order():
+    """d/dx_j of sum(cumprod(x)) = sum_{k>=j} prod_{t<=k, t!=j} x_t, with no division."""
+    x0 = np.array([2.0, 0.0, 3.0, 0.0, 5.0])
+
+    def expected_grad(x):
+        n = x.size
+        return np.array([sum(np.prod([x[t] for t in range(k + 1) if t != j])
+                             for k in range(j, n)) for j in range(n)])
+    x = at.tensor(x0, requires_grad=True)
+    g, = at.grad(at.cumprod(x).sum(), x, create_graph=True)
+    np.testing.assert_array_equal(g.numpy(), expected_grad(x0))
+    y = at.tensor(x0, requires_grad=True)
+    compiled, = at.grad(at.cumprod(y).sum(), y)
+    np.testing.assert_array_equal(compiled.numpy(), expected_grad(x0))
+    H = np.stack([at.grad(g[i], x, retain_graph=True)[0].numpy() for i in range(5)])
+    eps = 1e-6
+    fd = np.stack([(expected_grad(x0 + eps * e) - expected_grad(x0 - eps * e)) / (2 * eps)
+                   for e in np.eye(5)], axis=1)
+    np.testing.assert_allclose(H, fd, atol=1e-6)
+
+
+def test_cumprod_matches_torch():
+    torch = pytest.importorskip("torch")
+    x0 = rng.uniform(-1.5, 1.5, (3, 5))
+    x0[1, 2] = 0.0
+    xt = torch.tensor(x0, requires_grad=True)
+    w = rng.uniform(-1, 1, (3, 5))
+    gt, = torch.autograd.grad((torch.cumprod(xt, 1) * torch.tensor(w)).sum(), xt)
+    x = at.tensor(x0, requires_grad=True)
+    g, = at.grad((at.cumprod(x, 1) * w).sum(), x)
+    np.testing.assert_allclose(g.numpy(), gt.numpy(), rtol=1e-12, atol=1e-14)

@@ -26,7 +26,7 @@ WHERE = 400
 # Reductions over an axis bitmask held in the int pool.
 SUM, MEAN, MAX, MIN, PROD = 500, 501, 502, 503, 504
 # Scans along one axis (params: outer, length, inner).
-CUMSUM = 550
+CUMSUM, CUMPROD = 550, 551
 REDUCE_FIRST, REDUCE_LAST = 500, 599
 
 # Layout: reshape (same flat data, in a new shape or float dtype), strided gather

@@ -1,16 +1,18 @@
-"""Reductions over an axis set: sum, mean, max, min, prod; and cumsum along one axis.
+"""Reductions over an axis set: sum, mean, max, min, prod; cumsum and cumprod along one
+axis.
 
 The row's int parameter is a bitmask of the reduced axes of the operand. The VJP of sum
 and mean broadcasts the output gradient back over those axes (times 1/count for mean);
 that of max and min sends it to the elements equal to the result, split evenly among
 ties (torch's amax rule); that of prod is z / x, computed so that zeros are exact: in
 a group with one zero only that element gets a gradient (the product of the others),
-with two or more none does.
+with two or more none does. cumprod's VJP is a backward recurrence that never divides,
+so it is exact at zeros too.
 """
 import numpy as np
 from numba.extending import register_jitable
 
-from .codes import CUMSUM, MAX, MEAN, MIN, PROD, SUM
+from .codes import CUMPROD, CUMSUM, MAX, MEAN, MIN, PROD, SUM
 from ..kernels.layout import (A, accumulator, adjoint, broadcast_map, first_write,
                               has_adjoint, param, shape_of, size_of, value)
 
@@ -87,6 +89,26 @@ def cumsum_vjp(ctx, i):
 
 
 @register_jitable
+def cumprod_vjp(ctx, i):
+    """z = cumprod(x) along an axis viewed as (outer, length, inner):
+    dx_j = z_(j-1) r_j, where r_j = g_j + x_(j+1) r_(j+1) is the sum over k >= j of g_k
+    times the product of x over j < t <= k. No division: exact where x has zeros."""
+    a = ctx.rows[i, A]
+    if not has_adjoint(ctx, a):
+        return
+    outer, length, inner = param(ctx, i, 0), param(ctx, i, 1), param(ctx, i, 2)
+    x, z, g, ga = value(ctx, a), value(ctx, i), adjoint(ctx, i), accumulator(ctx, a)
+    for o in range(outer):
+        for c in range(inner):
+            r, x_next = 0.0, 0.0
+            for j in range(length - 1, -1, -1):
+                k = (o * length + j) * inner + c
+                r = g[k] + x_next * r
+                x_next = x[k]
+                ga[k] += (z[k - inner] if j > 0 else 1.0) * r
+
+
+@register_jitable
 def reduce_vjp(ctx, i):
     a = ctx.rows[i, A]
     if not has_adjoint(ctx, a):
@@ -99,6 +121,9 @@ def reduce_vjp(ctx, i):
         return
     if ctx.rows[i, 0] == CUMSUM:
         cumsum_vjp(ctx, i)
+        return
+    if ctx.rows[i, 0] == CUMPROD:
+        cumprod_vjp(ctx, i)
         return
     g, ga = adjoint(ctx, i), adjoint(ctx, a)
     assign = first_write(ctx, a)          # every element of ga is written below
@@ -167,8 +192,24 @@ def _reverse_cumsum(at, g, r):
     return at.flip(at.cumsum(at.flip(g3, 1), axis=1), 1).reshape(r.x.shape)
 
 
+def _cumprod_rule(at, g, r):
+    """The compiled recurrence as recorded ops, without division (exact at zeros, to any
+    order): with Q[j, k] = prod of x over j < t <= k (a cumprod of x with the first j+1
+    entries set to 1), dx_j = z_(j-1) sum_(k >= j) g_k Q[j, k]. Costs length^2."""
+    outer, length, inner = (int(v) for v in r.params[:3])
+    x3, g3, z3 = (t.reshape(outer, 1, length, inner) for t in (r.x, g, r.z))
+    j = np.arange(length)
+    later = (j[None, :] > j[:, None])[None, :, :, None]          # [j, t]: t > j
+    q = at.cumprod(at.where(later, x3, 1.0), axis=2)
+    r_j = at.where(~later & (j[None, :] != j[:, None])[None, :, :, None], 0.0,
+                   g3 * q).sum(axis=2)                              # sum over k >= j
+    z_prev = at.concatenate([at.ones((outer, 1, inner)), z3[:, 0, :-1]], axis=1)
+    return (z_prev * r_j).reshape(r.x.shape)
+
+
 graph_vjps = {
     PROD: lambda at, g, r, k: _prod_rule(at, g, r),
+    CUMPROD: lambda at, g, r, k: _cumprod_rule(at, g, r),
     CUMSUM: lambda at, g, r, k: _reverse_cumsum(at, g, r),
     SUM:  lambda at, g, r, k: _expand(at, g, r),
     MEAN: lambda at, g, r, k: _expand(at, g, r) * (r.z.size / max(r.x.size, 1)),
