@@ -54,6 +54,13 @@ def _refuse(name, **given):
                         f"numpy.{name} on Tensors")
 
 
+def _einsum(*operands, out=None, dtype=None, order="K", casting="safe", optimize=False):
+    """np.einsum on Tensors (``optimize`` is a hint and is accepted with any value)."""
+    return _plain_call("einsum", composite.einsum, *operands, out=out, dtype=dtype,
+                       order=None if order == "K" else order,
+                       casting=None if casting == "safe" else casting)
+
+
 FUNCTIONS = {
     np.sum: _reduction(record.sum),
     np.prod: _reduction(record.prod),
@@ -92,6 +99,7 @@ FUNCTIONS = {
     np.clip: lambda a, a_min=None, a_max=None: record.clip(a, a_min, a_max),
     np.round: _round,
     np.dot: _dot,
+    np.einsum: _einsum,
     np.linalg.norm: lambda x, ord=None, axis=None, keepdims=False: composite.norm(
         x, ord, axis, keepdims),
     **{getattr(np, name): getattr(composite, name) for name in (
