@@ -18,7 +18,7 @@ from .record import (_BINARY_FUNCTIONS, _UNARY_FUNCTIONS, amax, amin, astype, br
                      clip, concatenate, cumprod, cumsum, matmul, max, mean, min, prod, reshape, stack,
                      sum, transpose, where)
 from .tensor import Tensor, as_tensor
-from . import func
+from . import func, linalg
 
 __version__ = "0.1.0"
 

@@ -7,7 +7,7 @@ without a word.
 """
 import numpy as np
 
-from . import composite, record
+from . import composite, linalg, record
 from .ops.elementwise import binary_ops, unary_ops
 from .record import _BINARY_FUNCTIONS, _UNARY_FUNCTIONS
 
@@ -102,6 +102,8 @@ FUNCTIONS = {
     np.einsum: _einsum,
     np.linalg.norm: lambda x, ord=None, axis=None, keepdims=False: composite.norm(
         x, ord, axis, keepdims),
+    **{getattr(np.linalg, name): getattr(linalg, name) for name in (
+        "inv", "solve", "det", "slogdet", "cholesky", "eigh", "eigvalsh")},
     **{getattr(np, name): getattr(composite, name) for name in (
         "expand_dims", "squeeze", "ravel", "swapaxes", "moveaxis", "flip", "split", "roll",
         "tile", "repeat", "pad", "triu", "tril", "vdot", "outer", "tensordot", "inner",

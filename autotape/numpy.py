@@ -33,9 +33,7 @@ def ones_like(a, dtype=None):
     return _at.ones_like(_at.as_tensor(a), dtype=dtype)
 
 
-class linalg:
-    """numpy.linalg's names that autotape provides."""
-    norm = staticmethod(_composite.norm)
+from . import linalg  # noqa: E402,F401  (numpy.linalg's names: inv, solve, det, ...)
 
 
 def __getattr__(name):

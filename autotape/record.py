@@ -679,6 +679,23 @@ def concatenate(tensors, axis=0):
 
 # ---- linear algebra ---------------------------------------------------------------------
 
+def _record_op(code, value, *operands, aux=None):
+    """Record an op (one or two operands) whose value numpy has computed. ``aux()``, if
+    given, computes an array the op's VJP reads (an inverse, say); it is saved as a
+    constant row named by the row's first int parameter."""
+    z, shape, dtype = _canonical(value)
+    if dtype.kind == "f" and _recording(*operands):
+        tape = _tape_for(*operands)
+        rows = [_row_of(t, tape) for t in operands] + [-1]
+        params = -1
+        if aux is not None:
+            saved = np.ascontiguousarray(aux(), F64)
+            params = tape.params((tape.const(saved.reshape(-1), saved.shape),))
+        row = tape.push(code, rows[0], rows[1], shape, params, _tape_value(z))
+        return _result(z, shape, dtype, tape, row)
+    return _plain(z, shape, dtype)
+
+
 def matmul(x, y):
     """Matrix product with numpy's rules: 1-D operands, batch axes, broadcasting."""
     x, y = as_tensor(x), as_tensor(y)

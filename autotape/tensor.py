@@ -407,7 +407,11 @@ _OP_NAMES.update({codes.TAKE: "IndexBackward", codes.PUT_ADD: "IndexPutBackward"
                   codes.MIN: "MinBackward", codes.SCATTER: "ScatterBackward",
                   codes.PROD: "ProdBackward", codes.CUMSUM: "CumsumBackward", codes.CUMPROD: "CumprodBackward", codes.RESHAPE: "ReshapeBackward",
                   codes.STRIDED: "ViewBackward", codes.SETITEM: "CopySlices",
-                  codes.CONCAT: "CatBackward", codes.MATMUL: "MatmulBackward"})
+                  codes.CONCAT: "CatBackward", codes.MATMUL: "MatmulBackward",
+                  codes.INV: "LinalgInvBackward", codes.SOLVE: "LinalgSolveBackward",
+                  codes.SLOGDET: "LinalgSlogdetBackward",
+                  codes.CHOLESKY: "LinalgCholeskyBackward",
+                  codes.EIGH: "LinalgEighBackward"})
 
 
 # ---- making tensors -------------------------------------------------------------------------

@@ -14,12 +14,12 @@ import numpy as np
 from numba import carray
 from numba.extending import register_jitable
 
-from ..ops.codes import (BINARY_FIRST, BINARY_LAST, CONCAT, CONST, MATMUL, PUT_ADD,
-                         REDUCE_FIRST, REDUCE_LAST, RESHAPE, SCATTER, SETITEM, SOURCE_LAST,
-                         STRIDED, TAKE, UNARY_FIRST, UNARY_LAST, WHERE)
+from ..ops.codes import (BINARY_FIRST, BINARY_LAST, CONCAT, CONST, LINALG_FIRST, LINALG_LAST,
+                         MATMUL, PUT_ADD, REDUCE_FIRST, REDUCE_LAST, RESHAPE, SCATTER, SETITEM,
+                         SOURCE_LAST, STRIDED, TAKE, UNARY_FIRST, UNARY_LAST, WHERE)
 from ..ops.elementwise import (binary_partial_x, binary_partial_y, binary_vjp,
                                elementwise_vjp_lanes, unary_partial, unary_vjp, where_vjp)
-from ..ops.linalg import matmul_vjp, matmul_vjp_lanes
+from ..ops.linalg import linalg_vjp, matmul_vjp, matmul_vjp_lanes
 from ..ops.reduce import reduce_vjp
 from ..ops.shape import (concat_vjp, put_add_vjp, reshape_vjp, scatter_vjp, setitem_vjp,
                          strided_vjp, take_vjp)
@@ -160,6 +160,8 @@ def reverse_sweep(rows, ipool, shape_ndim, shape_start, shape_dims, shape_size,
             elif op == MATMUL:
                 if done != 3:
                     matmul_vjp(ctx, i, 3 & ~done)
+            elif LINALG_FIRST <= op <= LINALG_LAST:
+                linalg_vjp(ctx, i)
             else:
                 return UNKNOWN_OP, adj_off, total
     for k in range(lanes):                     # read by the caller: never left unwritten

@@ -37,3 +37,7 @@ RESHAPE, STRIDED, SETITEM, CONCAT, SCATTER, TAKE, PUT_ADD = range(600, 607)
 
 # Linear algebra.
 MATMUL = 700
+# numpy.linalg on the last two axes (a batch of square matrices); parameters name rows
+# of auxiliary values saved when recorded (an inverse, say) that the VJP reads.
+INV, SOLVE, SLOGDET, CHOLESKY, EIGH = 701, 702, 703, 704, 705
+LINALG_FIRST, LINALG_LAST = 700, 799

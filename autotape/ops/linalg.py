@@ -5,13 +5,15 @@ row, a 1-D right operand a (k, 1) column; the output's flat layout is the same e
 way, so one kernel serves all cases:
 dA = G @ B.T, dB = A.T @ G. Large products call BLAS (numpy's OpenBLAS, kernels/blas.py).
 """
+import numpy as np
+from numba import carray
 from numba.extending import register_jitable
 
-from .codes import MATMUL
+from .codes import CHOLESKY, EIGH, INV, MATMUL, SLOGDET, SOLVE
 from ..kernels.blas import NO_TRANS, TRANS, cblas_dgemm
-from ..kernels.layout import (A, B, accumulator, adjoint, adjoint_address, broadcast_map,
-                              first_write, first_write_lanes, has_adjoint, shape_of, value,
-                              value_address)
+from ..kernels.layout import (A, B, OP, _f64_pointer, accumulator, adjoint, adjoint_address,
+                              broadcast_map, first_write, first_write_lanes, has_adjoint, param,
+                              shape_of, size_of, value, value_address)
 
 BLAS_MIN_FLOPS = 4096       # below this, the loops beat a library call
 
@@ -145,3 +147,153 @@ def _matmul(at, g, r, k):
 
 
 graph_vjps = {MATMUL: _matmul}
+
+
+# ---- numpy.linalg ---------------------------------------------------------------------
+# Each VJP is a few small matrix products per matrix of the batch, with values saved
+# when the op was recorded (the output itself, or an inverse as an auxiliary row):
+#   inv      Z = A^-1              dA = -Z^T G Z^T
+#   slogdet  l = log|det A|        dA = g A^-T
+#   solve    X = A^-1 B            dB = A^-T G,  dA = -dB X^T
+#   cholesky A = L L^T             dA = sym(L^-T Phi(L^T G) L^-1), Phi: lower half, diagonal halved
+#   eigh     A = V diag(w) V^T     dA = sym(V (diag(g_w) + F o (V^T G_V)) V^T), F_ij = 1/(w_j - w_i)
+# cholesky and eigh read only one triangle of A, so their gradient is taken on the
+# symmetric part: sym(M) = (M + M^T) / 2.
+
+@register_jitable
+def _gemm(ctx, ta, tb, n, m, k, alpha, a, lda, b, ldb, beta, c, ldc):
+    """C (n, m) = alpha op(A) op(B) + beta C on row-major data at addresses a, b, c."""
+    if ctx.dgemm != 0:
+        cblas_dgemm(ctx.dgemm, TRANS if ta else NO_TRANS, TRANS if tb else NO_TRANS, n, m,
+                    k, alpha, a, lda, b, ldb, beta, c, ldc)
+        return
+    x = carray(_f64_pointer(a), (k if ta else n) * lda)
+    y = carray(_f64_pointer(b), (m if tb else k) * ldb)
+    out = carray(_f64_pointer(c), n * ldc)
+    for i in range(n):
+        for j in range(m):
+            s = 0.0
+            for p in range(k):
+                s += (x[p * lda + i] if ta else x[i * lda + p]) * \
+                    (y[j * ldb + p] if tb else y[p * ldb + j])
+            out[i * ldc + j] = alpha * s + (beta * out[i * ldc + j] if beta != 0.0 else 0.0)
+
+
+@register_jitable
+def _add_symmetric_part(ga, off, s, n):
+    for r in range(n):
+        for c in range(n):
+            ga[off + r * n + c] += 0.5 * (s[r * n + c] + s[c * n + r])
+
+
+@register_jitable
+def linalg_vjp(ctx, i):
+    op = ctx.rows[i, OP]
+    a, b = ctx.rows[i, A], ctx.rows[i, B]
+    sa = shape_of(ctx, a)
+    n = sa[sa.size - 1]
+    nn = n * n
+    batch = size_of(ctx, a) // nn if nn > 0 else 0
+    g, z = adjoint_address(ctx, i), value_address(ctx, i)
+    t1, t2 = np.empty(nn), np.empty(nn)
+    p1, p2 = t1.ctypes.data, t2.ctypes.data
+    if op == SOLVE:
+        k = size_of(ctx, b) // (batch * n) if batch * n > 0 else 0
+        inv_t = value_address(ctx, param(ctx, i, 0))
+        db = np.empty(n * k)
+        if has_adjoint(ctx, a):
+            accumulator(ctx, a)
+        if has_adjoint(ctx, b):
+            accumulator(ctx, b)
+        for m in range(batch):
+            ob = 8 * m * n * k
+            _gemm(ctx, False, False, n, k, n, 1.0, inv_t + 8 * m * nn, n, g + ob, k, 0.0,
+                  db.ctypes.data, k)
+            if has_adjoint(ctx, b):
+                gb = adjoint(ctx, b)
+                for e in range(n * k):
+                    gb[m * n * k + e] += db[e]
+            if has_adjoint(ctx, a):
+                _gemm(ctx, False, True, n, n, k, -1.0, db.ctypes.data, k, z + ob, k, 1.0,
+                      adjoint_address(ctx, a) + 8 * m * nn, n)
+        return
+    if not has_adjoint(ctx, a):
+        return
+    ga = accumulator(ctx, a)
+    for m in range(batch):
+        o = 8 * m * nn
+        if op == INV:
+            _gemm(ctx, False, True, n, n, n, 1.0, g + o, n, z + o, n, 0.0, p1, n)
+            _gemm(ctx, True, False, n, n, n, -1.0, z + o, n, p1, n, 1.0,
+                  adjoint_address(ctx, a) + o, n)
+        elif op == SLOGDET:
+            gm, inv_t = adjoint(ctx, i)[m], value(ctx, param(ctx, i, 0))
+            for e in range(nn):
+                ga[m * nn + e] += gm * inv_t[m * nn + e]
+        elif op == CHOLESKY:
+            l_inv = value_address(ctx, param(ctx, i, 0))
+            _gemm(ctx, True, False, n, n, n, 1.0, z + o, n, g + o, n, 0.0, p1, n)
+            for r in range(n):
+                t1[r * n + r] *= 0.5
+                for c in range(r + 1, n):
+                    t1[r * n + c] = 0.0
+            _gemm(ctx, True, False, n, n, n, 1.0, l_inv + o, n, p1, n, 0.0, p2, n)
+            _gemm(ctx, False, False, n, n, n, 1.0, p2, n, l_inv + o, n, 0.0, p1, n)
+            _add_symmetric_part(ga, m * nn, t1, n)
+        elif op == EIGH:                      # packed (n + 1, n): rows of V, then w
+            op_ = 8 * m * (nn + n)
+            w = carray(_f64_pointer(z + op_ + 8 * nn), n)
+            g_w = carray(_f64_pointer(g + op_ + 8 * nn), n)
+            _gemm(ctx, True, False, n, n, n, 1.0, z + op_, n, g + op_, n, 0.0, p1, n)
+            for r in range(n):
+                for c in range(n):
+                    t1[r * n + c] = g_w[r] if r == c else t1[r * n + c] / (w[c] - w[r])
+            _gemm(ctx, False, False, n, n, n, 1.0, z + op_, n, p1, n, 0.0, p2, n)
+            _gemm(ctx, False, True, n, n, n, 1.0, p2, n, z + op_, n, 0.0, p1, n)
+            _add_symmetric_part(ga, m * nn, t1, n)
+
+
+def _t(at, m):
+    return at.swapaxes(m, -1, -2)
+
+
+def _inv_rule(at, g, r, k):
+    zt = _t(at, r.z)
+    return -(zt @ g @ zt)
+
+
+def _slogdet_rule(at, g, r, k):
+    from .. import linalg
+    return g[..., None, None] * _t(at, linalg.inv(r.x))
+
+
+def _solve_rule(at, g, r, k):
+    from .. import linalg
+    db = linalg.solve(_t(at, r.x), g)
+    return db if k == 1 else -(db @ _t(at, r.z))
+
+
+def _sym(at, m):
+    return (m + _t(at, m)) * 0.5
+
+
+def _cholesky_rule(at, g, r, k):
+    from .. import linalg
+    n = r.z.shape[-1]
+    l_inv = linalg.inv(r.z)
+    half_lower = np.tril(np.ones((n, n))) - 0.5 * np.eye(n)
+    return _sym(at, _t(at, l_inv) @ ((_t(at, r.z) @ g) * half_lower) @ l_inv)
+
+
+def _eigh_rule(at, g, r, k):
+    n = r.z.shape[-1]
+    v, w = r.z[..., :n, :], r.z[..., n, :]
+    g_v, g_w = g[..., :n, :], g[..., n, :]
+    eye = np.eye(n, dtype=bool)
+    gap = at.where(eye, 1.0, w[..., None, :] - w[..., :, None])   # w_j - w_i
+    inner = at.where(eye, 0.0, (_t(at, v) @ g_v) / gap) + g_w[..., None, :] * np.eye(n)
+    return _sym(at, v @ inner @ _t(at, v))
+
+
+graph_vjps.update({INV: _inv_rule, SLOGDET: _slogdet_rule, SOLVE: _solve_rule,
+                   CHOLESKY: _cholesky_rule, EIGH: _eigh_rule})
