@@ -89,9 +89,9 @@ def det(a):
 
 
 def cholesky(a):
-    """The lower Cholesky factor L of each symmetric positive-definite matrix (numpy
-    reads the lower triangle). The gradient is taken on the symmetric part of A (a
-    symmetric matrix's perturbations are symmetric): sym(L^-T Phi(L^T G) L^-1)."""
+    """The lower Cholesky factor L of each symmetric positive-definite matrix. As in
+    numpy, only the lower triangle of A is read, and the gradient is exactly that of
+    this function: zero above the diagonal (see ops/linalg.py)."""
     a = _square(a, "cholesky")
     factor = np.linalg.cholesky(_array_value(a))
     return _record_op(codes.CHOLESKY, factor, a, aux=lambda: np.linalg.inv(factor))
@@ -99,14 +99,17 @@ def cholesky(a):
 
 def eigh(a, UPLO="L"):
     """Eigenvalues (ascending) and eigenvectors of each symmetric matrix, as
-    numpy.linalg.eigh. The gradient assumes distinct eigenvalues (it divides by their
-    gaps) and, like cholesky's, is taken on the symmetric part of A. Functions of the
-    eigenvectors should not depend on their signs, which are arbitrary."""
+    numpy.linalg.eigh, which reads the ``UPLO`` triangle of A only; the gradient is
+    that function's (zero in the other triangle). It assumes distinct eigenvalues (it
+    divides by their gaps). Functions of the eigenvectors should not depend on their
+    signs, which are arbitrary."""
     a = _square(a, "eigh")
+    if UPLO not in ("L", "U"):
+        raise ValueError("UPLO argument must be 'L' or 'U'")
     w, v = np.linalg.eigh(_array_value(a), UPLO)
     n = a.shape[-1]
     packed = np.concatenate([v, w[..., None, :]], axis=-2)     # (..., n + 1, n)
-    z = _record_op(codes.EIGH, packed, a)
+    z = _record_op(codes.EIGH, packed, a, params=(int(UPLO == "U"),))
     return EighResult(z[..., n, :], z[..., :n, :])
 
 

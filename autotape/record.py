@@ -679,19 +679,20 @@ def concatenate(tensors, axis=0):
 
 # ---- linear algebra ---------------------------------------------------------------------
 
-def _record_op(code, value, *operands, aux=None):
+def _record_op(code, value, *operands, aux=None, params=()):
     """Record an op (one or two operands) whose value numpy has computed. ``aux()``, if
     given, computes an array the op's VJP reads (an inverse, say); it is saved as a
-    constant row named by the row's first int parameter."""
+    constant row named by the row's first int parameter; ``params`` follow."""
     z, shape, dtype = _canonical(value)
     if dtype.kind == "f" and _recording(*operands):
         tape = _tape_for(*operands)
         rows = [_row_of(t, tape) for t in operands] + [-1]
-        params = -1
+        ints = tuple(params)
         if aux is not None:
             saved = np.ascontiguousarray(aux(), F64)
-            params = tape.params((tape.const(saved.reshape(-1), saved.shape),))
-        row = tape.push(code, rows[0], rows[1], shape, params, _tape_value(z))
+            ints = (tape.const(saved.reshape(-1), saved.shape),) + ints
+        row = tape.push(code, rows[0], rows[1], shape, tape.params(ints) if ints else -1,
+                        _tape_value(z))
         return _result(z, shape, dtype, tape, row)
     return _plain(z, shape, dtype)
 

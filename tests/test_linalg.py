@@ -131,3 +131,17 @@ def test_against_torch():
         g, = at.grad((ours(m) * weights.numpy()).sum(), m)
         np.testing.assert_allclose(g.numpy(), gt.numpy(), rtol=1e-10, atol=1e-12,
                                    err_msg=name)
+
+
+@pytest.mark.parametrize("uplo", ["L", "U"])
+def test_triangle_readers_have_exact_gradients_on_any_matrix(uplo):
+    """eigh and cholesky read one triangle: on a non-symmetric A the gradient is that
+    of the function numpy computes (finite differences in every entry agree)."""
+    a = spd((3, 3)) + np.triu(rng.uniform(-1, 1, (3, 3)), 1)       # not symmetric
+    check_grads(lambda m: at.linalg.eigh(m, uplo).eigenvalues, a)
+    check_grads(lambda m: _sign_free(at.linalg.eigh(m, uplo).eigenvectors), a)
+    check_second_order(lambda m: at.linalg.eigh(m, uplo).eigenvalues ** 2, a,
+                       rtol=1e-4, atol=1e-5)
+    if uplo == "L":
+        check_grads(at.linalg.cholesky, a)
+        check_second_order(at.linalg.cholesky, a, rtol=1e-4, atol=1e-5)

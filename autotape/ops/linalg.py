@@ -155,10 +155,11 @@ graph_vjps = {MATMUL: _matmul}
 #   inv      Z = A^-1              dA = -Z^T G Z^T
 #   slogdet  l = log|det A|        dA = g A^-T
 #   solve    X = A^-1 B            dB = A^-T G,  dA = -dB X^T
-#   cholesky A = L L^T             dA = sym(L^-T Phi(L^T G) L^-1), Phi: lower half, diagonal halved
-#   eigh     A = V diag(w) V^T     dA = sym(V (diag(g_w) + F o (V^T G_V)) V^T), F_ij = 1/(w_j - w_i)
-# cholesky and eigh read only one triangle of A, so their gradient is taken on the
-# symmetric part: sym(M) = (M + M^T) / 2.
+#   cholesky A = L L^T             S = L^-T Phi(L^T G) L^-1, Phi: lower half, diagonal halved
+#   eigh     A = V diag(w) V^T     S = V (diag(g_w) + F o (V^T G_V)) V^T, F_ij = 1/(w_j - w_i)
+# S is the gradient for symmetric perturbations. cholesky and eigh read one triangle of
+# A only (numpy's rule), so dA is the exact gradient of that: S + S^T below the diagonal
+# (each entry there stands for two), S on it, zero in the triangle never read.
 
 @register_jitable
 def _gemm(ctx, ta, tb, n, m, k, alpha, a, lda, b, ldb, beta, c, ldc):
@@ -180,10 +181,15 @@ def _gemm(ctx, ta, tb, n, m, k, alpha, a, lda, b, ldb, beta, c, ldc):
 
 
 @register_jitable
-def _add_symmetric_part(ga, off, s, n):
+def _add_to_triangle(ga, off, s, n, upper):
+    """ga += the gradient, on the triangle read, of a function of A's symmetric part
+    whose symmetric-perturbation gradient is sym(s)."""
     for r in range(n):
         for c in range(n):
-            ga[off + r * n + c] += 0.5 * (s[r * n + c] + s[c * n + r])
+            if r == c:
+                ga[off + r * n + c] += s[r * n + c]
+            elif (c < r) != upper:
+                ga[off + r * n + c] += s[r * n + c] + s[c * n + r]
 
 
 @register_jitable
@@ -239,7 +245,7 @@ def linalg_vjp(ctx, i):
                     t1[r * n + c] = 0.0
             _gemm(ctx, True, False, n, n, n, 1.0, l_inv + o, n, p1, n, 0.0, p2, n)
             _gemm(ctx, False, False, n, n, n, 1.0, p2, n, l_inv + o, n, 0.0, p1, n)
-            _add_symmetric_part(ga, m * nn, t1, n)
+            _add_to_triangle(ga, m * nn, t1, n, False)
         elif op == EIGH:                      # packed (n + 1, n): rows of V, then w
             op_ = 8 * m * (nn + n)
             w = carray(_f64_pointer(z + op_ + 8 * nn), n)
@@ -250,7 +256,7 @@ def linalg_vjp(ctx, i):
                     t1[r * n + c] = g_w[r] if r == c else t1[r * n + c] / (w[c] - w[r])
             _gemm(ctx, False, False, n, n, n, 1.0, z + op_, n, p1, n, 0.0, p2, n)
             _gemm(ctx, False, True, n, n, n, 1.0, p2, n, z + op_, n, 0.0, p1, n)
-            _add_symmetric_part(ga, m * nn, t1, n)
+            _add_to_triangle(ga, m * nn, t1, n, param(ctx, i, 0) != 0)
 
 
 def _t(at, m):
@@ -273,8 +279,12 @@ def _solve_rule(at, g, r, k):
     return db if k == 1 else -(db @ _t(at, r.z))
 
 
-def _sym(at, m):
-    return (m + _t(at, m)) * 0.5
+def _triangle(at, s, upper):
+    """As _add_to_triangle: S + S^T off the diagonal in the triangle read, S on it."""
+    n = s.shape[-1]
+    ones = np.ones((n, n))
+    mask = (np.triu(ones) if upper else np.tril(ones)) - 0.5 * np.eye(n)
+    return (s + _t(at, s)) * mask
 
 
 def _cholesky_rule(at, g, r, k):
@@ -282,7 +292,7 @@ def _cholesky_rule(at, g, r, k):
     n = r.z.shape[-1]
     l_inv = linalg.inv(r.z)
     half_lower = np.tril(np.ones((n, n))) - 0.5 * np.eye(n)
-    return _sym(at, _t(at, l_inv) @ ((_t(at, r.z) @ g) * half_lower) @ l_inv)
+    return _triangle(at, _t(at, l_inv) @ ((_t(at, r.z) @ g) * half_lower) @ l_inv, False)
 
 
 def _eigh_rule(at, g, r, k):
@@ -292,7 +302,7 @@ def _eigh_rule(at, g, r, k):
     eye = np.eye(n, dtype=bool)
     gap = at.where(eye, 1.0, w[..., None, :] - w[..., :, None])   # w_j - w_i
     inner = at.where(eye, 0.0, (_t(at, v) @ g_v) / gap) + g_w[..., None, :] * np.eye(n)
-    return _sym(at, v @ inner @ _t(at, v))
+    return _triangle(at, v @ inner @ _t(at, v), int(r.params[0]) != 0)
 
 
 graph_vjps.update({INV: _inv_rule, SLOGDET: _slogdet_rule, SOLVE: _solve_rule,
