@@ -399,8 +399,8 @@ def einsum(subscripts, *operands):
     (tensor([[1., 0.],
             [0., 1.]]),)
     """
-    if not isinstance(subscripts, str):
-        raise TypeError("autotape's einsum takes its subscripts as a string")
+    if not isinstance(subscripts, str):                 # einsum(a, [0, 1], b, [1, 2], [0, 2])
+        subscripts, operands = _einsum_sublists((subscripts,) + operands)
     ops = [as_tensor(o) for o in operands]
     terms, output = _einsum_parse(subscripts.replace(" ", ""), ops)
     sizes = {}
@@ -426,6 +426,26 @@ def einsum(subscripts, *operands):
         t, term = _einsum_pair((t, term), other, items[k + 1:], output, sizes)
     t = _einsum_sum_out((t, term), [], output)[0] if set(term) - set(output) else t
     return transpose(t, [term.index(c) for c in output]) if len(output) > 1 else t
+
+
+def _einsum_sublists(args):
+    """numpy's interleaved form (operand, sublist, ..., [output sublist]) as a string."""
+    def letters(sub):
+        out = ""
+        for s in sub:
+            if s is Ellipsis:
+                out += "..."
+            elif isinstance(s, (int, np.integer)) and 0 <= s < len(_LETTERS):
+                out += _LETTERS[s]
+            else:
+                raise ValueError(f"einsum: subscript {s!r} in a sublist is not an integer in "
+                                 f"[0, {len(_LETTERS)})")
+        return out
+    operands, terms = list(args[0::2]), [letters(s) for s in args[1::2]]
+    if len(args) % 2:                                    # an output sublist at the end
+        operands.pop()
+        return ",".join(terms) + "->" + letters(args[-1]), operands
+    return ",".join(terms), operands
 
 
 def _einsum_parse(subscripts, ops):

@@ -146,12 +146,20 @@ def _zeros(shape, like):
 
 
 def _outputs(out, name):
+    """f's outputs as tensors: a float or float array that does not depend on the
+    inputs is a constant (its derivatives are zeros, as in jax)."""
     leaves, rebuild = _flatten(out)
+    tensors = []
     for v in leaves:
         if not isinstance(v, Tensor):
-            raise RuntimeError(f"{name}: Expected f to return Tensors (or tuples, lists and "
-                               f"dicts of them), but got {type(v).__name__}")
-    return leaves, rebuild
+            if isinstance(v, (bool, np.bool_)) or not isinstance(
+                    v, (int, float, np.number, np.ndarray)) or np.asarray(v).dtype.kind != "f":
+                raise RuntimeError(f"{name}: Expected f to return Tensors or float arrays "
+                                   f"(or tuples, lists and dicts of them), but got "
+                                   f"{type(v).__name__}")
+            v = _as_tensor(v)
+        tensors.append(v)
+    return tensors, rebuild
 
 
 # ---- gradients -----------------------------------------------------------------------------
@@ -166,6 +174,9 @@ def value_and_grad(f, argnums=0, has_aux=False):
     def value_and_grad_f(*args):
         call = _Call(f, args, argnums, has_aux, "value_and_grad")
         out = call.out
+        if isinstance(out, (float, np.floating)) or (isinstance(out, np.ndarray) and
+                                                     out.dtype.kind == "f"):
+            out = _as_tensor(out)              # does not depend on the inputs
         if not isinstance(out, Tensor) or out.size != 1:
             dims = out.ndim if isinstance(out, Tensor) else type(out).__name__
             raise RuntimeError(
@@ -224,7 +235,7 @@ def vjp(f, *primals, has_aux=False):
 
 def _detached(out):
     leaves, rebuild = _flatten(out)
-    return rebuild([v.detach() for v in leaves])
+    return rebuild([v.detach() if isinstance(v, Tensor) else v for v in leaves])
 
 
 # ---- Jacobians: every cotangent in one batched sweep ---------------------------------------

@@ -12,6 +12,7 @@ import numpy as _np
 import autotape as _at
 from . import composite as _composite
 from .creation import arange, eye, full, linspace, ones, zeros  # noqa: F401
+from .tensor import holds_tensor
 from .record import (amax, amin, broadcast_to, clip, concatenate, matmul,  # noqa: F401
                      max, mean, min, reshape, stack, sum, transpose, where)
 
@@ -21,8 +22,21 @@ for _name in _at.__all__:                     # elementwise ops and composed fun
 absolute = _at.abs
 remainder = _at.mod
 true_divide = _at.divide
-array = asarray = _at.tensor
 pi, e, inf, nan, newaxis = _np.pi, _np.e, _np.inf, _np.nan, _np.newaxis
+
+
+def array(object, dtype=None):
+    """numpy.array. Nested lists that hold Tensors are stacked on the tape, so
+    ``array([x, 2 * x])`` keeps its gradient (``at.tensor`` would copy the values)."""
+    if isinstance(object, (list, tuple)) and holds_tensor(object):
+        t = _at.as_tensor(object)
+        return t if dtype is None else t.astype(dtype)
+    if isinstance(object, _at.Tensor):
+        return object if dtype is None else object.astype(dtype)
+    return _at.tensor(object, dtype=dtype)
+
+
+asarray = array
 
 
 def zeros_like(a, dtype=None):

@@ -168,11 +168,11 @@ def _binary_function(op):
                 dtype = x._dtype
             else:
                 return _binary_arrays(op, x, y)
-        elif type(y._value) is float and type(x) in _NUMBER_TYPES:
+        elif ty and type(y._value) is float and type(x) in _NUMBER_TYPES:
             xv = x
             yv = y._value
             dtype = y._dtype
-        else:
+        else:                                       # arrays, or no Tensor at all
             return _binary_arrays(op, x, y)
         try:
             z = scalar(xv, yv)

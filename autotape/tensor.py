@@ -314,6 +314,43 @@ class Tensor:
         """Limit to [a_min, a_max]; see at.clip."""
         return clip(self, a_min, a_max)
 
+    def ravel(self):
+        return self.reshape(-1)
+
+    flatten = ravel
+
+    def squeeze(self, axis=None):
+        from .composite import squeeze
+        return squeeze(self, axis)
+
+    def swapaxes(self, axis1, axis2):
+        from .composite import swapaxes
+        return swapaxes(self, axis1, axis2)
+
+    def dot(self, b):
+        from .composite import dot
+        return dot(self, b)
+
+    def take(self, indices, axis=None):
+        from .composite import take
+        return take(self, indices, axis)
+
+    def repeat(self, repeats, axis=None):
+        from .composite import repeat
+        return repeat(self, repeats, axis)
+
+    def copy(self):
+        """A copy; recorded (its gradient passes through) when self requires grad."""
+        return astype(self, self._dtype) if self.requires_grad else \
+            _plain(self._value if type(self._value) is float else self._value.copy(),
+                   self._shape, self._dtype)
+
+    def conj(self):
+        """Real tensors are their own conjugate."""
+        return self
+
+    conjugate = conj
+
     def reshape(self, *shape):
         """``reshape(3, 4)`` or ``reshape((3, 4))``; -1 infers one dimension."""
         return reshape(self, shape[0] if len(shape) == 1 else shape)
@@ -447,10 +484,20 @@ def _canonical(z):
 
 
 def as_tensor(data):
-    """``data`` unchanged if it is a Tensor, else a constant tensor holding it."""
+    """``data`` unchanged if it is a Tensor; nested lists that hold Tensors stacked on
+    the tape (so ``np.mean([x, 1.0])`` keeps x's gradient); else a constant tensor."""
     if type(data) is Tensor:
         return data
+    if type(data) in (list, tuple) and holds_tensor(data):
+        from .record import stack
+        return stack([as_tensor(item) for item in data])
     return _constant(data)
+
+
+def holds_tensor(items):
+    """Whether a nested list / tuple holds a Tensor."""
+    return any(type(v) is Tensor or type(v) in (list, tuple) and holds_tensor(v)
+               for v in items)
 
 
 def _constant(data, dtype=None):

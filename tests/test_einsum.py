@@ -76,3 +76,12 @@ def test_einsum_matches_torch():
     g = at.grad(at.einsum("bij,ji->b", xa, xb).sum(), [xa, xb])
     for mine, theirs in zip(g, gt):
         np.testing.assert_allclose(mine.numpy(), theirs.numpy(), rtol=1e-13)
+
+
+def test_einsum_sublist_form():
+    a, b = rng.uniform(-1, 1, (2, 3)), rng.uniform(-1, 1, (3, 4))
+    np.testing.assert_allclose(at.einsum(a, [0, 1], b, [1, 2], [0, 2]).numpy(),
+                               np.einsum(a, [0, 1], b, [1, 2], [0, 2]), rtol=1e-14)
+    np.testing.assert_allclose(at.einsum(a, [Ellipsis, 1], b, [1, 2]).numpy(),
+                               np.einsum(a, [Ellipsis, 1], b, [1, 2]), rtol=1e-14)
+    check_grads(lambda x, y: at.einsum(x, [0, 1], y, [1, 2], [2]), a, b)

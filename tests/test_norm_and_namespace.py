@@ -50,3 +50,24 @@ def test_numpy_namespace():
     assert anp.zeros_like(x).shape == (2, 2) and anp.remainder is at.mod
     with pytest.raises(AttributeError, match="numpy.nanprod"):
         anp.nanprod(x)
+
+
+def test_numpy_array_of_tensors_keeps_the_gradient():
+    import autotape.numpy as anp
+    x = at.tensor([1.0, 2.0], requires_grad=True)
+    y = anp.array([x * 2.0, [3.0, x[0]]])
+    assert y.shape == (2, 2) and y.requires_grad
+    assert at.grad(y.sum(), x)[0].tolist() == [3.0, 2.0]
+    assert anp.asarray(x) is x
+    assert anp.array([1.0, 2.0]).tolist() == [1.0, 2.0]
+
+
+def test_array_methods():
+    x = at.tensor(np.arange(6.0).reshape(2, 3, 1), requires_grad=True)
+    assert x.ravel().shape == (6,) and x.flatten().shape == (6,)
+    assert x.squeeze().shape == (2, 3) and x.swapaxes(0, 1).shape == (3, 2, 1)
+    assert x.squeeze().dot(np.ones(3)).tolist() == [3.0, 12.0]
+    assert x.take([0, 5]).tolist() == [0.0, 5.0] and x.ravel().repeat(2).shape == (12,)
+    c = x.copy()
+    assert c.requires_grad and at.grad(c.sum(), x)[0].numpy().sum() == 6.0
+    assert x.conj() is x

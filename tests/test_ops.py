@@ -356,3 +356,10 @@ def test_large_batched_matmul_matches_numpy(matmul_path, sa, sb):
     want_b = sum_to(np.matmul(np.swapaxes(a0, -1, -2), w), sb)
     np.testing.assert_allclose(ga.numpy(), want_a, rtol=1e-12, atol=1e-12)
     np.testing.assert_allclose(gb.numpy(), want_b, rtol=1e-12, atol=1e-12)
+
+
+def test_binary_functions_of_plain_numbers():
+    """at.hypot(3.0, 4.0) and friends with no Tensor argument compute plainly."""
+    assert at.hypot(3.0, 4.0).item() == 5.0
+    assert at.maximum(np.float64(1.0), np.float64(2.0)).item() == 2.0
+    assert not at.arctan2(1.0, 1.0).requires_grad

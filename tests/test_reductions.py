@@ -157,3 +157,15 @@ def test_cumprod_matches_torch():
     x = at.tensor(x0, requires_grad=True)
     g, = at.grad((at.cumprod(x, 1) * w).sum(), x)
     np.testing.assert_allclose(g.numpy(), gt.numpy(), rtol=1e-12, atol=1e-14)
+
+
+def test_prod_of_a_zero_d_zero_to_second_order():
+    x = at.tensor(0.0, requires_grad=True)
+    g, = at.grad(at.prod(x * 3.0), x, create_graph=True)
+    assert g.item() == 3.0 and at.grad(g, x)[0].item() == 0.0
+
+
+def test_reductions_of_lists_holding_tensors_keep_gradients():
+    x = at.tensor(2.0, requires_grad=True)
+    assert at.grad(at.mean([x, 1.0]), x)[0].item() == 0.5
+    assert at.grad(at.sum([[x, x], [1.0, x]]), x)[0].item() == 3.0

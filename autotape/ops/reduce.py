@@ -178,7 +178,7 @@ def _prod_rule(at, g, r):
     x, ge = r.x, _expand(at, g, r)
     zero = x.numpy() == 0
     out = at.where(zero, 0.0, ge * _expand(at, r.z, r) / at.where(zero, 1.0, x))
-    for p in zip(*np.nonzero(zero)):
+    for p in map(tuple, np.argwhere(zero)):         # (argwhere: also for 0-d)
         here = np.zeros(zero.shape, bool)
         here[p] = True
         others = at.prod(at.where(here, 1.0, x), axis=axes, keepdims=True)
