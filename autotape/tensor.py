@@ -243,6 +243,8 @@ class Tensor:
     def __rmul__(self, other): return multiply(other, self)
     def __rtruediv__(self, other): return divide(other, self)
     def __rpow__(self, other): return power(other, self)
+    def __mod__(self, other): return _BINARY_FUNCTIONS[codes.MOD](self, other)
+    def __rmod__(self, other): return _BINARY_FUNCTIONS[codes.MOD](other, self)
     def __matmul__(self, other): return matmul(self, other)
     def __rmatmul__(self, other): return matmul(other, self)
     def __pos__(self): return self
@@ -534,7 +536,7 @@ def _tape_value(v):
 
 # ---- operators and methods that record (record.py, which needs the class above) ----------
 
-from .record import (_UNARY_FUNCTIONS, _binary, _cast_result, _compare, clip,  # noqa: E402
+from .record import (_BINARY_FUNCTIONS, _UNARY_FUNCTIONS, _binary, _cast_result, _compare, clip,  # noqa: E402
                      _getitem, _reduce, _setitem, add, astype, divide, matmul, multiply,
                      power, reshape, subtract, transpose)
 from .record import cumprod as record_cumprod, cumsum as record_cumsum  # noqa: E402

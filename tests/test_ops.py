@@ -363,3 +363,12 @@ def test_binary_functions_of_plain_numbers():
     assert at.hypot(3.0, 4.0).item() == 5.0
     assert at.maximum(np.float64(1.0), np.float64(2.0)).item() == 2.0
     assert not at.arctan2(1.0, 1.0).requires_grad
+
+
+def test_mod_operator_and_power_conventions_to_second_order():
+    x = at.tensor([5.5, -3.5], requires_grad=True)
+    assert (x % 2.0).tolist() == [1.5, 0.5] and (7.0 % at.tensor(4.0)).item() == 3.0
+    assert at.grad((x % 2.0).sum(), x)[0].tolist() == [1.0, 1.0]
+    import autotape.func as F
+    assert F.grad(F.grad(lambda t: t ** 0.0))(0.0).item() == 0.0        # x**0 at 0: 0
+    assert F.grad(F.grad(lambda y: at.power(0.0, y)))(0.5).item() == 0.0  # 0**y: 0

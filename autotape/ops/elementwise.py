@@ -503,6 +503,19 @@ def _share(u, v, wins):
 
 
 P = per_operand
+def _pow_rule_x(at, g, r):
+    """y x^(y-1), 0 where y == 0. The untaken branch gets a harmless exponent, so that
+    higher derivatives there are 0 too, not 0 * inf."""
+    flat = r.y.numpy() == 0
+    return at.where(flat, 0.0, g * r.y * r.x ** at.where(flat, 1.0, r.y - 1.0))
+
+
+def _pow_rule_y(at, g, r):
+    """x^y log x, 0 where x == 0 <= y (x^y is 0 or 1 there for every such y)."""
+    zero = (r.x.numpy() == 0) & (r.y.numpy() >= 0)
+    return at.where(zero, 0.0, g * r.z * at.log(at.where(zero, 1.0, r.x)))
+
+
 graph_vjps = {
     NEG:     P(lambda at, g, r: -g),
     ABS:     P(lambda at, g, r: g * np.sign(r.x.numpy())),
@@ -544,9 +557,8 @@ graph_vjps = {
                lambda at, g, r: g * r.x),
     DIV:     P(lambda at, g, r: g / r.y,
                lambda at, g, r: -g * r.x / (r.y * r.y)),
-    POW:     P(lambda at, g, r: at.where(r.y.numpy() == 0, 0.0, g * r.y * r.x ** (r.y - 1.0)),
-               lambda at, g, r: at.where((r.x.numpy() == 0) & (r.y.numpy() >= 0), 0.0,
-                                         g * r.z * at.log(r.x))),
+    POW:     P(lambda at, g, r: _pow_rule_x(at, g, r),
+               lambda at, g, r: _pow_rule_y(at, g, r)),
     MAXIMUM: P(lambda at, g, r: g * _share(r.x, r.y, np.greater),
                lambda at, g, r: g * _share(r.y, r.x, np.greater)),
     MINIMUM: P(lambda at, g, r: g * _share(r.x, r.y, np.less),
