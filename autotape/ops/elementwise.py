@@ -364,6 +364,41 @@ _same_shape_add, _same_shape_sub, _same_shape_mul, _same_shape_div, _same_shape_
     _same_shape_any = (_same_shape_loops(c) for c in (ADD, SUB, MUL, DIV, POW, -1))
 
 
+def _trailing_loops(code):
+    """The VJP loops of a binary op whose operands each repeat along leading axes of the
+    output (a bias row, say): the output is walked as rows of the smaller period, so
+    every inner loop is contiguous and free of index arithmetic. ``code`` as above."""
+    @register_jitable
+    def loops(ctx, op, a, b, x, y, z, g):
+        if code >= 0:
+            op = code
+        n, nx, ny = z.size, x.size, y.size
+        period = min(nx if nx > 1 else n, ny if ny > 1 else n)
+        sx, sy = (1 if nx > 1 else 0), (1 if ny > 1 else 0)
+        for operand in range(2):
+            r = a if operand == 0 else b
+            if not has_adjoint(ctx, r):
+                continue
+            gr = accumulator(ctx, r)
+            for row in range(n // period):
+                ox = (row % (nx // period)) * period if nx > 1 else 0
+                oy = (row % (ny // period)) * period if ny > 1 else 0
+                base = row * period
+                if operand == 0:
+                    for j in range(period):
+                        gr[ox + j * sx] += g[base + j] * binary_partial_x(
+                            op, x[ox + j * sx], y[oy + j * sy], z[base + j])
+                else:
+                    for j in range(period):
+                        gr[oy + j * sy] += g[base + j] * binary_partial_y(
+                            op, x[ox + j * sx], y[oy + j * sy], z[base + j])
+    return loops
+
+
+_trailing_add, _trailing_sub, _trailing_mul, _trailing_div, _trailing_any = (
+    _trailing_loops(c) for c in (ADD, SUB, MUL, DIV, -1))
+
+
 @register_jitable
 def binary_vjp(ctx, i):
     op = ctx.rows[i, OP]
@@ -387,16 +422,17 @@ def binary_vjp(ctx, i):
             _same_shape_any(ctx, op, a, b, x, y, z, g, sx, sy)
         return
     if trailing(ctx, a, i) and trailing(ctx, b, i):
-        # each operand repeats along leading axes (a bias row, say): index k % size
-        nx, ny = x.size, y.size
-        if has_adjoint(ctx, a):
-            ga = accumulator(ctx, a)
-            for k in range(n):
-                ga[k % nx] += g[k] * binary_partial_x(op, x[k % nx], y[k % ny], z[k])
-        if has_adjoint(ctx, b):
-            gb = accumulator(ctx, b)
-            for k in range(n):
-                gb[k % ny] += g[k] * binary_partial_y(op, x[k % nx], y[k % ny], z[k])
+        # each operand repeats along leading axes (a bias row, say)
+        if op == ADD:
+            _trailing_add(ctx, op, a, b, x, y, z, g)
+        elif op == SUB:
+            _trailing_sub(ctx, op, a, b, x, y, z, g)
+        elif op == MUL:
+            _trailing_mul(ctx, op, a, b, x, y, z, g)
+        elif op == DIV:
+            _trailing_div(ctx, op, a, b, x, y, z, g)
+        else:
+            _trailing_any(ctx, op, a, b, x, y, z, g)
         return
     ma, mb = operand_map(ctx, a, i), operand_map(ctx, b, i)
     if has_adjoint(ctx, a):
