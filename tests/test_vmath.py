@@ -40,3 +40,23 @@ def test_sweep_derivatives(scale):
     gc, = at.grad(at.cos(x).sum(), x)
     assert ulps(gs.numpy(), np.cos(x0)).max() <= 2
     assert ulps(gc.numpy(), -np.sin(x0)).max() <= 2
+
+
+@pytest.mark.parametrize("low, high", [(-1e-8, 1e-8), (-0.6, 0.6), (-3.0, 3.0), (-30.0, 30.0)])
+def test_tanh_ulp_error(low, high):
+    x = np.random.default_rng(2).uniform(low, high, 200_000)
+    assert ulps(vmath.tanh_array(x), np.tanh(x)).max() <= 4
+
+
+def test_tanh_special_values_and_shapes():
+    x = np.array([0.0, -0.0, np.inf, -np.inf, np.nan, 22.0, -22.0, 0.5, 5e-324, -1e300] * 2)
+    got, want = vmath.tanh_array(x), np.tanh(x)
+    np.testing.assert_array_equal(np.isnan(got), np.isnan(want))
+    np.testing.assert_array_equal(np.signbit(got), np.signbit(want))
+    ok = ~np.isnan(want)
+    assert ulps(got[ok], want[ok]).max() <= 2
+    m = np.random.default_rng(3).normal(size=(7, 9))
+    assert vmath.tanh_array(m).shape == (7, 9)
+    assert vmath.tanh_array(m.T).shape == (9, 7)                    # not contiguous
+    assert vmath.tanh_array(m.astype(np.float32)).dtype == np.float32
+    assert ulps(at.tanh(at.tensor(m)).numpy(), np.tanh(m)).max() <= 4

@@ -119,7 +119,7 @@ unary_ops = {op.code: op for op in [
       "Cosine."),
     U(TAN,     "tan",      math.tan,                                  np.tan,
       "Tangent."),
-    U(TANH,    "tanh",     math.tanh,                                 np.tanh,
+    U(TANH,    "tanh",     math.tanh,                                 vmath.tanh_array,
       "Hyperbolic tangent."),
     U(SIGMOID, "sigmoid",  _sigmoid_scalar,                           _sigmoid_array,
       "1 / (1 + e**-x), without overflow."),
