@@ -38,8 +38,7 @@ def _row_of(t, tape):
     if t._tape is None:
         if not t._requires_grad:
             v = t._value
-            return tape.const(v if type(v) is float else np.array(v, F64).reshape(-1),
-                              t._shape)
+            return tape.const(v if type(v) is float else _snapshot(v), t._shape)
         cache = t._cache
         if cache is not None and cache[0]() is tape:
             return cache[1]
@@ -47,6 +46,17 @@ def _row_of(t, tape):
         t._cache = (weakref.ref(tape), row)
         return row
     return tape.import_row(t, _tape_value(t._value))
+
+
+def _snapshot(v):
+    """A constant's array as a tape keeps it. An array the tensor owns is frozen rather
+    than copied: later in-place updates of the tensor then copy first (see
+    Tensor._inplace and __setitem__), so the tape's value never changes. A view is
+    copied, since its base may still be written."""
+    if v.flags.owndata and v.dtype == F64 and v.flags.c_contiguous:
+        v.flags.writeable = False
+        return v.reshape(-1)
+    return np.array(v, F64).reshape(-1)
 
 
 def _tape_for(*operands):

@@ -277,3 +277,21 @@ def test_recorded_ops_are_quiet_and_leave_numpy_error_state_alone():
     assert np.geterr() == before
     with pytest.warns(RuntimeWarning):
         np.log(np.array([0.0]))
+
+
+def test_constants_used_by_recorded_ops_are_frozen_not_copied():
+    """A constant's array is kept by the tape without a copy; updating the constant in
+    place afterwards copies first, so the recorded gradient is unchanged."""
+    c = at.tensor([1.0, 2.0])
+    x = at.tensor([3.0, 4.0], requires_grad=True)
+    y = (c * x).sum()
+    assert not c.numpy().flags.writeable
+    c += 10.0                                   # a new array for c, not the tape's
+    c[0] = -1.0
+    assert c.tolist() == [-1.0, 12.0]
+    assert at.grad(y, x)[0].tolist() == [1.0, 2.0]
+    base = at.tensor([[1.0, 2.0], [3.0, 4.0]])
+    view = base[0]                              # a view: copied, base stays writable
+    z = (view * x).sum()
+    base[0, 0] = 100.0
+    assert at.grad(z, x)[0].tolist() == [1.0, 2.0]
