@@ -379,15 +379,25 @@ def _trailing_loops(code):
             r = a if operand == 0 else b
             if not has_adjoint(ctx, r):
                 continue
-            gr = accumulator(ctx, r)
+            # an operand of the output's size is written, not zeroed and added to
+            fresh = (nx if operand == 0 else ny) == n and first_write(ctx, r)
+            gr = adjoint(ctx, r) if fresh else accumulator(ctx, r)
             for row in range(n // period):
                 ox = (row % (nx // period)) * period if nx > 1 else 0
                 oy = (row % (ny // period)) * period if ny > 1 else 0
                 base = row * period
-                if operand == 0:
+                if operand == 0 and fresh:
+                    for j in range(period):
+                        gr[ox + j] = g[base + j] * binary_partial_x(
+                            op, x[ox + j], y[oy + j * sy], z[base + j])
+                elif operand == 0:
                     for j in range(period):
                         gr[ox + j * sx] += g[base + j] * binary_partial_x(
                             op, x[ox + j * sx], y[oy + j * sy], z[base + j])
+                elif fresh:
+                    for j in range(period):
+                        gr[oy + j] = g[base + j] * binary_partial_y(
+                            op, x[ox + j * sx], y[oy + j], z[base + j])
                 else:
                     for j in range(period):
                         gr[oy + j * sy] += g[base + j] * binary_partial_y(
