@@ -18,7 +18,6 @@ import numpy as np
 
 from .engine import grad as _grad
 from .grad_mode import enable_grad
-from .record import stack
 from .tensor import Tensor, _plain
 
 __all__ = ["grad", "value_and_grad", "vjp", "jvp", "jacrev", "jacfwd", "jacobian",

@@ -14,15 +14,14 @@ import numpy as np
 from numba import carray
 from numba.extending import register_jitable
 
-from ..ops.codes import (BINARY_FIRST, BINARY_LAST, CONCAT, CONST, LINALG_FIRST, LINALG_LAST,
-                         MATMUL, PUT_ADD, REDUCE_FIRST, REDUCE_LAST, RESHAPE, SCATTER, SETITEM,
-                         SOURCE_LAST, STRIDED, TAKE, UNARY_FIRST, UNARY_LAST, WHERE)
+from ..ops.codes import (BINARY_FIRST, BINARY_LAST, CONCAT, CONST, LAYOUT_FIRST, LAYOUT_LAST,
+                         LINALG_FIRST, LINALG_LAST, MATMUL, REDUCE_FIRST, REDUCE_LAST,
+                         SOURCE_LAST, UNARY_FIRST, UNARY_LAST, WHERE)
 from ..ops.elementwise import (binary_partial_x, binary_partial_y, binary_vjp,
                                elementwise_vjp_lanes, unary_partial, unary_vjp, where_vjp)
 from ..ops.linalg import linalg_vjp, matmul_vjp, matmul_vjp_lanes
 from ..ops.reduce import reduce_vjp
-from ..ops.shape import (concat_vjp, put_add_vjp, reshape_vjp, scatter_vjp, setitem_vjp,
-                         strided_vjp, take_vjp)
+from ..ops.shape import layout_vjp
 from .cache import cached_njit
 from .layout import (A, AUX, B, OP, SHAPE, VLOC, _f64_pointer, adjoint, first_write,
                      sweep_context)
@@ -121,25 +120,14 @@ def reverse_sweep(rows, ipool, shape_ndim, shape_start, shape_dims, shape_size,
                         _add_scalar(adj, k * total + adj_off[b], touched, k, b,
                                     adj[k * total + adj_off[i]] * d)
                 continue
-        # kernels that take every lane at once (the row's partials or index map are
+        # kernels that take every lane at once (a row's partials or index map are
         # computed once); the others run once per lane
-        if op == RESHAPE:
-            reshape_vjp(ctx, i, lanes)
+        if LAYOUT_FIRST <= op <= LAYOUT_LAST:
+            if not layout_vjp(ctx, i, lanes):
+                return UNKNOWN_OP, adj_off, total
             continue
         if op == WHERE:
             where_vjp(ctx, i, lanes)
-            continue
-        if op == STRIDED:
-            strided_vjp(ctx, i, lanes)
-            continue
-        if op == SCATTER:
-            scatter_vjp(ctx, i, lanes)
-            continue
-        if op == TAKE:
-            take_vjp(ctx, i, lanes)
-            continue
-        if op == PUT_ADD:
-            put_add_vjp(ctx, i, lanes)
             continue
         if lanes > 1 and UNARY_FIRST <= op <= BINARY_LAST and \
                 elementwise_vjp_lanes(ctx, i, lanes):
@@ -153,10 +141,6 @@ def reverse_sweep(rows, ipool, shape_ndim, shape_start, shape_dims, shape_size,
                 binary_vjp(ctx, i)
             elif REDUCE_FIRST <= op <= REDUCE_LAST:
                 reduce_vjp(ctx, i)
-            elif op == SETITEM:
-                setitem_vjp(ctx, i)
-            elif op == CONCAT:
-                concat_vjp(ctx, i)
             elif op == MATMUL:
                 if done != 3:
                     matmul_vjp(ctx, i, 3 & ~done)

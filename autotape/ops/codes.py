@@ -34,6 +34,7 @@ REDUCE_FIRST, REDUCE_LAST = 500, 599
 # the transpose of a strided gather (scatter-add into zeros), and a gather by an index
 # array (advanced indexing, take) with its transpose; operand b holds the flat indices.
 RESHAPE, STRIDED, SETITEM, CONCAT, SCATTER, TAKE, PUT_ADD = range(600, 607)
+LAYOUT_FIRST, LAYOUT_LAST = 600, 699
 
 # Linear algebra.
 MATMUL = 700

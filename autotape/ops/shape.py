@@ -10,7 +10,7 @@ import numpy as np
 from numba.extending import register_jitable
 
 from .codes import CONCAT, PUT_ADD, RESHAPE, SCATTER, SETITEM, STRIDED, TAKE
-from ..kernels.layout import (A, B, accumulator, adjoint, broadcast_map, first_write_lanes,
+from ..kernels.layout import (A, B, OP, accumulator, adjoint, broadcast_map, first_write_lanes,
                               has_adjoint, lane_block, param, shape_of, size_of, strided_map,
                               value)
 
@@ -159,6 +159,34 @@ def put_add_vjp(ctx, i, lanes=1):
     a = ctx.rows[i, A]
     if has_adjoint(ctx, a):
         _gather_into(ctx, i, a, value(ctx, ctx.rows[i, B]), lanes)
+
+
+@register_jitable
+def layout_vjp(ctx, i, lanes):
+    """Every lane of a layout row: gathers and scatters share one index map across
+    lanes; index assignment and concatenation go lane by lane. Returns False for an
+    opcode it does not know."""
+    op = ctx.rows[i, OP]
+    if op == RESHAPE:
+        reshape_vjp(ctx, i, lanes)
+    elif op == STRIDED:
+        strided_vjp(ctx, i, lanes)
+    elif op == SCATTER:
+        scatter_vjp(ctx, i, lanes)
+    elif op == TAKE:
+        take_vjp(ctx, i, lanes)
+    elif op == PUT_ADD:
+        put_add_vjp(ctx, i, lanes)
+    elif op == SETITEM or op == CONCAT:
+        for k in range(lanes):
+            ctx.lane[0] = k
+            if op == SETITEM:
+                setitem_vjp(ctx, i)
+            else:
+                concat_vjp(ctx, i)
+    else:
+        return False
+    return True
 
 
 @register_jitable
