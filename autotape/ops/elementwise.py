@@ -310,6 +310,26 @@ def _more_binary_partial_y(op, x, y, z):
 
 # ---- VJP kernels for the three families ------------------------------------------------
 
+def _unary_loops(code):
+    """The VJP loop of a unary op; with ``code`` >= 0 the opcode is a closure constant,
+    so the table folds to its one line and the loop vectorises (as _same_shape_loops)."""
+    @register_jitable
+    def loops(op, x, z, g, ga, assign):
+        if code >= 0:
+            op = code
+        if assign:
+            for k in range(z.size):
+                ga[k] = g[k] * unary_partial(op, x[k], z[k])
+        else:
+            for k in range(z.size):
+                ga[k] += g[k] * unary_partial(op, x[k], z[k])
+    return loops
+
+
+_unary_tanh, _unary_exp, _unary_sigmoid, _unary_relu, _unary_square, _unary_any = (
+    _unary_loops(c) for c in (TANH, EXP, SIGMOID, RELU, SQUARE, -1))
+
+
 @register_jitable
 def unary_vjp(ctx, i):
     op = ctx.rows[i, OP]
@@ -322,12 +342,18 @@ def unary_vjp(ctx, i):
         # the table's cos(x) and -sin(x) as one SIMD loop, by the identity
         # d/dx sin(x + k pi/2) = sin(x + (k + 1) pi/2)
         vmath.shifted_sin_times(g, x, 1.0 if op == SIN else 2.0, ga, assign)
-    elif assign:
-        for k in range(z.size):
-            ga[k] = g[k] * unary_partial(op, x[k], z[k])
+    elif op == TANH:                     # the common activations get folded loops
+        _unary_tanh(op, x, z, g, ga, assign)
+    elif op == EXP:
+        _unary_exp(op, x, z, g, ga, assign)
+    elif op == SIGMOID:
+        _unary_sigmoid(op, x, z, g, ga, assign)
+    elif op == RELU:
+        _unary_relu(op, x, z, g, ga, assign)
+    elif op == SQUARE:
+        _unary_square(op, x, z, g, ga, assign)
     else:
-        for k in range(z.size):
-            ga[k] += g[k] * unary_partial(op, x[k], z[k])
+        _unary_any(op, x, z, g, ga, assign)
 
 
 def _same_shape_loops(code):
