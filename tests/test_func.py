@@ -277,3 +277,48 @@ def test_outputs_that_do_not_depend_on_the_inputs_have_zero_derivatives():
     assert F.grad(lambda x: 3.0)(at.ones(2)).tolist() == [0.0, 0.0]
     assert F.jacrev(lambda x: np.ones(3))(at.ones(2)).tolist() == [[0.0, 0.0]] * 3
     assert F.jvp(lambda x: np.ones(2), (at.ones(2),), (at.ones(2),))[1].tolist() == [0.0, 0.0]
+
+
+def test_every_transform_against_torch_func():
+    torch = pytest.importorskip("torch")
+    tf = torch.func
+    x0, v0 = rng.uniform(-1, 1, 5), rng.uniform(-1, 1, 5)
+    ours, theirs = _oracle_functions(at.tensor, at.tanh), _oracle_functions(torch.tensor,
+                                                                            torch.tanh)
+    xt, vt = torch.tensor(x0), torch.tensor(v0)
+
+    def scalar(lib_f):
+        return lambda x: (lib_f(x) ** 2).sum()
+    close = lambda a, b: np.testing.assert_allclose(np.asarray(a), b.detach().numpy(),  # noqa
+                                                    rtol=1e-12, atol=1e-14)
+    close(F.grad(scalar(ours["layer"]))(x0).numpy(), tf.grad(scalar(theirs["layer"]))(xt))
+    value, g = F.value_and_grad(scalar(ours["layer"]))(x0)
+    gt, vt_ = tf.grad_and_value(scalar(theirs["layer"]))(xt)
+    close(value.numpy(), vt_)
+    close(g.numpy(), gt)
+    close(F.vjp(ours["layer"], x0)[1](v0)[0].numpy(), tf.vjp(theirs["layer"], xt)[1](vt)[0])
+    close(F.jacfwd(ours["layer"])(x0).numpy(), tf.jacfwd(theirs["layer"])(xt))
+    hv = F.hvp(scalar(ours["layer"]), (x0,), (v0,))[1]
+    close(hv.numpy(), tf.hessian(scalar(theirs["layer"]))(xt) @ vt)
+
+
+def test_every_transform_against_jax():
+    jax = pytest.importorskip("jax")
+    jax.config.update("jax_enable_x64", True)
+    jnp = jax.numpy
+    x0, v0 = rng.uniform(-1, 1, 5), rng.uniform(-1, 1, 5)
+    ours, theirs = _oracle_functions(at.tensor, at.tanh), _oracle_functions(jnp.asarray,
+                                                                            jnp.tanh)
+    xj, vj = jnp.asarray(x0), jnp.asarray(v0)
+
+    def close(a, b):
+        np.testing.assert_allclose(np.asarray(a), np.asarray(b), rtol=1e-12, atol=1e-14)
+    scalar_ours = lambda x: (ours["layer"](x) ** 2).sum()                        # noqa
+    scalar_theirs = lambda x: (theirs["layer"](x) ** 2).sum()                    # noqa
+    close(F.grad(scalar_ours)(x0).numpy(), jax.grad(scalar_theirs)(xj))
+    close(F.jvp(ours["layer"], (x0,), (v0,))[1].numpy(),
+          jax.jvp(theirs["layer"], (xj,), (vj,))[1])
+    close(F.vjp(ours["layer"], x0)[1](v0)[0].numpy(), jax.vjp(theirs["layer"], xj)[1](vj)[0])
+    close(F.jacfwd(ours["layer"])(x0).numpy(), jax.jacfwd(theirs["layer"])(xj))
+    close(F.hvp(scalar_ours, (x0,), (v0,))[1].numpy(),
+          jax.jvp(jax.grad(scalar_theirs), (xj,), (vj,))[1])
