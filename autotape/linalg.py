@@ -49,7 +49,11 @@ def inv(a):
 
 def solve(a, b):
     """x with a @ x = b (numpy 2's rule: b is a vector only when 1-D); batch axes
-    broadcast. dB = A^-T G, dA = -dB X^T, with A^-1 saved when recorded."""
+    broadcast. dB = A^-T G, dA = -dB X^T, with A^-1 saved when recorded.
+
+    >>> at.linalg.solve(at.tensor([[2.0, 0.0], [0.0, 4.0]]), at.tensor([1.0, 1.0]))
+    tensor([0.5 , 0.25])
+    """
     a, b = _square(a, "solve"), as_tensor(b)
     vector = b.ndim == 1
     if vector:
@@ -66,7 +70,11 @@ def solve(a, b):
 def slogdet(a):
     """(sign, log|det|) of each square matrix; sign is a constant, the gradient of
     log|det| is A^-T (saved when recorded). A singular matrix gives log|det| = -inf
-    and a NaN gradient (torch returns the adjugate there)."""
+    and a NaN gradient (torch returns the adjugate there).
+
+    >>> at.linalg.slogdet(at.tensor([[0.0, 2.0], [1.0, 0.0]]))
+    SlogdetResult(sign=tensor(-1.), logabsdet=tensor(0.69314718))
+    """
     a = _square(a, "slogdet")
     av = _array_value(a)
     sign, logabsdet = np.linalg.slogdet(av)
@@ -83,7 +91,11 @@ def slogdet(a):
 
 def det(a):
     """The determinant, sign * exp(log|det|): its gradient is det * A^-T (see slogdet
-    for singular matrices)."""
+    for singular matrices).
+
+    >>> at.linalg.det(at.tensor([[2.0, 1.0], [1.0, 3.0]]))
+    tensor(5.)
+    """
     sign, logabsdet = slogdet(a)
     return sign * _exp(logabsdet)
 
@@ -91,7 +103,12 @@ def det(a):
 def cholesky(a):
     """The lower Cholesky factor L of each symmetric positive-definite matrix. As in
     numpy, only the lower triangle of A is read, and the gradient is exactly that of
-    this function: zero above the diagonal (see ops/linalg.py)."""
+    this function: zero above the diagonal (see ops/linalg.py).
+
+    >>> at.linalg.cholesky(at.tensor([[4.0, 2.0], [2.0, 2.0]]))
+    tensor([[2., 0.],
+            [1., 1.]])
+    """
     a = _square(a, "cholesky")
     factor = np.linalg.cholesky(_array_value(a))
     return _record_op(codes.CHOLESKY, factor, a, aux=lambda: np.linalg.inv(factor))
@@ -102,7 +119,11 @@ def eigh(a, UPLO="L"):
     numpy.linalg.eigh, which reads the ``UPLO`` triangle of A only; the gradient is
     that function's (zero in the other triangle). It assumes distinct eigenvalues (it
     divides by their gaps). Functions of the eigenvectors should not depend on their
-    signs, which are arbitrary."""
+    signs, which are arbitrary.
+
+    >>> at.linalg.eigh(at.tensor([[2.0, 0.0], [0.0, 1.0]])).eigenvalues
+    tensor([1., 2.])
+    """
     a = _square(a, "eigh")
     if UPLO not in ("L", "U"):
         raise ValueError("UPLO argument must be 'L' or 'U'")
@@ -114,7 +135,11 @@ def eigh(a, UPLO="L"):
 
 
 def eigvalsh(a, UPLO="L"):
-    """The eigenvalues of eigh, with its gradient."""
+    """The eigenvalues of eigh, with its gradient.
+
+    >>> at.linalg.eigvalsh(at.tensor([[1.0, 1.0], [1.0, 1.0]]))
+    tensor([0., 2.])
+    """
     return eigh(a, UPLO).eigenvalues
 
 
