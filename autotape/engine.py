@@ -14,6 +14,7 @@ import numpy as np
 from . import recorded
 from .kernels.blas import DGEMM
 from .kernels.cpu import OK, RELEASED, UNKNOWN_OP, reverse_sweep
+from .kernels.runtime import address_of
 from .record import astype
 from .tensor import F64, Tensor, _plain
 
@@ -351,10 +352,11 @@ def _sweep(tape, seeds, retain, lanes):
     seed_vals = seeds[0][1] if len(seeds) == 1 else np.concatenate([g for _, g in seeds])
     c = tape.columns()
     adj = _scratch(lanes * c.total_size)
+    own, row_addr = _leaf_buffers(tape, c) if lanes == 1 else (None, _NO_ROWS)
     status, adj_off, stride = reverse_sweep(
         c.rows, c.ipool, c.shape_ndim, c.shape_start, c.shape_dims, c.shape_size,
         tape.arena.buffer_info()[0], len(tape.arena), c.big_addr, tape.released, retain,
-        seed_rows, seed_vals, seed_off, lanes, adj, _Blas.dgemm)
+        seed_rows, seed_vals, seed_off, lanes, adj, row_addr, _Blas.dgemm)
     if status == RELEASED:
         raise RuntimeError(_RELEASED_MSG)
     if status == UNKNOWN_OP:
@@ -363,11 +365,35 @@ def _sweep(tape, seeds, retain, lanes):
     assert status == OK
 
     def adjoint(row):
+        if own and row in own:                 # written in place: the caller's to keep
+            return own.pop(row)
         off, size = adj_off[row], tape.row_size(row)
         if lanes == 1:
             return adj[off:off + size].copy()
         return adj[:lanes * stride].reshape(lanes, stride)[:, off:off + size].copy()
     return adjoint, adj_off
+
+
+_NO_ROWS = np.zeros(0, np.int64)
+OWN_BUFFER_MIN = 4096          # elements: a leaf this large gets its gradient written in place
+
+
+def _leaf_buffers(tape, c):
+    """Fresh gradient arrays for the large array leaves of a tape, and their addresses
+    by row: the sweep writes those gradients there, sparing a copy out of the shared
+    adjoint buffer."""
+    own = {}
+    for row in tape.leaves:
+        if c.rows[row, 5] < 0:
+            size = int(c.shape_size[c.rows[row, 3]])
+            if size >= OWN_BUFFER_MIN:
+                own[row] = np.empty(size)
+    if not own:
+        return None, _NO_ROWS
+    row_addr = np.zeros(max(own) + 1, np.int64)
+    for row, buf in own.items():
+        row_addr[row] = address_of(buf)
+    return own, row_addr
 
 
 class _Blas:

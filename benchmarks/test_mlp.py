@@ -24,7 +24,7 @@ def test_autotape(benchmark):
     def run():
         ps = [at.tensor(p, requires_grad=True) for p in PARAMS]
         return at.grad(loss(np, *ps, x, y), ps)
-    benchmark.pedantic(run, rounds=20, warmup_rounds=2)
+    benchmark.pedantic(run, rounds=60, warmup_rounds=3)
 
 
 @GROUP
@@ -33,7 +33,7 @@ def test_autotape_numpy_data(benchmark):
     def run():
         ps = [at.tensor(p, requires_grad=True) for p in PARAMS]
         return at.grad(loss(np, *ps, X, Y), ps)
-    benchmark.pedantic(run, rounds=20, warmup_rounds=2)
+    benchmark.pedantic(run, rounds=60, warmup_rounds=3)
 
 
 @GROUP
@@ -43,7 +43,7 @@ def test_torch(benchmark, torch):
     def run():
         ps = [torch.tensor(p, requires_grad=True) for p in PARAMS]
         return torch.autograd.grad(loss(torch, *ps, x, y), ps)
-    benchmark.pedantic(run, rounds=20, warmup_rounds=2)
+    benchmark.pedantic(run, rounds=60, warmup_rounds=3)
 
 
 @GROUP

@@ -160,3 +160,23 @@ def test_rows_flushed_in_chunks_decode_the_same(small_tapes):
                 z = at.sin(z) + t * 0.001
             return z.item()
         assert g.item() == pytest.approx((f(0.2 + h) - f(0.2 - h)) / (2 * h), rel=1e-6)
+
+
+def test_large_leaf_gradients_are_written_in_place_and_owned():
+    """Large leaves get their gradient written into a fresh array by the sweep (no copy
+    out of the shared adjoint buffer); it must survive later sweeps unchanged."""
+    from autotape.engine import OWN_BUFFER_MIN
+    n = OWN_BUFFER_MIN + 3
+    w = at.tensor(np.linspace(-1, 1, n), requires_grad=True)
+    small = at.tensor([1.0, 2.0], requires_grad=True)
+    g1, s1 = at.grad((w * w).sum() + (small * 3.0).sum(), [w, small])
+    g2, = at.grad((w * 5.0).sum(), w)                   # reuses the shared buffer
+    np.testing.assert_array_equal(g1.numpy(), 2 * np.linspace(-1, 1, n))
+    assert s1.tolist() == [3.0, 3.0] and g2.numpy()[0] == 5.0
+    (w * 2.0).sum().backward()
+    (w * 3.0).sum().backward()
+    assert w.grad.numpy()[0] == 5.0
+    w2 = at.tensor(np.ones(n), requires_grad=True)      # reached but never touched: zeros
+    y = (w * 0.0).sum() + (w2[:2] * 0.0).sum()
+    gw2, = at.grad(y, w2)
+    assert not gw2.numpy().any()

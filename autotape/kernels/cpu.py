@@ -41,11 +41,13 @@ def _add_scalar(adj, off, touched, k, r, v):
 @cached_njit()
 def reverse_sweep(rows, ipool, shape_ndim, shape_start, shape_dims, shape_size,
                   arena_addr, arena_size, big_addr, released, retain,
-                  seed_rows, seed_vals, seed_off, lanes, adj, dgemm):
+                  seed_rows, seed_vals, seed_off, lanes, adj, row_addr, dgemm):
     """Returns (status, adjoint offset per row, lane stride). ``adj`` is scratch space
     at least ``lanes`` times as long as the sizes of all rows together; seed j's values
-    for all lanes are ``seed_vals[seed_off[j]:seed_off[j + 1]]``, lane-major. ``dgemm``
-    is the address of a CBLAS dgemm, or 0 for none (kernels/blas.py)."""
+    for all lanes are ``seed_vals[seed_off[j]:seed_off[j + 1]]``, lane-major.
+    ``row_addr[row]``, where nonzero, is the address of a row's own adjoint buffer
+    (one lane only; see kernels/layout.py). ``dgemm`` is the address of a CBLAS dgemm,
+    or 0 for none (kernels/blas.py)."""
     n = rows.shape[0]
     adj_off = np.full(n, -1, np.int64)
     top = -1
@@ -75,7 +77,8 @@ def reverse_sweep(rows, ipool, shape_ndim, shape_start, shape_dims, shape_size,
     touched = np.zeros((lanes, n), np.bool_)   # identical across lanes: same rows, same kernels
     lane = np.array([0, total])               # [lane being swept, lane stride]
     ctx = sweep_context(rows, ipool, shape_ndim, shape_start, shape_dims, shape_size,
-                        arena_addr, big_addr, adj.ctypes.data, adj_off, touched, lane, dgemm)
+                        arena_addr, big_addr, adj.ctypes.data, adj_off, row_addr, touched,
+                        lane, dgemm)
     arena = carray(_f64_pointer(arena_addr), arena_size)
     for j in range(seed_rows.size):
         r = seed_rows[j]

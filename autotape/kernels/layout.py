@@ -12,6 +12,9 @@ contribution writes it, later ones add to it.
 A sweep with K lanes keeps K copies of the adjoints, lane k at ``k * stride``.
 ``lane = [k, stride]`` names the lane being swept; it is a mutable array (not a field
 rebuilt per lane) because handing a kernel a new context costs more than small kernels.
+With one lane, a row may instead have a buffer of its own, at ``row_addr[row]`` (0: none):
+the engine gives large leaves one, so their gradients are written where the caller
+receives them, not copied out of the shared buffer.
 """
 from collections import namedtuple
 
@@ -25,7 +28,7 @@ ROW_WIDTH = 6
 
 Sweep = namedtuple("Sweep", [
     "rows", "ipool", "shape_ndim", "shape_start", "shape_dims", "shape_size",
-    "arena_addr", "big_addr", "adj_addr", "adj_off", "touched", "lane", "dgemm"])
+    "arena_addr", "big_addr", "adj_addr", "adj_off", "row_addr", "touched", "lane", "dgemm"])
 
 
 @intrinsic
@@ -59,12 +62,12 @@ def borrowed(typingctx, arr):
 
 @register_jitable
 def sweep_context(rows, ipool, shape_ndim, shape_start, shape_dims, shape_size, arena_addr,
-                  big_addr, adj_addr, adj_off, touched, lane, dgemm):
+                  big_addr, adj_addr, adj_off, row_addr, touched, lane, dgemm):
     """A Sweep of borrowed arrays (see ``borrowed``)."""
     return Sweep(borrowed(rows), borrowed(ipool), borrowed(shape_ndim),
                  borrowed(shape_start), borrowed(shape_dims), borrowed(shape_size),
                  arena_addr, borrowed(big_addr), adj_addr, borrowed(adj_off),
-                 borrowed(touched), borrowed(lane), dgemm)
+                 borrowed(row_addr), borrowed(touched), borrowed(lane), dgemm)
 
 
 @register_jitable
@@ -96,6 +99,8 @@ def value_address(ctx, r):
 
 @register_jitable
 def adjoint_address(ctx, r):
+    if r < ctx.row_addr.size and ctx.row_addr[r] != 0:      # a buffer of its own
+        return ctx.row_addr[r]
     return ctx.adj_addr + 8 * (ctx.lane[0] * ctx.lane[1] + ctx.adj_off[r])
 
 
