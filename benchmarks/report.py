@@ -25,6 +25,10 @@ def main(path):
         for name, t in sorted(rows, key=lambda r: r[1]):
             print(f"| {name} | {_fmt(t)} | {t / base:.2f} |")
         print()
+        for b in data["benchmarks"]:
+            if b["group"] == group:
+                for key, value in b.get("extra_info", {}).items():
+                    print(f"{key}: {value}\n")
 
 
 def _fmt(seconds):

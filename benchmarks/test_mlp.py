@@ -59,3 +59,25 @@ def test_hips_autograd(benchmark, hips):
     import autograd.numpy as anp
     g = hips.grad(lambda ps: loss(anp, *ps, X, Y))
     benchmark.pedantic(lambda: g(PARAMS), rounds=10, warmup_rounds=1)
+
+
+@pytest.mark.benchmark(group="MLP: autotape / torch, run alternately")
+def test_paired_ratio(benchmark, torch):
+    """One autotape and one torch gradient per round, back to back, 100 rounds: the
+    drift of a shared machine hits both alike. extra_info holds the median of the
+    per-round ratios (autotape's time over torch's)."""
+    from time import perf_counter
+    x, y = at.tensor(X), at.tensor(Y)
+    xt, yt = torch.tensor(X), torch.tensor(Y)
+    ratios = []
+
+    def pair():
+        t0 = perf_counter()
+        ps = [at.tensor(p, requires_grad=True) for p in PARAMS]
+        at.grad(loss(np, *ps, x, y), ps)
+        t1 = perf_counter()
+        qs = [torch.tensor(p, requires_grad=True) for p in PARAMS]
+        torch.autograd.grad(loss(torch, *qs, xt, yt), qs)
+        ratios.append((t1 - t0) / (perf_counter() - t1))
+    benchmark.pedantic(pair, rounds=100, warmup_rounds=3)
+    benchmark.extra_info["median autotape / torch"] = round(float(np.median(ratios[3:])), 3)
