@@ -362,7 +362,7 @@ def hvp(f, primals, tangents):
     g_f = value_and_grad(f, tuple(range(len(primals))))
     call = _Call(lambda *xs: _pack(g_f(*xs)), primals, tuple(range(len(primals))), False,
                  "hvp")
-    value, grads = call.out[0], list(call.out[1:])
+    value, grads = call.out[0], _flatten(list(call.out[1:]))[0]   # leaves, inputs' order
     tans = _tangent_tensors(call, tangents, "hvp")
     hv = call.per_argnum(call.derivatives(grads, tans))
     hv = tuple(hv) if len(primals) > 1 else hv[0]

@@ -322,3 +322,15 @@ def test_every_transform_against_jax():
     close(F.jacfwd(ours["layer"])(x0).numpy(), jax.jacfwd(theirs["layer"])(xj))
     close(F.hvp(scalar_ours, (x0,), (v0,))[1].numpy(),
           jax.jvp(jax.grad(scalar_theirs), (xj,), (vj,))[1])
+
+
+def test_hvp_with_pytree_primals():
+    def f(p, s):
+        return (p["a"] ** 2 * p["b"]).sum() + s ** 3
+    p = {"a": at.tensor([1.0, 2.0]), "b": at.tensor([3.0, 4.0])}
+    t = {"a": at.tensor([1.0, 0.0]), "b": at.tensor([0.0, 1.0])}
+    value, (hp, hs) = F.hvp(f, (p, 2.0), (t, 1.0))
+    assert value.item() == 3.0 + 16.0 + 8.0
+    # d2/da2 = 2b, d2/dadb = 2a: H t for a-part = 2b*ta + 2a*tb; b-part = 2a*ta
+    assert hp["a"].tolist() == [6.0, 4.0] and hp["b"].tolist() == [2.0, 0.0]
+    assert hs.item() == 12.0
