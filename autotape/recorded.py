@@ -37,7 +37,7 @@ class RowView:
         row = cols.rows[i]
         self.op, aux = int(row[0]), int(row[4])
         self.params = cols.ipool[aux:] if aux >= 0 else cols.ipool[:0]
-        self.shape = _shape(cols, i)
+        self.shape = _shape(tape, cols, i)
         if self.op == CONCAT:
             self.operands = [int(self.params[3 + 3 * t]) for t in range(int(self.params[2]))]
         else:
@@ -64,15 +64,13 @@ class RowView:
         return handle(self.tape, self.cols, int(self.params[0])).numpy() != 0
 
 
-def _shape(cols, row):
-    s = cols.rows[row, 3]
-    start = cols.shape_start[s]
-    return tuple(int(d) for d in cols.shape_dims[start:start + cols.shape_ndim[s]])
+def _shape(tape, cols, row):
+    return tape.shapes[cols.rows[row, 3]]
 
 
 def handle(tape, cols, row):
     """A row's value as a tensor on the tape (a constant for CONST rows)."""
-    shape, loc = _shape(cols, row), int(cols.rows[row, 5])
+    shape, loc = _shape(tape, cols, row), int(cols.rows[row, 5])
     value = float(tape.arena[loc]) if loc >= 0 else tape.arrays[-loc - 1].reshape(shape)
     if cols.rows[row, 0] == CONST:
         return _plain(value, shape, F64)
@@ -143,7 +141,7 @@ def run(outputs, seeds, retain, released_error):
                     if cols.rows[operand, 0] == CONST:
                         continue
                     c = rule(ops, g, r, k)
-                    _add(adj, tape.id, operand, sum_to(c, _shape(cols, operand)))
+                    _add(adj, tape.id, operand, sum_to(c, _shape(tape, cols, operand)))
             if not retain:
                 tape.released[visited] = 1
                 tape.open = False

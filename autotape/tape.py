@@ -47,7 +47,7 @@ FLUSH_ROWS = 4096
 
 
 class Tape:
-    __slots__ = ("id", "codes", "opa", "opb", "chunks", "flushed", "checkpoint", "extra", "arena", "arrays", "big_addr", "shape_ids",
+    __slots__ = ("id", "codes", "opa", "opb", "chunks", "flushed", "checkpoint", "extra", "arena", "arrays", "big_addr", "shape_ids", "shapes",
                  "shape_ndim", "shape_dims", "shape_size", "released", "leaves",
                  "retained", "imports", "import_rows", "consts", "open", "nrows",
                  "array_bytes", "ipool", "_columns", "__weakref__")
@@ -67,6 +67,7 @@ class Tape:
         self.arrays = []                 # array values, flat float64, C order
         self.big_addr = []               # their addresses
         self.shape_ids = {(): 0}
+        self.shapes = [()]               # shape id -> shape tuple
         self.shape_ndim = [0]
         self.shape_dims = []
         self.shape_size = [1]
@@ -88,6 +89,7 @@ class Tape:
         sid = self.shape_ids.get(shape)
         if sid is None:
             sid = self.shape_ids[shape] = len(self.shape_size)
+            self.shapes.append(tuple(int(d) for d in shape))
             self.shape_ndim.append(len(shape))
             self.shape_dims.extend(shape)
             self.shape_size.append(math.prod(shape))
