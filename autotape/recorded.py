@@ -6,6 +6,7 @@ of the op table), so every gradient is itself a result on a tape and can be
 differentiated again, to any order. Python runs per row, which is the price of a
 differentiable backward; the next sweep over the gradient's tape is compiled again.
 """
+import functools
 import heapq
 import types
 
@@ -21,7 +22,10 @@ GRAPH_VJPS = {**elementwise.graph_vjps, **reduce.graph_vjps, **shape.graph_vjps,
               **linalg.graph_vjps}
 
 
+@functools.cache
 def _namespace():
+    """The ops the rules record with: autotape's public names plus the layout
+    primitives (built once, on the first create_graph)."""
     import autotape
     ns = {name: getattr(autotape, name) for name in autotape.__all__}
     return types.SimpleNamespace(**ns, gather=gather, scatter=scatter, take_flat=take_flat,
