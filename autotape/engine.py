@@ -382,14 +382,14 @@ def _leaf_buffers(tape, c):
     """Fresh gradient arrays for the large array leaves of a tape, and their addresses
     by row: the sweep writes those gradients there, sparing a copy out of the shared
     adjoint buffer."""
-    own = {}
-    for row in tape.leaves:
-        if c.rows[row, 5] < 0:
-            size = int(c.shape_size[c.rows[row, 3]])
-            if size >= OWN_BUFFER_MIN:
-                own[row] = np.empty(size)
-    if not own:
+    if not tape.leaves:
         return None, _NO_ROWS
+    rows = np.fromiter(tape.leaves, np.int64, len(tape.leaves))   # one pass, not per leaf
+    sizes = c.shape_size[c.rows[rows, 3]]
+    big = (c.rows[rows, 5] < 0) & (sizes >= OWN_BUFFER_MIN)
+    if not big.any():
+        return None, _NO_ROWS
+    own = {int(row): np.empty(int(size)) for row, size in zip(rows[big], sizes[big])}
     row_addr = np.zeros(max(own) + 1, np.int64)
     for row, buf in own.items():
         row_addr[row] = address_of(buf)
