@@ -19,6 +19,7 @@ from .record import (_BINARY_FUNCTIONS, _UNARY_FUNCTIONS, amax, amin, astype, br
                      sum, transpose, where)
 from .tensor import Tensor, as_tensor
 from . import func, linalg
+from .compile import Compiled, compile
 
 __version__ = "0.1.0"
 
@@ -35,6 +36,6 @@ __all__ = [
     "enable_grad", "set_grad_enabled", "is_grad_enabled",
     "where", "clip", "sum", "mean", "max", "min", "amax", "amin", "prod", "cumsum", "cumprod",
     "matmul", "reshape", "transpose", "astype",
-    "broadcast_to", "stack", "concatenate",
+    "broadcast_to", "stack", "concatenate", "compile", "Compiled",
 ] + _composite.__all__ + [op.name for op in _unary_ops.values()] + [
     op.name for op in _binary_ops.values()]

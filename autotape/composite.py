@@ -7,6 +7,7 @@ from numpy.lib.array_utils import normalize_axis_tuple
 from .ops import codes
 from .ops.shape import _c_strides
 from .creation import full
+from .guards import observe
 from .record import (_UNARY_FUNCTIONS, broadcast_to, concatenate, gather, matmul, mean,
                      reshape, sum, take_flat, transpose, where)
 from .record import max as record_max, min as record_min
@@ -21,8 +22,10 @@ def _axes(x, axis):
 
 def _shift(x, axes):
     """The maximum over axes (kept), as a constant; 0 where it is not finite."""
-    m = np.max(_array_value(x), axis=axes, keepdims=True) if x.size else np.zeros(())
-    return np.where(np.isfinite(m), m, 0.0)
+    def shift(v):
+        m = np.max(v, axis=axes, keepdims=True) if v.size else np.zeros(())
+        return np.where(np.isfinite(m), m, 0.0)
+    return observe(shift, x)
 
 
 def logsumexp(x, axis=None, keepdims=False):
@@ -98,14 +101,14 @@ def trace(a, offset=0, axis1=0, axis2=1):
 
 def argmax(a, axis=None, keepdims=False):
     """Index of the largest element (an integer tensor: no gradient)."""
-    return _plain(*_canonical(np.argmax(_array_value(as_tensor(a)), axis=axis,
-                                        keepdims=keepdims)))
+    return _plain(*_canonical(observe(lambda v: np.argmax(v, axis=axis, keepdims=keepdims),
+                                      as_tensor(a))))
 
 
 def argmin(a, axis=None, keepdims=False):
     """Index of the smallest element (an integer tensor: no gradient)."""
-    return _plain(*_canonical(np.argmin(_array_value(as_tensor(a)), axis=axis,
-                                        keepdims=keepdims)))
+    return _plain(*_canonical(observe(lambda v: np.argmin(v, axis=axis, keepdims=keepdims),
+                                      as_tensor(a))))
 
 
 __all__ = ["logsumexp", "softmax", "log_softmax", "var", "std", "average", "diagonal",
@@ -337,7 +340,7 @@ __all__ += ["take", "take_along_axis"]
 
 def _safe_sqrt(s):
     """sqrt(s), with gradient 0 (not nan) where s == 0: the norm of a zero vector."""
-    positive = _array_value(as_tensor(s)) > 0
+    positive = observe(lambda v: v > 0, as_tensor(s))
     return where(positive, _sqrt(where(positive, s, 1.0)), 0.0)
 
 

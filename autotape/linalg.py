@@ -14,6 +14,7 @@ from collections import namedtuple
 import numpy as np
 
 from .composite import _exp, norm  # noqa: F401  (norm: numpy.linalg's name)
+from .guards import observe
 from .ops import codes
 from .record import _record_op, broadcast_to, reshape
 from .tensor import F64, _array_value, _plain, as_tensor
@@ -22,6 +23,39 @@ __all__ = ["inv", "solve", "det", "slogdet", "cholesky", "eigh", "norm"]
 
 SlogdetResult = namedtuple("SlogdetResult", "sign logabsdet")
 EighResult = namedtuple("EighResult", "eigenvalues eigenvectors")
+
+
+# What each op computes from its operands' values: (value, auxiliary value saved for
+# the VJP or None). The functions below record these; a compiled replay of a tape
+# (compile.py) recomputes its numpy.linalg rows with them.
+
+def _inverse_t(av):
+    return np.swapaxes(np.linalg.inv(av), -1, -2)
+
+
+def _slogdet_values(av):
+    logabsdet = np.linalg.slogdet(av)[1]
+    aux = _inverse_t(av) if np.all(np.isfinite(logabsdet)) else np.full(av.shape, np.nan)
+    return logabsdet, aux
+
+
+def _cholesky_values(av):
+    factor = np.linalg.cholesky(av)
+    return factor, np.linalg.inv(factor)
+
+
+def _eigh_values(av, upper):
+    w, v = np.linalg.eigh(av, "U" if upper else "L")
+    return np.concatenate([v, w[..., None, :]], axis=-2), None     # (..., n + 1, n)
+
+
+values_of = {
+    codes.INV: lambda av, bv, p: (np.linalg.inv(av), None),
+    codes.SOLVE: lambda av, bv, p: (np.linalg.solve(av, bv), _inverse_t(av)),
+    codes.SLOGDET: lambda av, bv, p: _slogdet_values(av),
+    codes.CHOLESKY: lambda av, bv, p: _cholesky_values(av),
+    codes.EIGH: lambda av, bv, p: _eigh_values(av, p[0] != 0),
+}
 
 
 def _square(a, name):
@@ -63,7 +97,7 @@ def solve(a, b):
     b = broadcast_to(b, batch + b.shape[-2:]) if b.shape[:-2] != batch else b
     av = _array_value(a)
     x = np.linalg.solve(av, _array_value(b))
-    out = _record_op(codes.SOLVE, x, a, b, aux=lambda: np.swapaxes(np.linalg.inv(av), -1, -2))
+    out = _record_op(codes.SOLVE, x, a, b, aux=lambda: _inverse_t(av))
     return reshape(out, out.shape[:-1]) if vector else out
 
 
@@ -78,13 +112,9 @@ def slogdet(a):
     a = _square(a, "slogdet")
     av = _array_value(a)
     sign, logabsdet = np.linalg.slogdet(av)
-    aux = None
-    if np.all(np.isfinite(logabsdet)):
-        aux = lambda: np.swapaxes(np.linalg.inv(av), -1, -2)          # noqa: E731
-    else:
-        aux = lambda: np.full(av.shape, np.nan)                        # noqa: E731
-    lad = _record_op(codes.SLOGDET, logabsdet, a, aux=aux)
-    sign = np.asarray(sign, a.dtype)
+    lad = _record_op(codes.SLOGDET, logabsdet, a, aux=lambda: _slogdet_values(av)[1])
+    sign = np.asarray(observe(lambda v: np.linalg.slogdet(v)[0], a) if lad.requires_grad
+                      else sign, a.dtype)                         # a decision (guards.py)
     return SlogdetResult(_plain(float(sign) if sign.ndim == 0 else sign, sign.shape,
                                 a.dtype), lad)
 
@@ -110,8 +140,8 @@ def cholesky(a):
             [1., 1.]])
     """
     a = _square(a, "cholesky")
-    factor = np.linalg.cholesky(_array_value(a))
-    return _record_op(codes.CHOLESKY, factor, a, aux=lambda: np.linalg.inv(factor))
+    factor, factor_inv = _cholesky_values(_array_value(a))
+    return _record_op(codes.CHOLESKY, factor, a, aux=lambda: factor_inv)
 
 
 def eigh(a, UPLO="L"):
@@ -127,9 +157,8 @@ def eigh(a, UPLO="L"):
     a = _square(a, "eigh")
     if UPLO not in ("L", "U"):
         raise ValueError("UPLO argument must be 'L' or 'U'")
-    w, v = np.linalg.eigh(_array_value(a), UPLO)
+    packed, _ = _eigh_values(_array_value(a), UPLO == "U")
     n = a.shape[-1]
-    packed = np.concatenate([v, w[..., None, :]], axis=-2)     # (..., n + 1, n)
     z = _record_op(codes.EIGH, packed, a, params=(int(UPLO == "U"),))
     return EighResult(z[..., n, :], z[..., :n, :])
 

@@ -14,6 +14,7 @@ import numpy as np
 from numpy.lib.array_utils import normalize_axis_index, normalize_axis_tuple
 
 from .grad_mode import _Mode
+from .guards import observe
 from .ops import codes
 from .ops.elementwise import binary_ops, unary_ops
 from .ops.reduce import axes_mask, reductions
@@ -270,10 +271,8 @@ def _binary_arrays(op, x, y):
 
 
 def _compare(np_fn, x, y):
-    xa = _array_value(x)
-    ya = _array_value(y) if type(y) is Tensor else y
     with quiet():
-        return _plain(*_canonical(np_fn(xa, ya)))
+        return _plain(*_canonical(observe(np_fn, x, y)))   # a decision (guards.py)
 
 
 def where(condition, x, y):
@@ -286,7 +285,7 @@ def where(condition, x, y):
     >>> at.where(x > 0, x, 0.0).sum().backward(); x.grad
     tensor([0., 1.])
     """
-    c = np.asarray(_array_value(condition) if type(condition) is Tensor else condition)
+    c = np.asarray(observe(_as_bool, condition) if type(condition) is Tensor else condition)
     c = c.astype(bool, copy=False)
     xa = _array_value(x) if type(x) is Tensor else x
     ya = _array_value(y) if type(y) is Tensor else y
@@ -300,6 +299,10 @@ def where(condition, x, y):
     return _plain(z, shape, dtype)
 
 
+def _as_bool(c):
+    return np.asarray(c).astype(bool, copy=False)
+
+
 def clip(x, a_min, a_max):
     """x limited to [a_min, a_max] (either may be None; a_max wins if a_min > a_max, as
     in numpy). The gradient passes to x where a_min <= x <= a_max, boundaries included
@@ -310,13 +313,11 @@ def clip(x, a_min, a_max):
     (tensor([0., 1., 0.]),)
     """
     x = as_tensor(x)
-    out, xv = x, _array_value(x)
+    out = x
     if a_min is not None:
-        lo = _array_value(a_min) if type(a_min) is Tensor else np.asarray(a_min)
-        out = where(xv < lo, a_min, out)
+        out = where(observe(np.less, x, a_min), a_min, out)
     if a_max is not None:
-        hi = _array_value(a_max) if type(a_max) is Tensor else np.asarray(a_max)
-        out = where(_array_value(as_tensor(out)) > hi, a_max, out)
+        out = where(observe(np.greater, as_tensor(out), a_max), a_max, out)
     return out
 
 
@@ -418,6 +419,8 @@ def astype(x, dtype):
     to an integer or bool dtype ends the graph."""
     x = as_tensor(x)
     dtype = np.dtype(dtype)
+    if dtype.kind != "f":                      # leaves the graph: a decision
+        return _plain(*_canonical(observe(lambda v: v.astype(dtype), x)))
     z, shape, dtype = _canonical(_array_value(x).astype(dtype))
     if dtype.kind == "f" and _recording(x):
         tape = _tape_for(x)

@@ -15,6 +15,7 @@ import weakref
 import numpy as np
 
 from .grad_mode import _Mode
+from .guards import _Current, observe_value
 from .quiet import quiet
 from .ops import codes
 from .ops.elementwise import binary_ops, unary_ops
@@ -156,6 +157,8 @@ class Tensor:
 
     def numpy(self):
         """The value as a numpy array (read-only when the tensor requires grad)."""
+        if _Current.trace is not None:
+            observe_value(self)
         v = self._value
         if type(v) is float:
             return np.array(v, self._dtype)
@@ -180,10 +183,14 @@ class Tensor:
         if self.size != 1:
             raise RuntimeError(
                 f"a Tensor with {self.size} elements cannot be converted to Scalar")
+        if _Current.trace is not None:
+            observe_value(self)
         v = self._value
         return v if type(v) is float else v.reshape(-1)[0].item()
 
     def tolist(self):
+        if _Current.trace is not None:
+            observe_value(self)
         v = self._value
         return v if type(v) is float else v.tolist()
 

@@ -15,6 +15,7 @@ import numpy as np
 from numba.extending import register_jitable
 
 from . import vmath
+from ..guards import observe
 from .codes import (ABS, ADD, ARCCOS, ARCCOSH, ARCSIN, ARCSINH, ARCTAN, ARCTAN2, ARCTANH,
                     CEIL, COS, COSH, DIV, ERF, EXP, EXP2, EXPM1, FLOOR, FMOD, HYPOT, LOG,
                     LOG1P, LOG2, LOG10, LOGADDEXP, MAXIMUM, MINIMUM, MOD, MUL, NEG, POW,
@@ -308,6 +309,140 @@ def _more_binary_partial_y(op, x, y, z):
     return math.nan
 
 
+# ---- the value table: what a compiled replay of the tape computes per element ---------
+# The same functions as the scalar / numpy forwards above, as compiled code (results
+# agree with numpy to a few ulp; numpy's own SIMD exp or log may round differently).
+
+@register_jitable
+def unary_value(op, x):
+    """z = f(x)."""
+    if op == NEG:     return -x
+    if op == ABS:     return abs(x)
+    if op == EXP:     return math.exp(x)
+    if op == LOG:     return math.log(x) if x > 0 else (-math.inf if x == 0 else math.nan)
+    if op == SQRT:    return math.sqrt(x) if x >= 0 else math.nan
+    if op == SIN:     return vmath.sin(x)
+    if op == COS:     return vmath.cos(x)
+    if op == TAN:     return math.tan(x)
+    if op == TANH:    return math.tanh(x)
+    if op == SIGMOID: return 1.0 / (1.0 + math.exp(-x)) if x >= 0 else \
+                             math.exp(x) / (1.0 + math.exp(x))
+    if op == RELU:    return x if x > 0 else 0.0
+    return _more_unary_value(op, x)
+
+
+@register_jitable
+def _more_unary_value(op, x):
+    if op == LOG1P:   return math.log1p(x) if x >= -1 else math.nan
+    if op == EXPM1:   return math.expm1(x)
+    if op == LOG2:    return math.log2(x) if x > 0 else (-math.inf if x == 0 else math.nan)
+    if op == LOG10:   return math.log10(x) if x > 0 else (-math.inf if x == 0 else math.nan)
+    if op == EXP2:    return 2.0 ** x
+    if op == SQUARE:  return x * x
+    if op == RECIPROCAL: return 1.0 / x
+    if op == SINH:    return math.sinh(x)
+    if op == COSH:    return math.cosh(x)
+    if op == ARCSIN:  return math.asin(x) if abs(x) <= 1 else math.nan
+    if op == ARCCOS:  return math.acos(x) if abs(x) <= 1 else math.nan
+    if op == ARCTAN:  return math.atan(x)
+    if op == ARCSINH: return math.asinh(x)
+    if op == ARCCOSH: return math.acosh(x) if x >= 1 else math.nan
+    if op == ARCTANH: return math.atanh(x) if abs(x) < 1 else (
+                             math.copysign(math.inf, x) if abs(x) == 1 else math.nan)
+    if op == SOFTPLUS: return (x if x > 0 else 0.0) + math.log1p(math.exp(-abs(x)))
+    if op == ERF:     return math.erf(x)
+    if op == SIGN:    return 1.0 if x > 0 else (-1.0 if x < 0 else x)
+    if op == FLOOR:   return math.floor(x)
+    if op == CEIL:    return math.ceil(x)
+    if op == ROUND:   return _round_half_even(x)
+    return math.nan
+
+
+@register_jitable
+def _round_half_even(x):
+    if not abs(x) < 4503599627370496.0:          # 2**52: already an integer (or nan, inf)
+        return x
+    r = math.floor(x)
+    d = x - r
+    if d > 0.5 or (d == 0.5 and r % 2 != 0):
+        r += 1.0
+    return math.copysign(r, x) if r == 0 else r
+
+
+@register_jitable
+def binary_value(op, x, y):
+    """z = f(x, y)."""
+    if op == ADD:     return x + y
+    if op == SUB:     return x - y
+    if op == MUL:     return x * y
+    if op == DIV:     return x / y
+    if op == POW:     return x ** y
+    return _more_binary_value(op, x, y)
+
+
+@register_jitable
+def _more_binary_value(op, x, y):
+    if op == MAXIMUM: return x if (x >= y or x != x) else y
+    if op == MINIMUM: return x if (x <= y or x != x) else y
+    if op == ARCTAN2: return math.atan2(x, y)
+    if op == HYPOT:   return math.hypot(x, y)
+    if op == LOGADDEXP:
+        m = x if x > y else y
+        return m if m == -math.inf else m + math.log1p(math.exp(-abs(x - y)))
+    if op == FMOD:    return np.fmod(x, y)
+    if op == MOD:     return np.remainder(x, y)
+    return math.nan
+
+
+@register_jitable
+def elementwise_forward(ctx, i):
+    """Recompute a unary or binary row's value from its operands (numpy broadcasting)."""
+    op = ctx.rows[i, OP]
+    a, b = ctx.rows[i, A], ctx.rows[i, B]
+    z, x = value(ctx, i), value(ctx, a)
+    n = z.size
+    if op == TANH and n > 1:                     # the SIMD loops of the eager forward
+        vmath._tanh_into(x, z)
+    elif (op == SIN or op == COS) and n > 1:
+        vmath._sin_into(x, z, 0.0 if op == SIN else 1.0)
+    elif op <= UNARY_LAST:
+        for k in range(n):
+            z[k] = unary_value(op, x[k])
+    if op <= UNARY_LAST:
+        return
+    y = value(ctx, b)
+    if (x.size == n or x.size == 1) and (y.size == n or y.size == 1):
+        sx, sy = (1 if x.size == n else 0), (1 if y.size == n else 0)
+        if op == ADD:
+            for k in range(n):
+                z[k] = x[k * sx] + y[k * sy]
+        elif op == SUB:
+            for k in range(n):
+                z[k] = x[k * sx] - y[k * sy]
+        elif op == MUL:
+            for k in range(n):
+                z[k] = x[k * sx] * y[k * sy]
+        elif op == POW and y.size == 1 and y[0] == 2.0:    # numpy squares too
+            for k in range(n):
+                z[k] = x[k * sx] * x[k * sx]
+        else:
+            for k in range(n):
+                z[k] = binary_value(op, x[k * sx], y[k * sy])
+        return
+    ma, mb = operand_map(ctx, a, i), operand_map(ctx, b, i)
+    for k in range(n):
+        z[k] = binary_value(op, x[ma[k]], y[mb[k]])
+
+
+@register_jitable
+def where_forward(ctx, i):
+    a, b, c = ctx.rows[i, A], ctx.rows[i, B], ctx.ipool[ctx.rows[i, AUX]]
+    z, x, y, cond = value(ctx, i), value(ctx, a), value(ctx, b), value(ctx, c)
+    ma, mb, mc = operand_map(ctx, a, i), operand_map(ctx, b, i), operand_map(ctx, c, i)
+    for k in range(z.size):
+        z[k] = x[ma[k]] if cond[mc[k]] != 0 else y[mb[k]]
+
+
 # ---- VJP kernels for the three families ------------------------------------------------
 
 def _unary_loops(code):
@@ -519,15 +654,25 @@ def elementwise_vjp_lanes(ctx, i, lanes):
                 for k in range(n):
                     s += g[lane * stride + k] * partial[k]
                 gr[lane * stride] = s if fresh else gr[lane * stride] + s
-        elif first_write_lanes(ctx, r, lanes):
-            for lane in range(lanes):
-                for k in range(n):
-                    gr[lane * stride + k] = g[lane * stride + k] * partial[k]
         else:
-            for lane in range(lanes):
-                for k in range(n):
-                    gr[lane * stride + k] += g[lane * stride + k] * partial[k]
+            _times_partial_lanes(gr, g, partial, lanes, stride, first_write_lanes(ctx, r, lanes))
     return True
+
+
+@register_jitable
+def _times_partial_lanes(gr, g, partial, lanes, stride, fresh):
+    """gr = g * partial (or +=) in every lane; each lane a contiguous slice, so the
+    element loop vectorises."""
+    n = partial.size
+    for lane in range(lanes):
+        src = g[lane * stride:lane * stride + n]
+        dst = gr[lane * stride:lane * stride + n]
+        if fresh:
+            for k in range(n):
+                dst[k] = src[k] * partial[k]
+        else:
+            for k in range(n):
+                dst[k] += src[k] * partial[k]
 
 
 @register_jitable
@@ -570,11 +715,15 @@ def _zero(at, g):
 
 def _share(u, v, wins):
     """1 where u wins over v, 1/2 on ties, 0 elsewhere (a constant)."""
-    a, b = u.numpy(), v.numpy()
-    return np.where(a == b, 0.5, np.where(wins(a, b), 1.0, 0.0))
+    return observe(lambda a, b: np.where(a == b, 0.5, np.where(wins(a, b), 1.0, 0.0)), u, v)
 
 
 P = per_operand
+
+
+def _positive(z):
+    return z > 0
+
 def _pow_rule_x(at, g, r):
     """y x^(y-1), 0 where y == 0. The untaken branch gets a harmless exponent, so that
     higher derivatives there are 0 too, not 0 * inf. A constant scalar exponent c (x ** 2,
@@ -583,19 +732,19 @@ def _pow_rule_x(at, g, r):
         c = r.y.item()
         return g * 0.0 if c == 0 else g * (2.0 * r.x) if c == 2 else \
             g * (c * r.x ** (c - 1.0))
-    flat = r.y.numpy() == 0
+    flat = observe(lambda y: y == 0, r.y)
     return at.where(flat, 0.0, g * r.y * r.x ** at.where(flat, 1.0, r.y - 1.0))
 
 
 def _pow_rule_y(at, g, r):
     """x^y log x, 0 where x == 0 <= y (x^y is 0 or 1 there for every such y)."""
-    zero = (r.x.numpy() == 0) & (r.y.numpy() >= 0)
+    zero = observe(lambda x, y: (x == 0) & (y >= 0), r.x, r.y)
     return at.where(zero, 0.0, g * r.z * at.log(at.where(zero, 1.0, r.x)))
 
 
 graph_vjps = {
     NEG:     P(lambda at, g, r: -g),
-    ABS:     P(lambda at, g, r: g * np.sign(r.x.numpy())),
+    ABS:     P(lambda at, g, r: g * observe(np.sign, r.x)),
     EXP:     P(lambda at, g, r: g * r.z),
     LOG:     P(lambda at, g, r: g / r.x),
     SQRT:    P(lambda at, g, r: g / (2.0 * r.z)),
@@ -604,7 +753,7 @@ graph_vjps = {
     TAN:     P(lambda at, g, r: g * (1.0 + r.z * r.z)),
     TANH:    P(lambda at, g, r: g * (1.0 - r.z * r.z)),
     SIGMOID: P(lambda at, g, r: g * (r.z * (1.0 - r.z))),
-    RELU:    P(lambda at, g, r: g * (r.z.numpy() > 0)),
+    RELU:    P(lambda at, g, r: g * observe(_positive, r.z)),
     LOG1P:   P(lambda at, g, r: g / (1.0 + r.x)),
     EXPM1:   P(lambda at, g, r: g * (r.z + 1.0)),
     LOG2:    P(lambda at, g, r: g / (r.x * _LN2)),
@@ -647,9 +796,9 @@ graph_vjps = {
     LOGADDEXP: P(lambda at, g, r: g * at.exp(r.x - r.z),
                  lambda at, g, r: g * at.exp(r.y - r.z)),
     FMOD:    P(lambda at, g, r: g,
-               lambda at, g, r: -g * np.trunc(r.x.numpy() / r.y.numpy())),
+               lambda at, g, r: -g * observe(lambda x, y: np.trunc(x / y), r.x, r.y)),
     MOD:     P(lambda at, g, r: g,
-               lambda at, g, r: -g * np.floor(r.x.numpy() / r.y.numpy())),
+               lambda at, g, r: -g * observe(lambda x, y: np.floor(x / y), r.x, r.y)),
     WHERE:   P(lambda at, g, r: at.where(r.cond, g, 0.0),
                lambda at, g, r: at.where(r.cond, 0.0, g)),
 }

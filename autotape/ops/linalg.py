@@ -126,6 +126,40 @@ def _matmul_block(ctx, i, a, b, n, k, m, oa, ob, og, first, which):
                         gb[ob + p * m + j] += arp * g[og + r * m + j]
 
 
+@register_jitable
+def matmul_forward(ctx, i):
+    """Recompute a matmul row's value, block by block of the broadcast batch."""
+    a, b = ctx.rows[i, A], ctx.rows[i, B]
+    sa, sb, so = shape_of(ctx, a), shape_of(ctx, b), shape_of(ctx, i)
+    n = sa[sa.size - 2] if sa.size >= 2 else 1
+    k = sa[sa.size - 1]
+    m = sb[sb.size - 1] if sb.size >= 2 else 1
+    core = (1 if sa.size >= 2 else 0) + (1 if sb.size >= 2 else 0)
+    batch = so[:so.size - core]
+    nb = 1
+    for d in range(batch.size):
+        nb *= batch[d]
+    z = value(ctx, i)
+    if k == 0 or z.size == 0:
+        z[:] = 0.0
+        return
+    ma = broadcast_map(sa[:max(sa.size - 2, 0)], batch)        # batch -> operand block
+    mb = broadcast_map(sb[:max(sb.size - 2, 0)], batch)
+    x, y = value(ctx, a), value(ctx, b)
+    for t in range(nb):
+        oa, ob, oz = ma[t] * n * k, mb[t] * k * m, t * n * m
+        if ctx.dgemm != 0 and n * k * m >= BLAS_MIN_FLOPS:
+            _gemm(ctx, False, False, n, m, k, 1.0, value_address(ctx, a) + 8 * oa, k,
+                  value_address(ctx, b) + 8 * ob, m, 0.0, value_address(ctx, i) + 8 * oz, m)
+            continue
+        for r in range(n):                    # below a library call's cost: loops
+            for c in range(m):
+                s = 0.0
+                for p in range(k):
+                    s += x[oa + r * k + p] * y[ob + p * m + c]
+                z[oz + r * m + c] = s
+
+
 # ---- for create_graph=True (see elementwise.graph_vjps) --------------------------------
 
 def _matmul(at, g, r, k):

@@ -12,6 +12,7 @@ so it is exact at zeros too.
 import numpy as np
 from numba.extending import register_jitable
 
+from ..guards import observe
 from .codes import CUMPROD, CUMSUM, MAX, MEAN, MIN, PROD, SUM
 from ..kernels.layout import (A, accumulator, adjoint, broadcast_map, first_write,
                               has_adjoint, param, shape_of, size_of, value)
@@ -109,6 +110,44 @@ def cumprod_vjp(ctx, i):
 
 
 @register_jitable
+def reduce_forward(ctx, i):
+    """Recompute a reduction or scan row's value (a compiled replay of the tape)."""
+    op, a = ctx.rows[i, 0], ctx.rows[i, A]
+    x, z = value(ctx, a), value(ctx, i)
+    if op == CUMSUM or op == CUMPROD:
+        outer, length, inner = param(ctx, i, 0), param(ctx, i, 1), param(ctx, i, 2)
+        for o in range(outer):
+            for c in range(inner):
+                acc = 0.0 if op == CUMSUM else 1.0
+                for j in range(length):
+                    k = (o * length + j) * inner + c
+                    acc = acc + x[k] if op == CUMSUM else acc * x[k]
+                    z[k] = acc
+        return
+    if (op == SUM or op == MEAN) and z.size == 1:          # the whole array
+        s = 0.0
+        for k in range(x.size):
+            s += x[k]
+        z[0] = s / x.size if op == MEAN else s
+        return
+    start = 1.0 if op == PROD else (-np.inf if op == MAX else (np.inf if op == MIN else 0.0))
+    z[:] = start
+    m = _kept_map(ctx, i, a)
+    for k in range(x.size):
+        j, v = m[k], x[k]
+        if op == SUM or op == MEAN:
+            z[j] += v
+        elif op == PROD:
+            z[j] *= v
+        elif v != v or (op == MAX and v > z[j]) or (op == MIN and v < z[j]):
+            z[j] = v                           # max / min propagate nan, as numpy's
+    if op == MEAN:
+        scale = z.size / x.size if x.size > 0 else np.nan
+        for j in range(z.size):
+            z[j] *= scale
+
+
+@register_jitable
 def reduce_vjp(ctx, i):
     a = ctx.rows[i, A]
     if not has_adjoint(ctx, a):
@@ -164,9 +203,12 @@ def _tie_share(r):
     """1/ties at the elements equal to their group's max or min, 0 elsewhere."""
     mask = int(r.params[0])
     kept = tuple(1 if (mask >> d) & 1 else n for d, n in enumerate(r.x.shape))
-    hit = r.x.numpy() == r.z.numpy().reshape(kept)
     axes = tuple(d for d in range(len(kept)) if (mask >> d) & 1)
-    return hit / np.sum(hit, axis=axes, keepdims=True)
+
+    def share(x, z):
+        hit = x == z.reshape(kept)
+        return hit / np.sum(hit, axis=axes, keepdims=True)
+    return observe(share, r.x, r.z)
 
 
 def _prod_rule(at, g, r):
@@ -176,7 +218,7 @@ def _prod_rule(at, g, r):
     mask = int(r.params[0])
     axes = tuple(d for d in range(r.x.ndim) if (mask >> d) & 1)
     x, ge = r.x, _expand(at, g, r)
-    zero = x.numpy() == 0
+    zero = observe(lambda v: v == 0, x)
     out = at.where(zero, 0.0, ge * _expand(at, r.z, r) / at.where(zero, 1.0, x))
     for p in map(tuple, np.argwhere(zero)):         # (argwhere: also for 0-d)
         here = np.zeros(zero.shape, bool)

@@ -96,19 +96,39 @@ def _pattern_map(ctx, i, shape):
 # so all K lanes of a sweep share one.
 
 @register_jitable
+def _progression(m):
+    """(first, step) when the index map is first + step * k with step != 0 (x[::2],
+    x[1:], a column), else (0, 0)."""
+    if m.size < 2:
+        return 0, 0
+    first, step = int(m[0]), int(m[1]) - int(m[0])
+    if step == 0:
+        return 0, 0
+    for k in range(2, m.size):
+        if int(m[k]) != first + step * k:
+            return 0, 0
+    return first, step
+
+
+@register_jitable
 def _scatter_add_into(ctx, i, a, m, lanes):
     """Operand a's adjoint += row i's adjoint scattered to positions m (repeats add)."""
     ctx.lane[0] = 0
     g, ga, stride = lane_block(ctx, i, lanes), lane_block(ctx, a, lanes), ctx.lane[1]
     n, na = size_of(ctx, i), size_of(ctx, a)
+    first, step = _progression(m)
     fresh = first_write_lanes(ctx, a, lanes)
-    for lane in range(lanes):
-        base = lane * stride
+    for lane in range(lanes):          # per-lane slices: the loops see contiguous arrays
+        src = g[lane * stride:lane * stride + n]
+        dst = ga[lane * stride:lane * stride + na]
         if fresh:
-            for k in range(na):
-                ga[base + k] = 0.0
-        for k in range(n):
-            ga[base + int(m[k])] += g[base + k]
+            dst[:] = 0.0
+        if step != 0:                  # an arithmetic progression: no index loads
+            for k in range(n):
+                dst[first + step * k] += src[k]
+        else:
+            for k in range(n):
+                dst[int(m[k])] += src[k]
 
 
 @register_jitable
@@ -116,16 +136,24 @@ def _gather_into(ctx, i, a, m, lanes):
     """Operand a's adjoint (=, or += if written) row i's adjoint at positions m."""
     ctx.lane[0] = 0
     g, ga, stride = lane_block(ctx, i, lanes), lane_block(ctx, a, lanes), ctx.lane[1]
-    na = size_of(ctx, a)
+    n, na = size_of(ctx, i), size_of(ctx, a)
+    first, step = _progression(m)
     fresh = first_write_lanes(ctx, a, lanes)
     for lane in range(lanes):
-        base = lane * stride
-        if fresh:
+        src = g[lane * stride:lane * stride + n]
+        dst = ga[lane * stride:lane * stride + na]
+        if step != 0 and fresh:
             for k in range(na):
-                ga[base + k] = g[base + int(m[k])]
+                dst[k] = src[first + step * k]
+        elif step != 0:
+            for k in range(na):
+                dst[k] += src[first + step * k]
+        elif fresh:
+            for k in range(na):
+                dst[k] = src[int(m[k])]
         else:
             for k in range(na):
-                ga[base + k] += g[base + int(m[k])]
+                dst[k] += src[int(m[k])]
 
 
 @register_jitable
@@ -187,6 +215,59 @@ def layout_vjp(ctx, i, lanes):
     else:
         return False
     return True
+
+
+@register_jitable
+def layout_forward(ctx, i):
+    """Recompute a layout row's value (a compiled replay of the tape). Each op is the
+    transpose of another's VJP: a gather for STRIDED and TAKE, a scatter-add for
+    SCATTER and PUT_ADD."""
+    op, a = ctx.rows[i, OP], ctx.rows[i, A]
+    z = value(ctx, i)
+    if op == CONCAT:
+        outer, width, count = param(ctx, i, 0), param(ctx, i, 1), param(ctx, i, 2)
+        for t in range(count):
+            v = value(ctx, param(ctx, i, 3 + 3 * t))
+            col, band = param(ctx, i, 4 + 3 * t), param(ctx, i, 5 + 3 * t)
+            for o in range(outer):
+                for c in range(band):
+                    z[o * width + col + c] = v[o * band + c]
+        return
+    x = value(ctx, a)
+    if op == RESHAPE:
+        for k in range(z.size):                 # (the same memory when a view was kept)
+            z[k] = x[k]
+    elif op == STRIDED:
+        m = _pattern_map(ctx, i, shape_of(ctx, i))
+        for k in range(z.size):
+            z[k] = x[m[k]]
+    elif op == SCATTER:
+        m = _pattern_map(ctx, i, shape_of(ctx, a))
+        z[:] = 0.0
+        for k in range(x.size):
+            z[m[k]] += x[k]
+    elif op == TAKE:
+        idx = value(ctx, ctx.rows[i, B])
+        for k in range(z.size):
+            z[k] = x[int(idx[k])]
+    elif op == PUT_ADD:
+        idx = value(ctx, ctx.rows[i, B])
+        z[:] = 0.0
+        for k in range(x.size):
+            z[int(idx[k])] += x[k]
+    elif op == SETITEM:
+        v = value(ctx, ctx.rows[i, B])
+        ndim = param(ctx, i, 0)
+        region = np.empty(ndim, np.int64)
+        for d in range(ndim):
+            region[d] = param(ctx, i, 1 + d)
+        offset, strides = _pattern(ctx, i, 1 + ndim, ndim)
+        rmap = strided_map(region, offset, strides)
+        vmap = broadcast_map(shape_of(ctx, ctx.rows[i, B]), region)
+        for k in range(z.size):
+            z[k] = x[k]
+        for k in range(rmap.size):
+            z[rmap[k]] = v[vmap[k]]
 
 
 @register_jitable

@@ -1,0 +1,368 @@
+"""Record once, replay many: ``at.compile(f, *example_args)``.
+
+f is recorded once on a tape of its own. Each later call writes the new arguments into
+the tape's input rows, recomputes every other row with the compiled forward replay
+(kernels/replay.py), checks the guards taken while recording (guards.py), and runs the
+compiled reverse sweep when derivatives are asked for: no Python per op, no
+re-recording. A Hessian comes from a second recording, of f and its gradient
+(create_graph), replayed the same way and swept once with one lane per row.
+
+What f computes must follow from its arguments through autotape ops. Values f
+captures (arrays, tensors, numbers from outside) are read once, when recorded, as in
+``jax.jit``. Decisions taken in Python from traced values (comparisons, ``.item()``,
+``if`` on a tensor) are guards: a call whose decisions would differ is recorded
+again at its own arguments, so results are never stale; ``traces`` counts
+recordings. A new argument shape is recorded once and kept.
+
+>>> f = at.compile(lambda x: (x ** 3).sum(), np.ones(2))
+>>> f.grad(np.array([1.0, 2.0]))
+tensor([ 3., 12.])
+"""
+import math
+
+import numpy as np
+
+from . import engine, guards
+from .func import _flatten
+from .grad_mode import enable_grad
+from .kernels.cpu import OK, reverse_sweep
+from .kernels.replay import forward_replay
+from .linalg import values_of
+from .ops.codes import CONST
+from .record import _row_of, reshape
+from .tape import _Current as _OpenTape
+from .tape import open_tape
+from .tensor import F64, Tensor, _plain
+
+__all__ = ["compile", "Compiled"]
+
+
+def compile(f, *example_args):
+    """f recorded once at ``example_args`` (float arrays, numbers or Tensors; f returns
+    a Tensor or a tuple / list / dict of them), returned as a ``Compiled`` function
+    that replays the recording: call it for f's value, or use ``.grad``,
+    ``.value_and_grad``, ``.jacobian``, ``.hessian``. Derivatives are taken with
+    respect to every argument.
+
+    >>> rosen = at.compile(lambda x: (100 * (x[1:] - x[:-1] ** 2) ** 2).sum(), np.zeros(3))
+    >>> rosen.hessian(np.ones(3)).shape
+    (3, 3)
+    """
+    return Compiled(f, example_args)
+
+
+class _Program:
+    """One recording of f: the tape (closed to new rows), its input rows, its outputs
+    (rows, or constants) and the guards taken while recording."""
+    __slots__ = ("tape", "cols", "stop", "inputs", "shapes", "sizes", "outputs", "rebuild",
+                 "guards", "grads", "plans")
+
+    def row_value(self, row):
+        loc = int(self.cols.rows[row, 5])
+        shape = self.tape.shapes[self.cols.rows[row, 3]]
+        if loc >= 0:
+            return np.array(self.tape.arena[loc])
+        return self.tape.arrays[-loc - 1].reshape(shape)
+
+    def write(self, row, data):
+        loc = int(self.cols.rows[row, 5])
+        if loc >= 0:
+            self.tape.arena[loc] = float(data.reshape(-1)[0]) if data.size else 0.0
+        else:
+            self.tape.arrays[-loc - 1][:] = data.reshape(-1)
+
+
+class Compiled:
+    """f recorded once, replayed at new arguments (see ``at.compile``).
+
+    ``traces`` counts the recordings made so far (one per argument shape, plus one
+    each time a guard sent a call back to be recorded again)."""
+
+    def __init__(self, f, example_args):
+        if not callable(f):
+            raise TypeError(f"compile: expected a function, but got {type(f).__name__}")
+        self.f = f
+        self.traces = 0
+        self._programs = {}
+        self._get("value", _arguments(example_args))
+
+    def __repr__(self):
+        return f"<autotape.Compiled {getattr(self.f, '__name__', self.f)!r}: " \
+               f"{self.traces} trace(s)>"
+
+    # -- the public calls -----------------------------------------------------------------
+
+    def __call__(self, *args):
+        """f(*args), from the replayed tape (Tensors in f's output structure)."""
+        p = self._get("value", _arguments(args))
+        return p.rebuild([_plain_copy(p, o) for o in p.outputs])
+
+    def value_and_grad(self, *args):
+        """``(f(*args), gradient)`` for a scalar f; the gradient has the structure of
+        the arguments (one Tensor, or a tuple for several)."""
+        args = _arguments(args)
+        p = self._get("value", args)
+        out = _scalar_output(p, "value_and_grad")
+        g = _gradients(p, [out])
+        return _plain_copy(p, out), (g[0] if len(g) == 1 else tuple(g))
+
+    def grad(self, *args):
+        """The gradient of a scalar f with respect to every argument.
+
+        >>> at.compile(lambda x, y: (x * y).sum(), np.ones(2), 2.0).grad(np.ones(2), 3.0)
+        (tensor([3., 3.]), tensor(2.))
+        """
+        return self.value_and_grad(*args)[1]
+
+    def jacobian(self, *args):
+        """d output / d argument, shape ``output.shape + argument.shape``, from one
+        compiled sweep with a lane per output element. Nested as (outputs, then
+        arguments) where f returns several or takes several."""
+        args = _arguments(args)
+        p = self._get("value", args)
+        jac = _jacobian(p, p.outputs)
+        return p.rebuild([_per_argument(per_input) for per_input in jac])
+
+    def hessian(self, *args):
+        """The Hessian of a scalar f: ``argument.shape + argument.shape``, nested as
+        (argument i, argument j) for several arguments. The gradient is recorded once
+        (create_graph) and replayed; one sweep gives every row.
+
+        >>> at.compile(lambda x: x[0] ** 2 * x[1], np.ones(2)).hessian(np.array([1.0, 2.0]))
+        tensor([[4., 2.],
+                [2., 0.]])
+        """
+        args = _arguments(args)
+        p = self._get("hessian", args)
+        jac = _jacobian(p, p.grads)
+        return _per_argument([_per_argument(row) for row in jac])
+
+    # -- recording and replay -------------------------------------------------------------
+
+    def _get(self, kind, args):
+        key = (kind,) + tuple(a.shape for a in args)
+        p = self._programs.get(key)
+        if p is not None and _replay(p, args):
+            return p
+        p = self._programs[key] = self._record(kind, args)
+        return p
+
+    def _record(self, kind, args):
+        current = _OpenTape.ref() if _OpenTape.ref is not None else None
+        if current is not None:
+            current.open = False              # the recording gets a tape of its own
+        tape = open_tape()
+        leaves = [_plain(a.copy() if a.ndim else float(a), a.shape, F64).requires_grad_()
+                  for a in args]
+        trace = guards.Trace(tape)
+        for leaf in leaves:
+            trace.leaf_rows[id(leaf)] = _row_of(leaf, tape)
+        saved, guards._Current.trace = guards._Current.trace, trace
+        try:
+            with enable_grad():
+                result = self.f(*leaves)
+                outs, rebuild = _flatten(result)
+                outs = [_output(o, leaves) for o in outs]
+                grads = None
+                if kind == "hessian":
+                    if len(outs) != 1 or not isinstance(outs[0], Tensor) or outs[0].size != 1:
+                        raise RuntimeError("hessian: f must return a single scalar Tensor")
+                    grads = list(engine.grad(outs[0], leaves, create_graph=True,
+                                             allow_unused=True, materialize_grads=True)) \
+                        if outs[0].requires_grad else [None] * len(leaves)
+                    grads = [_output(g, leaves, zeros_like=leaf)
+                             for g, leaf in zip(grads, leaves)]
+        finally:
+            guards._Current.trace = saved
+        if not tape.open:
+            raise RuntimeError("compile: f's recording did not stay on one open tape (it "
+                               "ran a backward or grad without create_graph=True, or "
+                               "recorded more than a tape holds); such an f cannot be "
+                               "replayed")
+        tape.open = False
+        for t in outs + (grads or []):
+            if isinstance(t, Tensor) and t._tape is not None and t._tape is not tape:
+                raise RuntimeError("compile: an output of f was recorded outside f's own "
+                                   "tape and cannot be replayed")
+        p = _Program()
+        p.tape, p.cols, p.stop = tape, tape.columns(), tape.nrows
+        p.inputs = [trace.leaf_rows[id(leaf)] for leaf in leaves]
+        p.shapes = [a.shape for a in args]
+        p.sizes = [a.size for a in args]
+        p.outputs, p.grads = [_target(t) for t in outs], grads and [_target(g) for g in grads]
+        p.rebuild, p.guards, p.plans = rebuild, trace.guards, {}
+        self.traces += 1
+        return p
+
+
+def _arguments(args):
+    """The arguments as float64 arrays."""
+    out = []
+    for k, a in enumerate(args):
+        if type(a) is np.ndarray and a.dtype == F64 and a.flags.c_contiguous:
+            out.append(a)                      # the common case, as is
+            continue
+        if isinstance(a, Tensor):
+            a = a._value
+        if isinstance(a, (bool, np.bool_)) or not isinstance(
+                a, (int, float, np.number, np.ndarray)):
+            raise TypeError(f"compile: argument {k} must be a float array, a number or a "
+                            f"Tensor, but got {type(a).__name__}")
+        a = np.asarray(a)
+        if a.dtype.kind not in "iuf" or a.dtype == np.float32 or a.dtype == np.float16:
+            raise TypeError(f"compile: argument {k} has dtype {a.dtype}; compiled "
+                            "functions take float64 (or integer) arguments")
+        out.append(np.array(a, F64, order="C"))  # (ascontiguousarray makes 0-d 1-d)
+    if not out:
+        raise TypeError("compile: f needs at least one argument to replay at")
+    return out
+
+
+def _output(t, leaves, zeros_like=None):
+    """An output of the recording: on the tape, or a constant (an output that is an
+    argument itself is recorded as a reshape of it, so that it has a row)."""
+    if t is None:
+        return np.zeros(zeros_like.shape)
+    if isinstance(t, Tensor):
+        if t.dtype != F64:
+            raise TypeError(f"compile: f returned a {t.dtype} Tensor; compiled functions "
+                            "compute in float64")
+        if any(t is leaf for leaf in leaves):
+            return reshape(t, t.shape)
+        return t if t._tape is not None else np.array(t._value, F64)
+    a = np.asarray(t)
+    if a.dtype.kind != "f":
+        raise TypeError(f"compile: f must return float Tensors or arrays, but returned "
+                        f"{type(t).__name__}")
+    return np.array(a, F64)
+
+
+def _target(t):
+    """("row", row, shape) for a recorded output, ("const", value, shape) otherwise."""
+    if isinstance(t, Tensor):
+        return ("row", t._row, t.shape)
+    return ("const", t, t.shape)
+
+
+def _replay(p, args):
+    """Re-evaluate the program at ``args``; False when a guard says to record again."""
+    for row, a in zip(p.inputs, args):
+        p.write(row, a)
+    c, tape, i = p.cols, p.tape, 0
+    addr = tape.arena.buffer_info()[0]
+    while i < p.stop:
+        i = forward_replay(c.rows, c.ipool, c.shape_ndim, c.shape_start, c.shape_dims,
+                           c.shape_size, addr, c.big_addr, i, p.stop, engine._Blas.dgemm)
+        if i < p.stop:                         # numpy.linalg: numpy computes it
+            _replay_linalg(p, i)
+            i += 1
+    for fn, operands, expected in p.guards:
+        values = [p.row_value(v) if kind == "row" else v for kind, v in operands]
+        with np.errstate(all="ignore"):
+            if not guards.same(fn(*values), expected):
+                return False
+    return True
+
+
+def _replay_linalg(p, i):
+    row = p.cols.rows[i]
+    code, a, b, aux = (int(v) for v in (row[0], row[1], row[2], row[4]))
+    params = p.cols.ipool[aux:] if aux >= 0 else p.cols.ipool[:0]
+    value, saved = values_of[code](p.row_value(a), p.row_value(b) if b >= 0 else None,
+                                   params)
+    p.write(i, np.asarray(value, F64))
+    if saved is not None:
+        assert p.cols.rows[int(params[0]), 0] == CONST
+        p.write(int(params[0]), np.asarray(saved, F64))
+
+
+def _plain_copy(p, target):
+    kind, v, shape = target
+    data = (p.row_value(v) if kind == "row" else v).copy()
+    return _plain(data if data.ndim else float(data), shape, F64)
+
+
+def _scalar_output(p, name):
+    if len(p.outputs) != 1 or math.prod(p.outputs[0][2]) != 1:
+        raise RuntimeError(f"{name}: f must return a single scalar Tensor")
+    return p.outputs[0]
+
+
+def _gradients(p, targets):
+    """Gradients of the (scalar) targets' sum with respect to every argument."""
+    return [_plain(g if g.ndim else float(g), g.shape, F64)
+            for g in _sweep(p, targets, lanes=1)]
+
+
+def _sweep(p, targets, lanes):
+    """One compiled sweep of the program's tape seeded on the target rows: with one
+    lane, ones; with ``lanes`` = the targets' total size, the identity (lane k seeds
+    element k). Returns each argument's adjoint, ``(lanes, *shape)`` or ``shape``."""
+    key = (id(targets), lanes)                 # targets: the program's own lists
+    plan = p.plans.get(key)
+    if plan is None:
+        plan = p.plans[key] = _seeds(targets, lanes)
+    seed_rows, seed_vals, seed_off = plan
+    c = p.cols
+    lead = (lanes,) if lanes > 1 else ()
+    if not seed_rows.size:
+        return [np.zeros(lead + s) for s in p.shapes]
+    adj = engine._scratch(lanes * c.total_size)
+    status, adj_off, stride = reverse_sweep(
+        c.rows, c.ipool, c.shape_ndim, c.shape_start, c.shape_dims, c.shape_size,
+        p.tape.arena.buffer_info()[0], len(p.tape.arena), c.big_addr, p.tape.released,
+        True, seed_rows, seed_vals, seed_off, lanes, adj, _NO_ROWS, engine._Blas.dgemm)
+    assert status == OK
+    lanes_view = adj[:lanes * stride].reshape(lanes, stride)
+    out = []
+    for row, s, n in zip(p.inputs, p.shapes, p.sizes):
+        off = adj_off[row]
+        g = lanes_view[:, off:off + n].reshape(lead + s).copy() if off >= 0 else \
+            np.zeros(lead + s)
+        out.append(g)
+    return out
+
+
+_NO_ROWS = np.zeros(0, np.int64)
+
+
+def _seeds(targets, lanes):
+    """(seed rows, lane-major seed values, offsets) for _sweep."""
+    rows, vals, offsets, start = [], [], [0], 0
+    total = sum(math.prod(shape) for _, _, shape in targets)
+    for kind, v, shape in targets:
+        n = math.prod(shape)
+        if kind == "row":
+            if lanes == 1:
+                block = np.ones(n)
+            else:
+                block = np.zeros((total, n))
+                block[start:start + n] = np.eye(n)
+            rows.append(v)
+            vals.append(block.reshape(-1))
+            offsets.append(offsets[-1] + block.size)
+        start += n
+    return (np.array(rows, np.int64), np.concatenate(vals) if vals else np.zeros(0),
+            np.array(offsets, np.int64))
+
+
+def _jacobian(p, targets):
+    """For every target i and argument j, d target_i / d argument_j with shape
+    ``target_i.shape + argument_j.shape``, from one sweep with a lane per element of
+    the targets."""
+    sizes = [math.prod(shape) for _, _, shape in targets]
+    total = sum(sizes)
+    rows = _sweep(p, targets, total) if total else [np.zeros((0,) + s) for s in p.shapes]
+    jac, start = [], 0
+    for (_, _, shape), n in zip(targets, sizes):
+        per_input = []
+        for g, s in zip(rows, p.shapes):
+            block = g.reshape((total,) + s)[start:start + n].reshape(shape + s)
+            per_input.append(_plain(block if block.ndim else float(block), block.shape, F64))
+        jac.append(per_input)
+        start += n
+    return jac
+
+
+def _per_argument(values):
+    return values[0] if len(values) == 1 else tuple(values)

@@ -1,0 +1,92 @@
+"""Guards: the decisions a traced function took from recorded values.
+
+``at.compile`` records f once and then re-evaluates the tape at new inputs. That is
+only right if every choice made in Python while recording would come out the same:
+a comparison feeding ``where``, the sign mask in abs's second derivative, a float
+pulled out with ``.item()`` and used in an ``if``. Each place that reads recorded
+values to decide something calls ``observe(fn, *tensors)`` instead of reading them
+directly. Outside a trace that is just ``fn(*values)``; inside one it also keeps
+``(fn, rows, result)``, and the replay recomputes ``fn`` on the new values and
+compares: a replay whose decisions would differ is re-traced, never silently wrong.
+
+Reading a recorded tensor's numbers with ``.numpy()``, ``.item()``, ``float()`` and
+the like keeps the strictest guard, the values themselves.
+"""
+import numpy as np
+
+
+class Trace:
+    """What one compile trace keeps besides its tape: rows of its input leaves and the
+    guards (fn, operand rows or constant values, result) taken while recording."""
+    __slots__ = ("tape", "leaf_rows", "guards")
+
+    def __init__(self, tape):
+        self.tape = tape
+        self.leaf_rows = {}            # id(leaf tensor) -> its LEAF row
+        self.guards = []
+
+    def row(self, t):
+        """t's row on the traced tape, or None when t is a constant to the trace."""
+        if t._tape is self.tape:
+            return t._row
+        if t._tape is None:
+            return self.leaf_rows.get(id(t))
+        return None
+
+
+class _Current:
+    trace = None                       # the Trace being recorded, if any
+
+
+def tracing():
+    return _Current.trace
+
+
+def observe(fn, *operands):
+    """``fn`` applied to the operands' values (Tensors as numpy arrays, anything else
+    as given), kept as a guard when a trace is being recorded and an operand is one of
+    its recorded values. The result must not depend on anything but the operands."""
+    values = [_value(v) for v in operands]
+    result = fn(*values)
+    trace = _Current.trace
+    if trace is not None:
+        rows = [trace.row(v) if _is_tensor(v) else None for v in operands]
+        if any(r is not None for r in rows):
+            args = [("row", r) if r is not None else ("value", v)
+                    for r, v in zip(rows, values)]
+            trace.guards.append((fn, args, np.array(result, copy=True)))
+    return result
+
+
+def observe_value(t):
+    """t's value read out of the graph (``.numpy()``, ``.item()``): under a trace the
+    guard is the values themselves."""
+    trace = _Current.trace
+    if trace is not None and trace.row(t) is not None:
+        observe(_identity, t)
+
+
+def _identity(v):
+    return v
+
+
+def _is_tensor(v):
+    from .tensor import Tensor
+    return type(v) is Tensor
+
+
+def _value(v):
+    if _is_tensor(v):
+        x = v._value
+        return np.array(x, v._dtype) if type(x) is float else x
+    return v
+
+
+def same(result, expected):
+    """Whether a guard's recomputed result equals the traced one (nan equals nan)."""
+    a, b = np.asarray(result), expected
+    if a.shape != b.shape:
+        return False
+    if a.dtype.kind in "fc" and b.dtype.kind in "fc":
+        return bool(np.array_equal(a, b, equal_nan=True))
+    return bool(np.array_equal(a, b))

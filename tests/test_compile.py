@@ -1,0 +1,275 @@
+"""at.compile: a recording replayed at new arguments equals recording afresh there (values,
+gradients, Jacobians, Hessians), for every op family; guards send a call whose Python
+decisions would differ back to be recorded; errors are clear."""
+import sys
+
+import numpy as np
+import pytest
+from hypothesis import HealthCheck, given, settings
+from hypothesis import strategies as st
+
+import autotape as at
+from test_batched import FAMILIES
+from test_ops import BINARY, UNARY
+
+rng = np.random.default_rng(11)
+
+
+def nearby(a, r=rng):
+    """A new point near a (1% away: the same signs, masks and branches)."""
+    return a * (1.0 + 0.01 * r.uniform(-1.0, 1.0, np.shape(a)))
+
+
+def eager_jacobian(f, arrays, k):
+    return at.func.jacrev(f, argnums=k)(*[at.tensor(a) for a in arrays]).numpy()
+
+
+def check_compiled(f, arrays, hessian=True):
+    """Replays at a second point give what recording there gives."""
+    cf = at.compile(f, *arrays)
+    new = [nearby(a) for a in arrays]
+    tol = dict(rtol=1e-11, atol=1e-12)
+    np.testing.assert_allclose(cf(*new).numpy(), f(*[at.tensor(a) for a in new]).numpy(),
+                               **tol)
+    jac = cf.jacobian(*new)
+    jac = jac if isinstance(jac, tuple) else (jac,)
+    for k, j in enumerate(jac):
+        np.testing.assert_allclose(j.numpy(), eager_jacobian(f, new, k), **tol)
+    if hessian:
+        shape = f(*[at.tensor(a) for a in arrays]).shape
+        w = np.random.default_rng(0).uniform(0.5, 1.5, shape)
+        scalar = at.compile(lambda *xs: (f(*xs) * w).sum(), *arrays)
+        h = scalar.hessian(*new)
+        nums = 0 if len(arrays) == 1 else tuple(range(len(arrays)))
+        expected = at.func.hessian(lambda *xs: (f(*xs) * w).sum(), argnums=nums)(*new)
+        if len(arrays) == 1:
+            h, expected = ((h,),), ((expected,),)
+        for hr, er in zip(h, expected):
+            for a, b in zip(hr, er):
+                np.testing.assert_allclose(a.numpy(), b.numpy(), **tol)
+        g = scalar.grad(*new)
+        g = g if isinstance(g, tuple) else (g,)
+        eg = at.func.grad(lambda *xs: (f(*xs) * w).sum(), argnums=nums)(*new)
+        eg = eg if isinstance(eg, tuple) else (eg,)
+        for a, b in zip(g, eg):
+            np.testing.assert_allclose(a.numpy(), b.numpy(), **tol)
+    return cf
+
+
+@pytest.mark.parametrize("name", sorted(UNARY))
+def test_unary_ops_replay(name):
+    f, domain = UNARY[name]
+    check_compiled(f, [domain((3, 4))])
+    check_compiled(f, [domain(())])
+
+
+@pytest.mark.parametrize("name", sorted(BINARY))
+def test_binary_ops_replay(name):
+    f, dx, dy = BINARY[name]
+    check_compiled(f, [dx((2, 3)), dy((3,))])
+    check_compiled(f, [dx((2, 1, 3)), dy((4, 1))])          # index-map broadcasting
+    check_compiled(f, [dx(()), dy(())])
+
+
+@pytest.mark.parametrize("name", sorted(FAMILIES))
+def test_every_op_family_replays(name):
+    f, shapes = FAMILIES[name]
+    arrays = [rng.uniform(0.3, 1.5, s) * rng.choice([-1.0, 1.0], s) for s in shapes]
+    check_compiled(f, arrays)
+
+
+MORE = {
+    "min prod cumprod": (lambda x: at.min(x, axis=1) * at.prod(x) + at.cumprod(x, axis=1)[:, -1],
+                         [(2, 3)]),
+    "mean keepdims": (lambda x: x / at.mean(x * x, axis=0, keepdims=True), [(3, 2)]),
+    "broadcast_to transpose": (lambda x: at.broadcast_to(x, (2, 3)).T * x[0], [(3,)]),
+    "stack take": (lambda x, y: at.stack([x, y]).reshape(-1)[np.array([5, 0, 3])], [(3,), (3,)]),
+    "clip": (lambda x: at.clip(x, -0.5, 0.7) * x, [(5,)]),
+    "logsumexp": (lambda x: at.logsumexp(x, axis=0) + x[0], [(3, 2)]),
+    "inv det": (lambda a: at.linalg.inv(a) * at.linalg.det(a), [(3, 3)]),
+    "solve": (lambda a, b: at.linalg.solve(a + 3.0 * at.eye(3), b), [(3, 3), (3,)]),
+    "slogdet": (lambda a: at.linalg.slogdet(a + 3.0 * at.eye(2)).logabsdet, [(2, 2)]),
+    "cholesky": (lambda a: at.linalg.cholesky(a @ a.T + at.eye(3)), [(3, 3)]),
+    "eigh": (lambda a: at.linalg.eigvalsh(a + a.T), [(3, 3)]),
+    "einsum": (lambda a, b: at.einsum("ij,jk->ik", a, b), [(2, 3), (3, 2)]),
+}
+
+
+@pytest.mark.parametrize("name", sorted(MORE))
+def test_more_functions_replay(name):
+    f, shapes = MORE[name]
+    arrays = [rng.uniform(0.3, 1.5, s) * rng.choice([-1.0, 1.0], s) for s in shapes]
+    check_compiled(f, arrays)
+
+
+SETTINGS = settings(max_examples=25, deadline=None,
+                    suppress_health_check=[HealthCheck.too_slow])
+
+
+@SETTINGS
+@given(st.integers(0, 2 ** 31))
+def test_random_programs_replay(seed):
+    from programs import OPS
+    r = np.random.default_rng(seed)
+    steps = [(r.integers(len(OPS)), r.integers(0, 100, 2)) for _ in range(7)]
+
+    def f(a, b):
+        pool = [a, b]
+        for op, picks in steps:
+            name, arity, fn = OPS[op]
+            pool.append(fn(at, *[pool[p % len(pool)] for p in picks[:arity]]))
+        return pool[-1] + 0.0 * a * b
+    check_compiled(f, [r.uniform(-1, 1, (2, 3)), r.uniform(-1, 1, 3)])
+
+
+# ---- the benchmark functions, and recording once ---------------------------------------
+
+def rosenbrock(x):
+    a, b = x[0::2], x[1::2]
+    return (100.0 * (b - a ** 2) ** 2 + (1.0 - a) ** 2).sum()
+
+
+def test_rosenbrock_hessian_and_jacobian_replay_without_recording_again():
+    x0 = rng.uniform(-1.5, 1.5, 100)
+    cf = at.compile(rosenbrock, x0)
+    for _ in range(3):
+        x = rng.uniform(-1.5, 1.5, 100)
+        np.testing.assert_allclose(cf.hessian(x).numpy(),
+                                   at.func.hessian(rosenbrock)(x).numpy(), rtol=1e-13)
+        np.testing.assert_allclose(cf.grad(x).numpy(), at.func.grad(rosenbrock)(x).numpy(),
+                                   rtol=1e-13)
+    assert cf.traces == 2                    # f once; f and its gradient once
+    A = rng.standard_normal((50, 50))
+    cj = at.compile(lambda x: at.tanh(A @ x) * x, rng.standard_normal(50))
+    for _ in range(3):
+        x = rng.standard_normal(50)
+        np.testing.assert_allclose(cj.jacobian(x).numpy(),
+                                   at.func.jacrev(lambda x: at.tanh(A @ x) * x)(x).numpy(),
+                                   rtol=1e-12, atol=1e-14)
+    assert cj.traces == 1
+
+
+def test_outputs_structure_leaf_and_constant_outputs():
+    cf = at.compile(lambda x, y: {"s": (x * y).sum(), "x": x, "c": np.ones(2)},
+                    np.ones(2), 3.0)
+    out = cf(np.array([1.0, 2.0]), 4.0)
+    assert set(out) == {"s", "x", "c"}
+    assert out["s"].item() == 12.0 and out["x"].tolist() == [1.0, 2.0]
+    assert out["c"].tolist() == [1.0, 1.0]
+    j = cf.jacobian(np.array([1.0, 2.0]), 4.0)
+    np.testing.assert_array_equal(j["x"][0].numpy(), np.eye(2))
+    np.testing.assert_array_equal(j["c"][1].numpy(), np.zeros(2))
+    assert j["s"][1].item() == 3.0
+    assert cf.grad is not None
+
+
+def test_unused_argument_has_zero_derivatives():
+    cf = at.compile(lambda x, y: (x ** 2).sum(), np.ones(2), np.ones(3))
+    gx, gy = cf.grad(np.array([1.0, 2.0]), np.ones(3))
+    assert gx.tolist() == [2.0, 4.0] and gy.tolist() == [0.0, 0.0, 0.0]
+    h = cf.hessian(np.ones(2), np.ones(3))
+    assert h[1][1].shape == (3, 3) and not h[1][1].numpy().any()
+    np.testing.assert_array_equal(h[0][0].numpy(), 2 * np.eye(2))
+
+
+def test_a_new_shape_records_once_and_is_kept():
+    cf = at.compile(lambda x: (x ** 3).sum(), np.ones(2))
+    assert cf.grad(np.ones(3) * 2).tolist() == [12.0] * 3
+    assert cf.grad(np.ones(2)).tolist() == [3.0] * 2
+    assert cf.grad(np.ones(3)).tolist() == [3.0] * 3
+    assert cf.traces == 2
+
+
+def test_arguments_are_copied_in_and_results_are_the_callers():
+    cf = at.compile(lambda x: x * 2.0, np.ones(2))
+    x = np.array([1.0, 2.0])
+    first = cf(x)
+    x[0] = 10.0
+    second = cf(x)
+    assert first.tolist() == [2.0, 4.0] and second.tolist() == [20.0, 4.0]
+
+
+# ---- guards: Python decisions taken while recording ------------------------------------
+
+def test_comparison_guard_records_again_when_the_mask_changes():
+    cf = at.compile(lambda x: at.where(x > 0, x, -2.0 * x).sum(), np.array([1.0, -1.0]))
+    assert cf(np.array([2.0, -3.0])).item() == 8.0 and cf.traces == 1
+    assert cf(np.array([-2.0, 3.0])).item() == 7.0 and cf.traces == 2
+    assert cf.grad(np.array([-2.0, 3.0])).tolist() == [-2.0, 1.0]
+
+
+def test_python_branch_on_a_value_is_guarded():
+    def f(x):
+        s = x.sum()
+        return s * 2.0 if float(s) > 0 else s * 3.0
+    cf = at.compile(f, np.ones(2))
+    assert cf(np.array([1.0, 2.0])).item() == 6.0
+    assert cf(np.array([-1.0, -2.0])).item() == -9.0
+    assert cf.grad(np.array([-1.0, -2.0])).tolist() == [3.0, 3.0]
+
+
+def test_second_derivative_masks_are_guarded():
+    """abs's recorded derivative multiplies by sign(x), taken while recording."""
+    f = lambda x: (at.abs(x) ** 3).sum()            # noqa: E731
+    cf = at.compile(f, np.array([1.0, -1.0]))
+    h1 = cf.hessian(np.array([2.0, -1.0]))
+    h2 = cf.hessian(np.array([2.0, -3.0]))          # same signs: no new recording
+    assert cf.traces == 2
+    h3 = cf.hessian(np.array([-2.0, 1.0]))          # signs flip: the derivative changes
+    assert cf.traces == 3
+    for h, x in ((h1, [2.0, -1.0]), (h2, [2.0, -3.0]), (h3, [-2.0, 1.0])):
+        np.testing.assert_allclose(h.numpy(), np.diag(6 * np.abs(x)))
+    g = at.compile(lambda x: at.maximum(x, 0.5).sum(), np.array([1.0, 0.0]))
+    assert g.grad(np.array([0.0, 1.0])).tolist() == [0.0, 1.0]
+
+
+def test_argmax_index_is_guarded():
+    cf = at.compile(lambda x: x[int(at.argmax(x))] * 2.0, np.array([1.0, 0.0]))
+    assert cf(np.array([0.0, 5.0])).item() == 10.0
+    assert cf.grad(np.array([0.0, 5.0])).tolist() == [0.0, 2.0]
+
+
+def test_captured_values_are_read_once_like_jax_jit():
+    scale = np.array([2.0])
+    cf = at.compile(lambda x: x * scale, np.ones(1))
+    scale[0] = 3.0                         # read when recorded (documented)
+    assert cf(np.ones(1)).tolist() == [2.0]
+
+
+# ---- errors ---------------------------------------------------------------------------
+
+def test_errors():
+    with pytest.raises(TypeError, match="expected a function"):
+        at.compile(3.0, np.ones(2))
+    with pytest.raises(TypeError, match="float64"):
+        at.compile(lambda x: x, np.ones(2, np.float32))
+    with pytest.raises(TypeError, match="argument 0 must be"):
+        at.compile(lambda x: x, "abc")
+    with pytest.raises(TypeError, match="at least one argument"):
+        at.compile(lambda: at.ones(2))
+    cf = at.compile(lambda x: x * 2.0, np.ones(2))
+    with pytest.raises(RuntimeError, match="single scalar"):
+        cf.grad(np.ones(2))
+    with pytest.raises(RuntimeError, match="single scalar"):
+        cf.hessian(np.ones(2))
+
+    def sweeps_itself(x):
+        y = (x ** 2).sum()
+        g, = at.grad(y, x)
+        return g * x
+    with pytest.raises(RuntimeError, match="create_graph"):
+        at.compile(sweeps_itself, np.ones(2))
+    with pytest.raises(TypeError, match="float64"):
+        at.compile(lambda x: x.astype(np.float32), np.ones(2))
+    with pytest.raises(TypeError, match="float Tensors"):
+        at.compile(lambda x: "no", np.ones(2))
+
+
+def test_recording_does_not_disturb_open_recordings():
+    x = at.tensor([1.0, 2.0], requires_grad=True)
+    y = x * 3.0
+    cf = at.compile(lambda v: v ** 2, np.ones(2))
+    cf(np.ones(2))
+    (y * y).sum().backward()
+    assert x.grad.tolist() == [18.0, 36.0]
+    assert "compile" in sys.modules["autotape.compile"].__name__
