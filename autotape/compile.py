@@ -26,9 +26,9 @@ from . import engine, guards
 from .func import _flatten
 from .grad_mode import enable_grad
 from .kernels.cpu import OK, reverse_sweep
-from .kernels.replay import forward_replay
+from .kernels.replay import forward_replay, replay_and_sweep
 from .linalg import values_of
-from .ops.codes import CONST
+from .ops.codes import CONST, LINALG_LAST, MATMUL
 from .record import _row_of, reshape
 from .tape import _Current as _OpenTape
 from .tape import open_tape
@@ -54,8 +54,9 @@ def compile(f, *example_args):
 class _Program:
     """One recording of f: the tape (closed to new rows), its input rows, its outputs
     (rows, or constants) and the guards taken while recording."""
-    __slots__ = ("tape", "cols", "stop", "inputs", "shapes", "sizes", "outputs", "rebuild",
-                 "guards", "grads", "plans")
+    __slots__ = ("tape", "cols", "stop", "inputs", "input_rows", "input_buffers", "shapes",
+                 "sizes", "fused", "total_in",
+                 "outputs", "rebuild", "guards", "grads", "plans")
 
     def row_value(self, row):
         loc = int(self.cols.rows[row, 5])
@@ -101,9 +102,10 @@ class Compiled:
         """``(f(*args), gradient)`` for a scalar f; the gradient has the structure of
         the arguments (one Tensor, or a tuple for several)."""
         args = _arguments(args)
-        p = self._get("value", args)
+        p = self._get("value", args, fused=True)
         out = _scalar_output(p, "value_and_grad")
-        g = _gradients(p, [out])
+        g = [_plain(g if g.ndim else float(g), g.shape, F64)
+             for g in _sweep(p, [out], 1, args)]
         return _plain_copy(p, out), (g[0] if len(g) == 1 else tuple(g))
 
     def grad(self, *args):
@@ -119,8 +121,8 @@ class Compiled:
         compiled sweep with a lane per output element. Nested as (outputs, then
         arguments) where f returns several or takes several."""
         args = _arguments(args)
-        p = self._get("value", args)
-        jac = _jacobian(p, p.outputs)
+        p = self._get("value", args, fused=True)
+        jac = _jacobian(p, p.outputs, args)
         return p.rebuild([_per_argument(per_input) for per_input in jac])
 
     def hessian(self, *args):
@@ -133,16 +135,19 @@ class Compiled:
                 [2., 0.]])
         """
         args = _arguments(args)
-        p = self._get("hessian", args)
-        jac = _jacobian(p, p.grads)
+        p = self._get("hessian", args, fused=True)
+        jac = _jacobian(p, p.grads, args)
         return _per_argument([_per_argument(row) for row in jac])
 
     # -- recording and replay -------------------------------------------------------------
 
-    def _get(self, kind, args):
+    def _get(self, kind, args, fused=False):
+        """The program for these arguments' shapes, replayed at them; with ``fused``,
+        a program without guards or numpy.linalg rows is returned as it is (the caller
+        replays it in the same compiled call as its sweep)."""
         key = (kind,) + tuple(a.shape for a in args)
         p = self._programs.get(key)
-        if p is not None and _replay(p, args):
+        if p is not None and ((fused and p.fused) or _replay(p, args)):
             return p
         p = self._programs[key] = self._record(kind, args)
         return p
@@ -188,9 +193,15 @@ class Compiled:
         p.tape, p.cols, p.stop = tape, tape.columns(), tape.nrows
         p.inputs = [trace.leaf_rows[id(leaf)] for leaf in leaves]
         p.shapes = [a.shape for a in args]
+        p.input_rows = np.array(p.inputs, np.int64)
+        p.input_buffers = [p.row_value(row).reshape(-1) if a.ndim else None
+                           for row, a in zip(p.inputs, args)]
         p.sizes = [a.size for a in args]
         p.outputs, p.grads = [_target(t) for t in outs], grads and [_target(g) for g in grads]
         p.rebuild, p.guards, p.plans = rebuild, trace.guards, {}
+        codes = p.cols.rows[:p.stop, 0]
+        p.fused = not p.guards and not np.any((codes > MATMUL) & (codes <= LINALG_LAST))
+        p.total_in = sum(p.sizes)
         self.traces += 1
         return p
 
@@ -246,10 +257,13 @@ def _target(t):
 
 def _replay(p, args):
     """Re-evaluate the program at ``args``; False when a guard says to record again."""
-    for row, a in zip(p.inputs, args):
-        p.write(row, a)
+    for row, buffer, a in zip(p.inputs, p.input_buffers, args):
+        if buffer is None:
+            p.write(row, a)
+        else:
+            buffer[:] = a.reshape(-1)
     c, tape, i = p.cols, p.tape, 0
-    addr = tape.arena.buffer_info()[0]
+    addr = tape.arena.buffer_info()[0]         # (a closed tape's arena never moves)
     while i < p.stop:
         i = forward_replay(c.rows, c.ipool, c.shape_ndim, c.shape_start, c.shape_dims,
                            c.shape_size, addr, c.big_addr, i, p.stop, engine._Blas.dgemm)
@@ -288,16 +302,12 @@ def _scalar_output(p, name):
     return p.outputs[0]
 
 
-def _gradients(p, targets):
-    """Gradients of the (scalar) targets' sum with respect to every argument."""
-    return [_plain(g if g.ndim else float(g), g.shape, F64)
-            for g in _sweep(p, targets, lanes=1)]
-
-
-def _sweep(p, targets, lanes):
+def _sweep(p, targets, lanes, args):
     """One compiled sweep of the program's tape seeded on the target rows: with one
     lane, ones; with ``lanes`` = the targets' total size, the identity (lane k seeds
-    element k). Returns each argument's adjoint, ``(lanes, *shape)`` or ``shape``."""
+    element k). Returns each argument's adjoint, ``(lanes, *shape)`` or ``shape``. A
+    fused program is replayed at ``args`` in the same compiled call; any other has been
+    replayed already."""
     key = (id(targets), lanes)                 # targets: the program's own lists
     plan = p.plans.get(key)
     if plan is None:
@@ -306,18 +316,35 @@ def _sweep(p, targets, lanes):
     c = p.cols
     lead = (lanes,) if lanes > 1 else ()
     if not seed_rows.size:
+        if p.fused:
+            _replay(p, args)                   # (the value may still be read)
         return [np.zeros(lead + s) for s in p.shapes]
     adj = engine._scratch(lanes * c.total_size)
+    if p.fused:
+        values = args[0].reshape(-1) if len(args) == 1 else np.concatenate(
+            [a.reshape(-1) for a in args])
+        out = np.empty((lanes, p.total_in))
+        status = replay_and_sweep(
+            c.rows, c.ipool, c.shape_ndim, c.shape_start, c.shape_dims, c.shape_size,
+            p.tape.arena.buffer_info()[0], len(p.tape.arena), c.big_addr, p.tape.released,
+            p.input_rows, values, seed_rows, seed_vals, seed_off, lanes, adj, out,
+            engine._Blas.dgemm)
+        assert status == OK
+        if len(args) == 1:
+            return [out.reshape(lead + p.shapes[0])]
+        cols = np.cumsum([0] + p.sizes)
+        return [out[:, a:b].reshape(lead + s) for a, b, s in zip(cols, cols[1:], p.shapes)]
     status, adj_off, stride = reverse_sweep(
         c.rows, c.ipool, c.shape_ndim, c.shape_start, c.shape_dims, c.shape_size,
         p.tape.arena.buffer_info()[0], len(p.tape.arena), c.big_addr, p.tape.released,
-        True, seed_rows, seed_vals, seed_off, lanes, adj, _NO_ROWS, engine._Blas.dgemm)
+        True, seed_rows, seed_vals, seed_off, lanes, adj, _NO_ROWS, engine._Blas.dgemm,
+        p.input_rows)
     assert status == OK
     lanes_view = adj[:lanes * stride].reshape(lanes, stride)
     out = []
     for row, s, n in zip(p.inputs, p.shapes, p.sizes):
         off = adj_off[row]
-        g = lanes_view[:, off:off + n].reshape(lead + s).copy() if off >= 0 else \
+        g = np.array(lanes_view[:, off:off + n]).reshape(lead + s) if off >= 0 else \
             np.zeros(lead + s)
         out.append(g)
     return out
@@ -346,13 +373,16 @@ def _seeds(targets, lanes):
             np.array(offsets, np.int64))
 
 
-def _jacobian(p, targets):
+def _jacobian(p, targets, args):
     """For every target i and argument j, d target_i / d argument_j with shape
     ``target_i.shape + argument_j.shape``, from one sweep with a lane per element of
     the targets."""
     sizes = [math.prod(shape) for _, _, shape in targets]
     total = sum(sizes)
-    rows = _sweep(p, targets, total) if total else [np.zeros((0,) + s) for s in p.shapes]
+    if not total and p.fused:
+        _replay(p, args)
+    rows = _sweep(p, targets, total, args) if total else [np.zeros((0,) + s)
+                                                          for s in p.shapes]
     jac, start = [], 0
     for (_, _, shape), n in zip(targets, sizes):
         per_input = []

@@ -356,7 +356,7 @@ def _sweep(tape, seeds, retain, lanes):
     status, adj_off, stride = reverse_sweep(
         c.rows, c.ipool, c.shape_ndim, c.shape_start, c.shape_dims, c.shape_size,
         tape.arena.buffer_info()[0], len(tape.arena), c.big_addr, tape.released, retain,
-        seed_rows, seed_vals, seed_off, lanes, adj, row_addr, _Blas.dgemm)
+        seed_rows, seed_vals, seed_off, lanes, adj, row_addr, _Blas.dgemm, _NO_ROWS)
     if status == RELEASED:
         raise RuntimeError(_RELEASED_MSG)
     if status == UNKNOWN_OP:

@@ -1,7 +1,9 @@
 """Jacobian of y = tanh(A @ x) * x, 50 -> 50, at one point per call.
 
 autotape: ``at.func.jacrev`` records f and sweeps its tape once with 50 cotangent lanes
-(the rows of the identity), as torch's ``is_grads_batched`` and jax's vmap do.
+(the rows of the identity), as torch's ``is_grads_batched`` and jax's vmap do;
+``at.compile(f, x).jacobian`` records once and then replays the tape (compiled) and
+sweeps it per call, the steady state that ``jax.jit`` measures.
 """
 import numpy as np
 import pytest
@@ -30,6 +32,14 @@ def test_autotape(benchmark):
     jac = at.func.jacrev(f(at, at.tensor(A)))
     check(jac(X).numpy())
     benchmark.pedantic(lambda: jac(X), rounds=200, warmup_rounds=5)
+
+
+@GROUP
+def test_autotape_compiled(benchmark):
+    """Steady state, as jax.jit: recorded once, replayed and swept per call."""
+    jac = at.compile(f(at, at.tensor(A)), X).jacobian
+    check(jac(X).numpy())
+    benchmark.pedantic(lambda: jac(X), rounds=500, warmup_rounds=5)
 
 
 @GROUP

@@ -41,13 +41,14 @@ def _add_scalar(adj, off, touched, k, r, v):
 @cached_njit()
 def reverse_sweep(rows, ipool, shape_ndim, shape_start, shape_dims, shape_size,
                   arena_addr, arena_size, big_addr, released, retain,
-                  seed_rows, seed_vals, seed_off, lanes, adj, row_addr, dgemm):
+                  seed_rows, seed_vals, seed_off, lanes, adj, row_addr, dgemm, read):
     """Returns (status, adjoint offset per row, lane stride). ``adj`` is scratch space
     at least ``lanes`` times as long as the sizes of all rows together; seed j's values
     for all lanes are ``seed_vals[seed_off[j]:seed_off[j + 1]]``, lane-major.
     ``row_addr[row]``, where nonzero, is the address of a row's own adjoint buffer
     (one lane only; see kernels/layout.py). ``dgemm`` is the address of a CBLAS dgemm,
-    or 0 for none (kernels/blas.py)."""
+    or 0 for none (kernels/blas.py). ``read``: the rows whose adjoints the caller reads
+    (every row when empty); those come back written in every lane, zeros included."""
     n = rows.shape[0]
     adj_off = np.full(n, -1, np.int64)
     top = -1
@@ -74,7 +75,7 @@ def reverse_sweep(rows, ipool, shape_ndim, shape_start, shape_dims, shape_size,
                 return RELEASED, adj_off, 0
             adj_off[i] = total
             total += shape_size[rows[i, SHAPE]]
-    touched = np.zeros((lanes, n), np.bool_)   # identical across lanes: same rows, same kernels
+    touched = np.zeros((lanes, n), np.bool_)   # per lane: a lane never written is zero
     lane = np.array([0, total])               # [lane being swept, lane stride]
     ctx = sweep_context(rows, ipool, shape_ndim, shape_start, shape_dims, shape_size,
                         arena_addr, big_addr, adj.ctypes.data, adj_off, row_addr, touched,
@@ -87,13 +88,21 @@ def reverse_sweep(rows, ipool, shape_ndim, shape_start, shape_dims, shape_size,
             ctx.lane[0] = k              # the kernels now see lane k
             seed, start = adjoint(ctx, r), seed_off[j] + k * size
             if first_write(ctx, r):
+                nonzero = 0
                 for e in range(size):
                     seed[e] = seed_vals[start + e]
+                    nonzero += seed[e] != 0.0
+                touched[k, r] = nonzero > 0     # a zero lane stays unwritten: skipped
             else:
                 for e in range(size):
                     seed[e] += seed_vals[start + e]
     for i in range(top, -1, -1):
-        if not touched[0, i]:                  # unreached, a constant, or a zero adjoint
+        any_lane = False
+        for k in range(lanes):
+            if touched[k, i]:
+                any_lane = True
+                break
+        if not any_lane:                       # unreached, a constant, or a zero adjoint
             continue
         op = rows[i, OP]
         if op <= SOURCE_LAST:
@@ -107,21 +116,24 @@ def reverse_sweep(rows, ipool, shape_ndim, shape_start, shape_dims, shape_size,
                 if adj_off[a] >= 0:
                     d = unary_partial(op, x, z)
                     for k in range(lanes):
-                        _add_scalar(adj, k * total + adj_off[a], touched, k, a,
-                                    adj[k * total + adj_off[i]] * d)
+                        if touched[k, i]:
+                            _add_scalar(adj, k * total + adj_off[a], touched, k, a,
+                                        adj[k * total + adj_off[i]] * d)
                 continue
             if BINARY_FIRST <= op <= BINARY_LAST:
                 y = arena[rows[b, VLOC]]
                 if adj_off[a] >= 0:
                     d = binary_partial_x(op, x, y, z)
                     for k in range(lanes):
-                        _add_scalar(adj, k * total + adj_off[a], touched, k, a,
-                                    adj[k * total + adj_off[i]] * d)
+                        if touched[k, i]:
+                            _add_scalar(adj, k * total + adj_off[a], touched, k, a,
+                                        adj[k * total + adj_off[i]] * d)
                 if adj_off[b] >= 0:
                     d = binary_partial_y(op, x, y, z)
                     for k in range(lanes):
-                        _add_scalar(adj, k * total + adj_off[b], touched, k, b,
-                                    adj[k * total + adj_off[i]] * d)
+                        if touched[k, i]:
+                            _add_scalar(adj, k * total + adj_off[b], touched, k, b,
+                                        adj[k * total + adj_off[i]] * d)
                 continue
         # kernels that take every lane at once (a row's partials or index map are
         # computed once); the others run once per lane
@@ -137,6 +149,8 @@ def reverse_sweep(rows, ipool, shape_ndim, shape_start, shape_dims, shape_size,
             continue
         done = matmul_vjp_lanes(ctx, i, lanes) if op == MATMUL else 0
         for k in range(lanes):
+            if not touched[k, i]:        # a zero adjoint in this lane
+                continue
             ctx.lane[0] = k              # the kernels now see lane k
             if UNARY_FIRST <= op <= UNARY_LAST:
                 unary_vjp(ctx, i)
@@ -153,8 +167,9 @@ def reverse_sweep(rows, ipool, shape_ndim, shape_start, shape_dims, shape_size,
                 return UNKNOWN_OP, adj_off, total
     for k in range(lanes):                     # read by the caller: never left unwritten
         ctx.lane[0] = k
-        for i in range(top + 1):
-            if adj_off[i] >= 0 and not touched[k, i]:
+        for j in range(read.size if read.size else top + 1):
+            i = read[j] if read.size else j
+            if i <= top and adj_off[i] >= 0 and not touched[k, i]:
                 adjoint(ctx, i)[:] = 0.0
     if not retain:
         for i in range(top + 1):

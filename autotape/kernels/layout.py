@@ -7,7 +7,8 @@ an array by address in ``big_addr[-loc - 1]``. Adjoints of the rows a sweep reac
 live in one flat buffer at ``adj_off[row]`` (-1: the row carries no gradient). That
 buffer is not zeroed up front (on large arrays zeroing is a whole extra memory pass):
 ``touched[lane, row]`` says whether a row's adjoint holds data yet; the first
-contribution writes it, later ones add to it.
+contribution writes it, later ones add to it, and a lane never written is zero, so
+kernels pass nothing on from it (``live``).
 
 A sweep with K lanes keeps K copies of the adjoints, lane k at ``k * stride``.
 ``lane = [k, stride]`` names the lane being swept; it is a mutable array (not a field
@@ -133,10 +134,33 @@ def first_write(ctx, r):
 
 
 @register_jitable
-def first_write_lanes(ctx, r, lanes):
-    """first_write for all lanes at once (written-marks are the same in every lane)."""
-    fresh = not ctx.touched[0, r]
+def live(ctx, r, lane):
+    """Whether row r's adjoint in ``lane`` holds data. A lane never written is zero
+    there (a Jacobian's lanes often are: lane k starts as e_k), so kernels skip it."""
+    return ctx.touched[lane, r]
+
+
+@register_jitable
+def first_write_lane(ctx, r, lane):
+    """first_write for one lane of a kernel that takes all lanes."""
+    fresh = not ctx.touched[lane, r]
+    ctx.touched[lane, r] = True
+    return fresh
+
+
+@register_jitable
+def dense_lanes(ctx, r, lanes):
+    """Make every lane of row r's adjoint hold data (zeros where none was written), for
+    kernels such as a GEMM that take all lanes as one matrix. True when no lane held any
+    before (the caller may assign instead of adding)."""
+    ctx.lane[0] = 0
+    block, stride, n = lane_block(ctx, r, lanes), ctx.lane[1], size_of(ctx, r)
+    fresh = True
     for k in range(lanes):
+        fresh = fresh and not ctx.touched[k, r]
+    for k in range(lanes):
+        if not ctx.touched[k, r] and not fresh:
+            block[k * stride:k * stride + n] = 0.0
         ctx.touched[k, r] = True
     return fresh
 

@@ -15,7 +15,8 @@ from ..ops.linalg import matmul_forward
 from ..ops.reduce import reduce_forward
 from ..ops.shape import layout_forward
 from .cache import cached_njit
-from .layout import OP, sweep_context
+from .cpu import reverse_sweep
+from .layout import OP, SHAPE, sweep_context, value
 
 
 @cached_njit()
@@ -46,3 +47,43 @@ def forward_replay(rows, ipool, shape_ndim, shape_start, shape_dims, shape_size,
             return i
     lane[0] = touched[0, 0]                  # the owners of ctx's arrays live to here
     return stop
+
+
+@cached_njit()
+def replay_and_sweep(rows, ipool, shape_ndim, shape_start, shape_dims, shape_size,
+                     arena_addr, arena_size, big_addr, released, in_rows, in_vals,
+                     seed_rows, seed_vals, seed_off, lanes, adj, out, dgemm):
+    """One call for a compiled function's derivatives: the input rows take ``in_vals``
+    (their values one after another), the whole tape is replayed, then swept with the
+    seeds (``reverse_sweep``'s arguments); the adjoints of the input rows land in
+    ``out[lane, columns of that input]``. Returns the sweep's status, or -1 when a row
+    needs Python (numpy.linalg), in which case the caller takes the slow path."""
+    no_rows = np.zeros(1, np.int64)
+    touched = np.zeros((1, 1), np.bool_)
+    lane = np.zeros(2, np.int64)
+    ctx = sweep_context(rows, ipool, shape_ndim, shape_start, shape_dims, shape_size,
+                        arena_addr, big_addr, 0, no_rows, no_rows, touched, lane, dgemm)
+    pos = 0
+    for j in range(in_rows.size):
+        v = value(ctx, in_rows[j])
+        for e in range(v.size):
+            v[e] = in_vals[pos + e]
+        pos += v.size
+    n = rows.shape[0]
+    if forward_replay(rows, ipool, shape_ndim, shape_start, shape_dims, shape_size,
+                      arena_addr, big_addr, 0, n, dgemm) != n:
+        return -1
+    status, adj_off, stride = reverse_sweep(
+        rows, ipool, shape_ndim, shape_start, shape_dims, shape_size, arena_addr,
+        arena_size, big_addr, released, True, seed_rows, seed_vals, seed_off, lanes, adj,
+        no_rows[:0], dgemm, in_rows)
+    col = 0
+    for j in range(in_rows.size):
+        r = in_rows[j]
+        size = shape_size[rows[r, SHAPE]]
+        for k in range(lanes):
+            for e in range(size):
+                out[k, col + e] = adj[k * stride + adj_off[r] + e] if adj_off[r] >= 0 else 0.0
+        col += size
+    lane[0] = touched[0, 0]                  # the owners of ctx's arrays live to here
+    return status

@@ -23,7 +23,7 @@ from .codes import (ABS, ADD, ARCCOS, ARCCOSH, ARCSIN, ARCSINH, ARCTAN, ARCTAN2,
                     SUB, TAN, TANH, UNARY_LAST, WHERE)
 from ..kernels.cache import cached_njit
 from ..kernels.layout import (A, AUX, B, OP, accumulator, adjoint, first_write,
-                              first_write_lanes, has_adjoint, lane_block, operand_map,
+                              first_write_lane, has_adjoint, lane_block, live, operand_map,
                               size_of, trailing, value)
 
 
@@ -648,23 +648,28 @@ def elementwise_vjp_lanes(ctx, i, lanes):
                 partial[k] = binary_partial_y(op, x[k * sx], y[k * sy], z[k])
         gr = lane_block(ctx, r, lanes)
         if (sx if j == 0 else sy) == 0:          # one element: sum over the output
-            fresh = first_write_lanes(ctx, r, lanes)
             for lane in range(lanes):
+                if not live(ctx, i, lane):
+                    continue
                 s = 0.0
                 for k in range(n):
                     s += g[lane * stride + k] * partial[k]
+                fresh = first_write_lane(ctx, r, lane)
                 gr[lane * stride] = s if fresh else gr[lane * stride] + s
         else:
-            _times_partial_lanes(gr, g, partial, lanes, stride, first_write_lanes(ctx, r, lanes))
+            _times_partial_lanes(ctx, i, r, gr, g, partial, lanes, stride)
     return True
 
 
 @register_jitable
-def _times_partial_lanes(gr, g, partial, lanes, stride, fresh):
-    """gr = g * partial (or +=) in every lane; each lane a contiguous slice, so the
+def _times_partial_lanes(ctx, i, r, gr, g, partial, lanes, stride):
+    """gr = g * partial (or +=) in every live lane; each lane a contiguous slice, so the
     element loop vectorises."""
     n = partial.size
     for lane in range(lanes):
+        if not live(ctx, i, lane):
+            continue
+        fresh = first_write_lane(ctx, r, lane)
         src = g[lane * stride:lane * stride + n]
         dst = gr[lane * stride:lane * stride + n]
         if fresh:
@@ -686,11 +691,12 @@ def where_vjp(ctx, i, lanes=1):
     for r, taken in ((a, True), (b, False)):
         if has_adjoint(ctx, r):
             mr, nr = operand_map(ctx, r, i), size_of(ctx, r)
-            fresh = first_write_lanes(ctx, r, lanes)
             gr = lane_block(ctx, r, lanes)
             for lane in range(lanes):
+                if not live(ctx, i, lane):
+                    continue
                 base = lane * stride
-                if fresh:
+                if first_write_lane(ctx, r, lane):
                     for k in range(nr):
                         gr[base + k] = 0.0
                 for k in range(n):

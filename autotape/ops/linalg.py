@@ -12,8 +12,9 @@ from numba.extending import register_jitable
 from .codes import CHOLESKY, EIGH, INV, MATMUL, SLOGDET, SOLVE
 from ..kernels.blas import NO_TRANS, TRANS, cblas_dgemm
 from ..kernels.layout import (A, B, OP, _f64_pointer, accumulator, adjoint, adjoint_address,
-                              broadcast_map, first_write, first_write_lanes, has_adjoint, param,
-                              shape_of, size_of, value, value_address)
+                              broadcast_map, dense_lanes, first_write, first_write_lane,
+                              has_adjoint, lane_block, live, param, shape_of, size_of, value,
+                              value_address)
 
 BLAS_MIN_FLOPS = 4096       # below this, the loops beat a library call
 
@@ -63,17 +64,75 @@ def matmul_vjp_lanes(ctx, i, lanes):
     stride = ctx.lane[1]
     ctx.lane[0] = 0
     g = adjoint_address(ctx, i)
+    if _sparse_lanes(ctx, i, lanes, n * m):
+        return _matmul_sparse_lanes(ctx, i, a, b, n, k, m, lanes)
+    dense_lanes(ctx, i, lanes)                # zero lanes become zeros for the GEMM
+    ctx.lane[0] = 0
     done = 0
     if m == 1 and has_adjoint(ctx, b):        # dB (K, k) = G (K, n) @ A (n, k)
-        beta = 0.0 if first_write_lanes(ctx, b, lanes) else 1.0
+        beta = 0.0 if dense_lanes(ctx, b, lanes) else 1.0
         cblas_dgemm(ctx.dgemm, NO_TRANS, NO_TRANS, lanes, k, n, 1.0, g, stride,
                     value_address(ctx, a), k, beta, adjoint_address(ctx, b), stride)
         done |= 2
     if n == 1 and has_adjoint(ctx, a):        # dA (K, k) = G (K, m) @ B.T (m, k)
-        beta = 0.0 if first_write_lanes(ctx, a, lanes) else 1.0
+        beta = 0.0 if dense_lanes(ctx, a, lanes) else 1.0
         cblas_dgemm(ctx.dgemm, NO_TRANS, TRANS, lanes, k, m, 1.0, g, stride,
                     value_address(ctx, b), m, beta, adjoint_address(ctx, a), stride)
         done |= 1
+    return done
+
+
+@register_jitable
+def _sparse_lanes(ctx, i, lanes, size):
+    """Whether at most one in SPARSE_LANES_RATIO of row i's adjoints (all lanes) is
+    nonzero: the lanes of a Jacobian usually are, right after the seeds (lane k holds
+    e_k through elementwise rows), and then skipping zeros beats a dense GEMM."""
+    g, stride = lane_block(ctx, i, lanes), ctx.lane[1]
+    nonzero = 0
+    for lane in range(lanes):
+        if not live(ctx, i, lane):
+            continue
+        row = g[lane * stride:lane * stride + size]
+        for e in range(size):
+            if row[e] != 0.0:
+                nonzero += 1
+    return nonzero * SPARSE_LANES_RATIO <= lanes * size
+
+
+SPARSE_LANES_RATIO = 8
+
+
+@register_jitable
+def _matmul_sparse_lanes(ctx, i, a, b, n, k, m, lanes):
+    """matmul_vjp_lanes for sparse lanes: each nonzero G[lane, r] adds one scaled row of
+    A (dB, matrix-vector) or column of B (dA, vector-matrix). Returns the operands done."""
+    stride = ctx.lane[1]
+    g = lane_block(ctx, i, lanes)
+    done = 0
+    for operand in range(2):
+        r_ = b if operand == 0 else a
+        if (m != 1 if operand == 0 else n != 1) or not has_adjoint(ctx, r_):
+            continue
+        out = lane_block(ctx, r_, lanes)
+        other = value(ctx, a if operand == 0 else b)
+        width = n if operand == 0 else m
+        for lane in range(lanes):
+            if not live(ctx, i, lane):
+                continue
+            dst = out[lane * stride:lane * stride + k]
+            if first_write_lane(ctx, r_, lane):
+                dst[:] = 0.0
+            for r in range(width):
+                gv = g[lane * stride + r]
+                if gv == 0.0:
+                    continue
+                if operand == 0:              # dB[lane, :] += G[lane, r] A[r, :]
+                    for p in range(k):
+                        dst[p] += gv * other[r * k + p]
+                else:                         # dA[lane, :] += G[lane, j] B[:, j]
+                    for p in range(k):
+                        dst[p] += gv * other[p * m + r]
+        done |= 2 if operand == 0 else 1
     return done
 
 

@@ -10,9 +10,9 @@ import numpy as np
 from numba.extending import register_jitable
 
 from .codes import CONCAT, PUT_ADD, RESHAPE, SCATTER, SETITEM, STRIDED, TAKE
-from ..kernels.layout import (A, B, OP, accumulator, adjoint, broadcast_map, first_write_lanes,
-                              has_adjoint, lane_block, param, shape_of, size_of, strided_map,
-                              value)
+from ..kernels.layout import (A, B, OP, accumulator, adjoint, broadcast_map, first_write_lane,
+                              has_adjoint, lane_block, live, param, shape_of, size_of,
+                              strided_map, value)
 
 
 def view_pattern(shape, index):
@@ -62,10 +62,11 @@ def reshape_vjp(ctx, i, lanes=1):
         ctx.lane[0] = 0
         g, ga, stride = lane_block(ctx, i, lanes), lane_block(ctx, a, lanes), ctx.lane[1]
         n = size_of(ctx, i)
-        fresh = first_write_lanes(ctx, a, lanes)
         for lane in range(lanes):
+            if not live(ctx, i, lane):
+                continue
             base = lane * stride
-            if fresh:
+            if first_write_lane(ctx, a, lane):
                 for k in range(n):
                     ga[base + k] = g[base + k]
             else:
@@ -117,8 +118,10 @@ def _scatter_add_into(ctx, i, a, m, lanes):
     g, ga, stride = lane_block(ctx, i, lanes), lane_block(ctx, a, lanes), ctx.lane[1]
     n, na = size_of(ctx, i), size_of(ctx, a)
     first, step = _progression(m)
-    fresh = first_write_lanes(ctx, a, lanes)
     for lane in range(lanes):          # per-lane slices: the loops see contiguous arrays
+        if not live(ctx, i, lane):
+            continue
+        fresh = first_write_lane(ctx, a, lane)
         src = g[lane * stride:lane * stride + n]
         dst = ga[lane * stride:lane * stride + na]
         if fresh:
@@ -138,19 +141,21 @@ def _gather_into(ctx, i, a, m, lanes):
     g, ga, stride = lane_block(ctx, i, lanes), lane_block(ctx, a, lanes), ctx.lane[1]
     n, na = size_of(ctx, i), size_of(ctx, a)
     first, step = _progression(m)
-    fresh = first_write_lanes(ctx, a, lanes)
     for lane in range(lanes):
+        if not live(ctx, i, lane):
+            continue
+        fresh = first_write_lane(ctx, a, lane)
         src = g[lane * stride:lane * stride + n]
         dst = ga[lane * stride:lane * stride + na]
-        if step != 0 and fresh:
+        if fresh:                      # a lane that gathers only zeros stays unwritten
+            nonzero = 0
             for k in range(na):
-                dst[k] = src[first + step * k]
+                dst[k] = src[first + step * k] if step != 0 else src[int(m[k])]
+                nonzero += dst[k] != 0.0
+            ctx.touched[lane, a] = nonzero > 0
         elif step != 0:
             for k in range(na):
                 dst[k] += src[first + step * k]
-        elif fresh:
-            for k in range(na):
-                dst[k] = src[int(m[k])]
         else:
             for k in range(na):
                 dst[k] += src[int(m[k])]
@@ -207,6 +212,8 @@ def layout_vjp(ctx, i, lanes):
         put_add_vjp(ctx, i, lanes)
     elif op == SETITEM or op == CONCAT:
         for k in range(lanes):
+            if not live(ctx, i, k):
+                continue
             ctx.lane[0] = k
             if op == SETITEM:
                 setitem_vjp(ctx, i)
