@@ -735,9 +735,9 @@ def _pow_rule_x(at, g, r):
     higher derivatives there are 0 too, not 0 * inf. A constant scalar exponent c (x ** 2,
     the common case) needs neither: g c x^(c-1) in two or three recorded ops."""
     if not r.y.requires_grad and r.y.ndim == 0:
-        c = r.y.item()
-        return g * 0.0 if c == 0 else g * (2.0 * r.x) if c == 2 else \
-            g * (c * r.x ** (c - 1.0))
+        c = r.y.item()                         # (g * c) first: a constant g folds into it
+        return g * 0.0 if c == 0 else (g * 2.0) * r.x if c == 2 else \
+            (g * c) * r.x ** (c - 1.0)
     flat = observe(lambda y: y == 0, r.y)
     return at.where(flat, 0.0, g * r.y * r.x ** at.where(flat, 1.0, r.y - 1.0))
 
