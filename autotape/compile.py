@@ -55,7 +55,7 @@ class _Program:
     """One recording of f: the tape (closed to new rows), its input rows, its outputs
     (rows, or constants) and the guards taken while recording."""
     __slots__ = ("tape", "cols", "stop", "inputs", "input_rows", "input_buffers", "shapes",
-                 "sizes", "fused", "total_in",
+                 "sizes", "fused", "total_in", "static",
                  "outputs", "rebuild", "guards", "grads", "plans")
 
     def row_value(self, row):
@@ -202,6 +202,10 @@ class Compiled:
         codes = p.cols.rows[:p.stop, 0]
         p.fused = not p.guards and not np.any((codes > MATMUL) & (codes <= LINALG_LAST))
         p.total_in = sum(p.sizes)
+        c = p.cols                             # the tape's arrays, as the kernels take them
+        p.static = (c.rows, c.ipool, c.shape_ndim, c.shape_start, c.shape_dims, c.shape_size,
+                    tape.arena.buffer_info()[0], len(tape.arena), c.big_addr, tape.released,
+                    p.input_rows)
         self.traces += 1
         return p
 
@@ -324,11 +328,8 @@ def _sweep(p, targets, lanes, args):
         values = args[0].reshape(-1) if len(args) == 1 else np.concatenate(
             [a.reshape(-1) for a in args])
         out = np.empty((lanes, p.total_in))
-        status = replay_and_sweep(
-            c.rows, c.ipool, c.shape_ndim, c.shape_start, c.shape_dims, c.shape_size,
-            p.tape.arena.buffer_info()[0], len(p.tape.arena), c.big_addr, p.tape.released,
-            p.input_rows, values, seed_rows, seed_vals, seed_off, lanes, adj, out,
-            engine._Blas.dgemm)
+        status = replay_and_sweep(*p.static, values, seed_rows, seed_vals, seed_off, lanes,
+                                  adj, out, engine._Blas.dgemm)
         assert status == OK
         if len(args) == 1:
             return [out.reshape(lead + p.shapes[0])]
@@ -383,6 +384,9 @@ def _jacobian(p, targets, args):
         _replay(p, args)
     rows = _sweep(p, targets, total, args) if total else [np.zeros((0,) + s)
                                                           for s in p.shapes]
+    if len(targets) == 1 and len(rows) == 1:   # the common case, without the slicing
+        g = rows[0].reshape(targets[0][2] + p.shapes[0])
+        return [[_plain(g if g.ndim else float(g), g.shape, F64)]]
     jac, start = [], 0
     for (_, _, shape), n in zip(targets, sizes):
         per_input = []

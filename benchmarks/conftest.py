@@ -30,3 +30,22 @@ def jax():
 @pytest.fixture(scope="session")
 def hips():
     return pytest.importorskip("autograd")
+
+
+def run_paired(benchmark, ours, theirs, label, rounds=200):
+    """One call of each per round, back to back, so that the drift of a shared machine
+    hits both alike; extra_info[label] is the median of the per-round time ratios
+    (ours / theirs)."""
+    from time import perf_counter
+
+    import numpy as np
+    ratios = []
+
+    def pair():
+        t0 = perf_counter()
+        ours()
+        t1 = perf_counter()
+        theirs()
+        ratios.append((t1 - t0) / (perf_counter() - t1))
+    benchmark.pedantic(pair, rounds=rounds, warmup_rounds=3)
+    benchmark.extra_info[label] = round(float(np.median(ratios[3:])), 3)

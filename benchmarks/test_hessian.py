@@ -10,6 +10,7 @@ import numpy as np
 import pytest
 
 import autotape as at
+from conftest import run_paired
 
 N = 100
 X = np.random.default_rng(0).uniform(-1.5, 1.5, N)
@@ -96,3 +97,19 @@ def test_hips_autograd(benchmark, hips):
     h = hips.hessian(rosenbrock)
     check(h(X))
     benchmark.pedantic(lambda: h(X), rounds=5, warmup_rounds=1)
+
+
+@GROUP
+def test_paired_compiled_vs_torch_vectorized(benchmark, torch):
+    from torch.autograd.functional import hessian
+    ours, x = at.compile(rosenbrock, X).hessian, torch.tensor(X)
+    run_paired(benchmark, lambda: ours(X), lambda: hessian(rosenbrock, x, vectorize=True),
+               "median autotape compiled / torch functional vectorized")
+
+
+@GROUP
+def test_paired_compiled_vs_jax_jit(benchmark, jax):
+    ours, h, x = at.compile(rosenbrock, X).hessian, jax.jit(jax.hessian(rosenbrock)), \
+        jax.numpy.asarray(X)
+    run_paired(benchmark, lambda: ours(X), lambda: h(x).block_until_ready(),
+               "median autotape compiled / jax.jit")

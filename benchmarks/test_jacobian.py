@@ -9,6 +9,7 @@ import numpy as np
 import pytest
 
 import autotape as at
+from conftest import run_paired
 
 N = 50
 rng = np.random.default_rng(0)
@@ -83,3 +84,19 @@ def test_hips_autograd(benchmark, hips):
     jac = hips.jacobian(f(anp, A))
     check(jac(X))
     benchmark.pedantic(lambda: jac(X), rounds=20, warmup_rounds=1)
+
+
+@GROUP
+def test_paired_compiled_vs_torch_func(benchmark, torch):
+    ours = at.compile(f(at, at.tensor(A)), X).jacobian
+    jac, x = torch.func.jacrev(f(torch, torch.tensor(A))), torch.tensor(X)
+    run_paired(benchmark, lambda: ours(X), lambda: jac(x),
+               "median autotape compiled / torch.func.jacrev")
+
+
+@GROUP
+def test_paired_compiled_vs_jax_jit(benchmark, jax):
+    ours = at.compile(f(at, at.tensor(A)), X).jacobian
+    jac, x = jax.jit(jax.jacrev(f(jax.numpy, jax.numpy.asarray(A)))), jax.numpy.asarray(X)
+    run_paired(benchmark, lambda: ours(X), lambda: jac(x).block_until_ready(),
+               "median autotape compiled / jax.jit")

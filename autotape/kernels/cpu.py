@@ -38,6 +38,64 @@ def _add_scalar(adj, off, touched, k, r, v):
         touched[k, r] = True
 
 
+@register_jitable
+def _recycled_offsets(rows, ipool, shape_size, reached, top, seed_rows, read, adj_off):
+    """Adjoint offsets that reuse space: a row's adjoint is needed from the first write
+    into it (when its last consumer is swept) until the row itself is swept, then its
+    space goes to rows swept later. Rows in ``read`` (and sources) keep theirs. The
+    lane stride shrinks to the peak of the live adjoints, so the lanes of a Hessian stay
+    in cache. Returns that stride."""
+    pinned = np.zeros(top + 1, np.bool_)
+    for r in read:
+        if r <= top:
+            pinned[r] = True
+    free_off = np.empty(top + 1, np.int64)
+    free_size = np.empty(top + 1, np.int64)
+    nfree, bump = 0, 0
+    pending = np.empty(top + 2, np.int64)        # rows to place: seeds, then operands
+    for step in range(top + 2):
+        count = 0
+        if step == 0:
+            for s in seed_rows:
+                pending[count] = s
+                count += 1
+        else:
+            i = top + 1 - step
+            if not reached[i] or rows[i, OP] <= SOURCE_LAST or adj_off[i] < 0:
+                continue
+            if rows[i, OP] == CONCAT:
+                for t in range(ipool[rows[i, AUX] + 2]):
+                    pending[count] = ipool[rows[i, AUX] + 3 + 3 * t]
+                    count += 1
+            else:
+                for r in (rows[i, A], rows[i, B]):
+                    if r >= 0:
+                        pending[count] = r
+                        count += 1
+        for j in range(count):
+            r = pending[j]
+            if adj_off[r] >= 0 or rows[r, OP] == CONST:
+                continue
+            size = shape_size[rows[r, SHAPE]]
+            found = -1
+            for f in range(nfree - 1, max(nfree - 16, 0) - 1, -1):   # recent, same size
+                if free_size[f] == size:
+                    found = f
+                    break
+            if found >= 0:
+                adj_off[r] = free_off[found]
+                nfree -= 1
+                free_off[found], free_size[found] = free_off[nfree], free_size[nfree]
+            else:
+                adj_off[r] = bump
+                bump += size
+        if step > 0 and not pinned[top + 1 - step]:    # swept: its space is free again
+            i = top + 1 - step
+            free_off[nfree], free_size[nfree] = adj_off[i], shape_size[rows[i, SHAPE]]
+            nfree += 1
+    return bump
+
+
 @cached_njit()
 def reverse_sweep(rows, ipool, shape_ndim, shape_start, shape_dims, shape_size,
                   arena_addr, arena_size, big_addr, released, retain,
@@ -73,8 +131,12 @@ def reverse_sweep(rows, ipool, shape_ndim, shape_start, shape_dims, shape_size,
         if reached[i] and rows[i, OP] != CONST:
             if released[i]:
                 return RELEASED, adj_off, 0
-            adj_off[i] = total
-            total += shape_size[rows[i, SHAPE]]
+            if read.size == 0:
+                adj_off[i] = total
+                total += shape_size[rows[i, SHAPE]]
+    if read.size:
+        total = _recycled_offsets(rows, ipool, shape_size, reached, top, seed_rows, read,
+                                  adj_off)
     touched = np.zeros((lanes, n), np.bool_)   # per lane: a lane never written is zero
     lane = np.array([0, total])               # [lane being swept, lane stride]
     ctx = sweep_context(rows, ipool, shape_ndim, shape_start, shape_dims, shape_size,
