@@ -20,8 +20,9 @@ BLAS_MIN_FLOPS = 4096       # below this, the loops beat a library call
 
 
 @register_jitable
-def matmul_vjp(ctx, i, which=3):
-    """The VJP into operand a (``which & 1``) and b (``which & 2``)."""
+def _matmul_dims(ctx, i):
+    """Operands, their shapes, the (n, k) @ (k, m) core and the broadcast batch (its
+    shape and size) of a matmul row."""
     a, b = ctx.rows[i, A], ctx.rows[i, B]
     sa, sb, so = shape_of(ctx, a), shape_of(ctx, b), shape_of(ctx, i)
     n = sa[sa.size - 2] if sa.size >= 2 else 1
@@ -32,6 +33,13 @@ def matmul_vjp(ctx, i, which=3):
     nb = 1
     for d in range(batch.size):
         nb *= batch[d]
+    return a, b, sa, sb, n, k, m, batch, nb
+
+
+@register_jitable
+def matmul_vjp(ctx, i, which=3):
+    """The VJP into operand a (``which & 1``) and b (``which & 2``)."""
+    a, b, sa, sb, n, k, m, batch, nb = _matmul_dims(ctx, i)
     if nb == 1 and sa.size <= 2 and sb.size <= 2:
         _matmul_block(ctx, i, a, b, n, k, m, 0, 0, 0, True, which)
         return
@@ -188,16 +196,7 @@ def _matmul_block(ctx, i, a, b, n, k, m, oa, ob, og, first, which):
 @register_jitable
 def matmul_forward(ctx, i):
     """Recompute a matmul row's value, block by block of the broadcast batch."""
-    a, b = ctx.rows[i, A], ctx.rows[i, B]
-    sa, sb, so = shape_of(ctx, a), shape_of(ctx, b), shape_of(ctx, i)
-    n = sa[sa.size - 2] if sa.size >= 2 else 1
-    k = sa[sa.size - 1]
-    m = sb[sb.size - 1] if sb.size >= 2 else 1
-    core = (1 if sa.size >= 2 else 0) + (1 if sb.size >= 2 else 0)
-    batch = so[:so.size - core]
-    nb = 1
-    for d in range(batch.size):
-        nb *= batch[d]
+    a, b, sa, sb, n, k, m, batch, nb = _matmul_dims(ctx, i)
     z = value(ctx, i)
     if k == 0 or z.size == 0:
         z[:] = 0.0

@@ -225,6 +225,19 @@ def layout_vjp(ctx, i, lanes):
 
 
 @register_jitable
+def _setitem_region(ctx, i):
+    """SETITEM's region shape and its flat positions in the base. Params: [ndim,
+    dims..., offset, strides...]."""
+    ndim = param(ctx, i, 0)
+    region = np.empty(ndim, np.int64)
+    for d in range(ndim):
+        region[d] = param(ctx, i, 1 + d)
+    offset, strides = _pattern(ctx, i, 1 + ndim, ndim)
+    rmap = strided_map(region, offset, strides)
+    return region, rmap
+
+
+@register_jitable
 def layout_forward(ctx, i):
     """Recompute a layout row's value (a compiled replay of the tape). Each op is the
     transpose of another's VJP: a gather for STRIDED and TAKE, a scatter-add for
@@ -264,12 +277,7 @@ def layout_forward(ctx, i):
             z[int(idx[k])] += x[k]
     elif op == SETITEM:
         v = value(ctx, ctx.rows[i, B])
-        ndim = param(ctx, i, 0)
-        region = np.empty(ndim, np.int64)
-        for d in range(ndim):
-            region[d] = param(ctx, i, 1 + d)
-        offset, strides = _pattern(ctx, i, 1 + ndim, ndim)
-        rmap = strided_map(region, offset, strides)
+        region, rmap = _setitem_region(ctx, i)
         vmap = broadcast_map(shape_of(ctx, ctx.rows[i, B]), region)
         for k in range(z.size):
             z[k] = x[k]
@@ -281,12 +289,7 @@ def layout_forward(ctx, i):
 def setitem_vjp(ctx, i):
     """z = base with region := v. Params: [ndim, dims..., offset, strides...]."""
     a, b = ctx.rows[i, A], ctx.rows[i, B]
-    ndim = param(ctx, i, 0)
-    region = np.empty(ndim, np.int64)
-    for d in range(ndim):
-        region[d] = param(ctx, i, 1 + d)
-    offset, strides = _pattern(ctx, i, 1 + ndim, ndim)
-    rmap = strided_map(region, offset, strides)
+    region, rmap = _setitem_region(ctx, i)
     g = adjoint(ctx, i)
     if has_adjoint(ctx, a):
         keep = np.ones(g.size, np.bool_)
