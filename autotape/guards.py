@@ -71,8 +71,7 @@ def _identity(v):
 
 
 def _is_tensor(v):
-    from .tensor import Tensor
-    return type(v) is Tensor
+    return type(v).__name__ == "Tensor" and type(v).__module__ == "autotape.tensor"
 
 
 def _value(v):
