@@ -54,7 +54,7 @@ def compile(f, *example_args):
 class _Program:
     """One recording of f: the tape (closed to new rows), its input rows, its outputs
     (rows, or constants) and the guards taken while recording."""
-    __slots__ = ("tape", "cols", "stop", "inputs", "input_rows", "input_buffers", "shapes",
+    __slots__ = ("tape", "cols", "stop", "inputs", "input_rows", "shapes",
                  "sizes", "fused", "total_in", "static",
                  "outputs", "rebuild", "guards", "grads", "plans")
 
@@ -194,8 +194,6 @@ class Compiled:
         p.inputs = [trace.leaf_rows[id(leaf)] for leaf in leaves]
         p.shapes = [a.shape for a in args]
         p.input_rows = np.array(p.inputs, np.int64)
-        p.input_buffers = [p.row_value(row).reshape(-1) if a.ndim else None
-                           for row, a in zip(p.inputs, args)]
         p.sizes = [a.size for a in args]
         p.outputs, p.grads = [_target(t) for t in outs], grads and [_target(g) for g in grads]
         p.rebuild, p.guards, p.plans = rebuild, trace.guards, {}
@@ -261,16 +259,14 @@ def _target(t):
 
 def _replay(p, args):
     """Re-evaluate the program at ``args``; False when a guard says to record again."""
-    for row, buffer, a in zip(p.inputs, p.input_buffers, args):
-        if buffer is None:
-            p.write(row, a)
-        else:
-            buffer[:] = a.reshape(-1)
     c, tape, i = p.cols, p.tape, 0
     addr = tape.arena.buffer_info()[0]         # (a closed tape's arena never moves)
+    in_rows, in_vals = p.input_rows, _joined(args)
     while i < p.stop:
         i = forward_replay(c.rows, c.ipool, c.shape_ndim, c.shape_start, c.shape_dims,
-                           c.shape_size, addr, c.big_addr, i, p.stop, engine._Blas.dgemm)
+                           c.shape_size, addr, c.big_addr, in_rows, in_vals, i, p.stop,
+                           engine._Blas.dgemm)
+        in_rows = in_rows[:0]                  # written: later stretches only compute
         if i < p.stop:                         # numpy.linalg: numpy computes it
             _replay_linalg(p, i)
             i += 1
@@ -283,6 +279,12 @@ def _replay(p, args):
         except Exception:                      # recording again raises it, if it must
             return False
     return True
+
+
+def _joined(args):
+    """The arguments' values one after another, as the replay kernels take them."""
+    return args[0].reshape(-1) if len(args) == 1 else np.concatenate(
+        [a.reshape(-1) for a in args])
 
 
 def _replay_linalg(p, i):
@@ -328,10 +330,8 @@ def _sweep(p, targets, lanes, args):
         return [np.zeros(lead + s) for s in p.shapes]
     adj = engine._scratch(lanes * c.total_size)
     if p.fused:
-        values = args[0].reshape(-1) if len(args) == 1 else np.concatenate(
-            [a.reshape(-1) for a in args])
         out = np.empty((lanes, p.total_in))
-        status = replay_and_sweep(*p.static, values, seed_rows, seed_vals, seed_off, lanes,
+        status = replay_and_sweep(*p.static, _joined(args), seed_rows, seed_vals, seed_off, lanes,
                                   adj, out, engine._Blas.dgemm)
         assert status == OK
         if len(args) == 1:

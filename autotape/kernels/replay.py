@@ -21,14 +21,21 @@ from .layout import OP, SHAPE, sweep_context, value
 
 @cached_njit()
 def forward_replay(rows, ipool, shape_ndim, shape_start, shape_dims, shape_size,
-                   arena_addr, big_addr, start, stop, dgemm):
-    """Recompute rows ``start .. stop - 1`` (sources keep their values). Returns the
+                   arena_addr, big_addr, in_rows, in_vals, start, stop, dgemm):
+    """Give the rows ``in_rows`` the values ``in_vals`` (one after another), then
+    recompute rows ``start .. stop - 1`` (other sources keep their values). Returns the
     first row left to the caller, or ``stop`` when all are done."""
     no_rows = np.zeros(1, np.int64)
     touched = np.zeros((1, 1), np.bool_)
     lane = np.zeros(2, np.int64)
     ctx = sweep_context(rows, ipool, shape_ndim, shape_start, shape_dims, shape_size,
                         arena_addr, big_addr, 0, no_rows, no_rows, touched, lane, dgemm)
+    pos = 0
+    for j in range(in_rows.size):
+        v = value(ctx, in_rows[j])
+        for e in range(v.size):
+            v[e] = in_vals[pos + e]
+        pos += v.size
     for i in range(start, stop):
         op = rows[i, OP]
         if op <= SOURCE_LAST:
@@ -53,30 +60,18 @@ def forward_replay(rows, ipool, shape_ndim, shape_start, shape_dims, shape_size,
 def replay_and_sweep(rows, ipool, shape_ndim, shape_start, shape_dims, shape_size,
                      arena_addr, arena_size, big_addr, released, in_rows, in_vals,
                      seed_rows, seed_vals, seed_off, lanes, adj, out, dgemm):
-    """One call for a compiled function's derivatives: the input rows take ``in_vals``
-    (their values one after another), the whole tape is replayed, then swept with the
-    seeds (``reverse_sweep``'s arguments); the adjoints of the input rows land in
-    ``out[lane, columns of that input]``. Returns the sweep's status, or -1 when a row
-    needs Python (numpy.linalg), in which case the caller takes the slow path."""
-    no_rows = np.zeros(1, np.int64)
-    touched = np.zeros((1, 1), np.bool_)
-    lane = np.zeros(2, np.int64)
-    ctx = sweep_context(rows, ipool, shape_ndim, shape_start, shape_dims, shape_size,
-                        arena_addr, big_addr, 0, no_rows, no_rows, touched, lane, dgemm)
-    pos = 0
-    for j in range(in_rows.size):
-        v = value(ctx, in_rows[j])
-        for e in range(v.size):
-            v[e] = in_vals[pos + e]
-        pos += v.size
+    """One call for a compiled function's derivatives: ``forward_replay`` of the whole
+    tape at the inputs, then ``reverse_sweep`` with the seeds; the adjoints of the input
+    rows land in ``out[lane, columns of that input]``. Returns the sweep's status, or -1
+    when a row needs Python (numpy.linalg), in which case the caller takes the slow path."""
     n = rows.shape[0]
     if forward_replay(rows, ipool, shape_ndim, shape_start, shape_dims, shape_size,
-                      arena_addr, big_addr, 0, n, dgemm) != n:
+                      arena_addr, big_addr, in_rows, in_vals, 0, n, dgemm) != n:
         return -1
     status, adj_off, stride = reverse_sweep(
         rows, ipool, shape_ndim, shape_start, shape_dims, shape_size, arena_addr,
         arena_size, big_addr, released, True, seed_rows, seed_vals, seed_off, lanes, adj,
-        no_rows[:0], dgemm, in_rows)
+        in_rows[:0], dgemm, in_rows)
     col = 0
     for j in range(in_rows.size):
         r = in_rows[j]
@@ -85,5 +80,4 @@ def replay_and_sweep(rows, ipool, shape_ndim, shape_start, shape_dims, shape_siz
             for e in range(size):
                 out[k, col + e] = adj[k * stride + adj_off[r] + e] if adj_off[r] >= 0 else 0.0
         col += size
-    lane[0] = touched[0, 0]                  # the owners of ctx's arrays live to here
     return status
