@@ -38,10 +38,6 @@ class _Current:
     trace = None                       # the Trace being recorded, if any
 
 
-def tracing():
-    return _Current.trace
-
-
 def observe(fn, *operands):
     """``fn`` applied to the operands' values (Tensors as numpy arrays, anything else
     as given), kept as a guard when a trace is being recorded and an operand is one of

@@ -1,8 +1,6 @@
 """at.compile: a recording replayed at new arguments equals recording afresh there (values,
 gradients, Jacobians, Hessians), for every op family; guards send a call whose Python
 decisions would differ back to be recorded; errors are clear."""
-import sys
-
 import numpy as np
 import pytest
 from hypothesis import HealthCheck, given, settings
@@ -160,7 +158,7 @@ def test_outputs_structure_leaf_and_constant_outputs():
     np.testing.assert_array_equal(j["x"][0].numpy(), np.eye(2))
     np.testing.assert_array_equal(j["c"][1].numpy(), np.zeros(2))
     assert j["s"][1].item() == 3.0
-    assert cf.grad is not None
+    np.testing.assert_array_equal(j["s"][0].numpy(), [4.0, 4.0])
 
 
 def test_unused_argument_has_zero_derivatives():
@@ -272,4 +270,4 @@ def test_recording_does_not_disturb_open_recordings():
     cf(np.ones(2))
     (y * y).sum().backward()
     assert x.grad.tolist() == [18.0, 36.0]
-    assert "compile" in sys.modules["autotape.compile"].__name__
+    assert cf(np.full(2, 3.0)).tolist() == [9.0, 9.0]     # and the recording still replays
