@@ -6,28 +6,34 @@ compiled by numba. Semantics follow torch.autograd; the op namespace follows num
 >>> y = at.sin(x) * x + x ** 2
 >>> at.grad(y.sum(), x)
 (tensor([10.45938665,  3.17114252]),)
+
+This module re-exports the public names; ARCHITECTURE.md says where each lives.
 """
-from .creation import arange, eye, full, linspace, ones, ones_like, tensor, zeros, zeros_like
-from .engine import backward, grad
-from .grad_mode import enable_grad, is_grad_enabled, no_grad, set_grad_enabled
-from .gradcheck import GradcheckError, gradcheck, gradgradcheck
-from .ops.elementwise import binary_ops as _binary_ops, unary_ops as _unary_ops
-from .composite import *  # noqa: F401,F403  (composed functions: composite.__all__)
-from . import composite as _composite
-from .record import (_BINARY_FUNCTIONS, _UNARY_FUNCTIONS, amax, amin, astype, broadcast_to,
-                     clip, concatenate, cumprod, cumsum, matmul, max, mean, min, prod, reshape, stack,
-                     sum, transpose, where)
-from .tensor import Tensor, as_tensor
+from . import tensor_methods  # noqa: F401  (attaches Tensor's operators and methods)
 from . import func, linalg
 from .compile import Compiled, compile
+from .creation import arange, eye, full, linspace, ones, ones_like, tensor, zeros, zeros_like
+from .engine import backward, grad
+from .functions.products import *  # noqa: F401,F403
+from .functions.shaping import *  # noqa: F401,F403
+from .functions.statistics import *  # noqa: F401,F403
+from .functions import products as _products, shaping as _shaping, statistics as _statistics
+from .grad_mode import enable_grad, is_grad_enabled, no_grad, set_grad_enabled
+from .gradcheck import GradcheckError, gradcheck, gradgradcheck
+from .ops.elementwise import (abs, add, arccos, arccosh, arcsin, arcsinh, arctan, arctan2,
+                              arctanh, binary_ops as _binary_ops, ceil, clip, cos, cosh,
+                              divide, erf, exp, exp2, expm1, floor, fmod, hypot, log, log1p,
+                              log2, log10, logaddexp, maximum, minimum, mod, multiply,
+                              negative, power, reciprocal, relu, round, sigmoid, sign, sin,
+                              sinh, softplus, sqrt, square, subtract, tan, tanh,
+                              unary_ops as _unary_ops, where)
+from .ops.indexing import (as_tensor, astype, broadcast_to, concatenate, reshape, stack,
+                           transpose)
+from .ops.linalg import matmul
+from .ops.reduce import amax, amin, cumprod, cumsum, max, mean, min, prod, sum
+from .tensor import Tensor
 
 __version__ = "0.1.0"
-
-# every elementwise op of the table, under its numpy name: at.sin, at.arctan2, ...
-for _op in _unary_ops.values():
-    globals()[_op.name] = _UNARY_FUNCTIONS[_op.code]
-for _op in _binary_ops.values():
-    globals()[_op.name] = _BINARY_FUNCTIONS[_op.code]
 
 __all__ = [
     "Tensor", "tensor", "as_tensor", "zeros", "ones", "zeros_like", "ones_like", "full",
@@ -37,5 +43,5 @@ __all__ = [
     "where", "clip", "sum", "mean", "max", "min", "amax", "amin", "prod", "cumsum", "cumprod",
     "matmul", "reshape", "transpose", "astype",
     "broadcast_to", "stack", "concatenate", "compile", "Compiled",
-] + _composite.__all__ + [op.name for op in _unary_ops.values()] + [
-    op.name for op in _binary_ops.values()]
+] + _statistics.__all__ + _shaping.__all__ + _products.__all__ + [
+    op.name for op in _unary_ops.values()] + [op.name for op in _binary_ops.values()]

@@ -23,16 +23,17 @@ import math
 import numpy as np
 
 from . import engine, guards
-from .func import _flatten
+from .errstate import ignore_fp_errors
+from .executor import executor_for
+from .func import flatten
 from .grad_mode import enable_grad
-from .kernels.cpu import OK, reverse_sweep
-from .kernels.replay import forward_replay, replay_and_sweep
-from .linalg import values_of
-from .ops.codes import CONST, LINALG_LAST, MATMUL
-from .record import _row_of, reshape
-from .tape import _Current as _OpenTape
-from .tape import open_tape
-from .tensor import F64, Tensor, _plain
+from .opcodes import CONST, LINALG_LAST, MATMUL, opcode_name
+from .ops.indexing import reshape
+from .ops.linalg import values_of
+from .ops.recording import row_of
+from .tape import close_open_tape, open_tape
+from .tape_format import saved_row
+from .tensor import F64, Tensor, new_leaf
 
 __all__ = ["compile", "Compiled"]
 
@@ -54,23 +55,11 @@ def compile(f, *example_args):
 class _Program:
     """One recording of f: the tape (closed to new rows), its input rows, its outputs
     (rows, or constants) and the guards taken while recording."""
-    __slots__ = ("tape", "cols", "stop", "inputs", "input_rows", "shapes",
-                 "sizes", "fused", "total_in", "static",
-                 "outputs", "rebuild", "guards", "grads", "plans")
+    __slots__ = ("tape", "executor", "inputs", "input_rows", "shapes", "sizes", "fused",
+                 "total_in", "outputs", "rebuild", "guards", "grads", "plans")
 
     def row_value(self, row):
-        loc = int(self.cols.rows[row, 5])
-        shape = self.tape.shapes[self.cols.rows[row, 3]]
-        if loc >= 0:
-            return np.array(self.tape.arena[loc])
-        return self.tape.arrays[-loc - 1].reshape(shape)
-
-    def write(self, row, data):
-        loc = int(self.cols.rows[row, 5])
-        if loc >= 0:
-            self.tape.arena[loc] = float(data.reshape(-1)[0]) if data.size else 0.0
-        else:
-            self.tape.arrays[-loc - 1][:] = data.reshape(-1)
+        return np.asarray(self.tape.value(row))
 
 
 class Compiled:
@@ -104,7 +93,7 @@ class Compiled:
         args = _arguments(args)
         p = self._get("value", args, fused=True)
         out = _scalar_output(p, "value_and_grad")
-        g = [_plain(g if g.ndim else float(g), g.shape, F64)
+        g = [new_leaf(g if g.ndim else float(g), g.shape, F64)
              for g in _sweep(p, [out], 1, args)]
         return _plain_copy(p, out), (g[0] if len(g) == 1 else tuple(g))
 
@@ -153,32 +142,26 @@ class Compiled:
         return p
 
     def _record(self, kind, args):
-        current = _OpenTape.ref() if _OpenTape.ref is not None else None
-        if current is not None:
-            current.open = False              # the recording gets a tape of its own
+        close_open_tape()                     # the recording gets a tape of its own
         tape = open_tape()
-        leaves = [_plain(a.copy() if a.ndim else float(a), a.shape, F64).requires_grad_()
+        leaves = [new_leaf(a.copy() if a.ndim else float(a), a.shape, F64).requires_grad_()
                   for a in args]
         trace = guards.Trace(tape)
         for leaf in leaves:
-            trace.leaf_rows[id(leaf)] = _row_of(leaf, tape)
-        saved, guards._Current.trace = guards._Current.trace, trace
-        try:
-            with enable_grad():
-                result = self.f(*leaves)
-                outs, rebuild = _flatten(result)
-                outs = [_output(o, leaves) for o in outs]
-                grads = None
-                if kind == "hessian":
-                    if len(outs) != 1 or not isinstance(outs[0], Tensor) or outs[0].size != 1:
-                        raise RuntimeError("hessian: f must return a single scalar Tensor")
-                    grads = list(engine.grad(outs[0], leaves, create_graph=True,
-                                             allow_unused=True, materialize_grads=True)) \
-                        if outs[0].requires_grad else [None] * len(leaves)
-                    grads = [_output(g, leaves, zeros_like=leaf)
-                             for g, leaf in zip(grads, leaves)]
-        finally:
-            guards._Current.trace = saved
+            trace.leaf_rows[id(leaf)] = row_of(leaf, tape)
+        with guards.tracing(trace), enable_grad():
+            result = self.f(*leaves)
+            outs, rebuild = flatten(result)
+            outs = [_output(o, leaves) for o in outs]
+            grads = None
+            if kind == "hessian":
+                if len(outs) != 1 or not isinstance(outs[0], Tensor) or outs[0].size != 1:
+                    raise RuntimeError("hessian: f must return a single scalar Tensor")
+                grads = list(engine.grad(outs[0], leaves, create_graph=True,
+                                         allow_unused=True, materialize_grads=True)) \
+                    if outs[0].requires_grad else [None] * len(leaves)
+                grads = [_output(g, leaves, zeros_like=leaf)
+                         for g, leaf in zip(grads, leaves)]
         if not tape.open:
             raise RuntimeError("compile: f's recording did not stay on one open tape (it "
                                "ran a backward or grad without create_graph=True, or "
@@ -190,20 +173,15 @@ class Compiled:
                 raise RuntimeError("compile: an output of f was recorded outside f's own "
                                    "tape and cannot be replayed")
         p = _Program()
-        p.tape, p.cols, p.stop = tape, tape.columns(), tape.nrows
+        p.tape, p.executor = tape, executor_for(tape)
         p.inputs = [trace.leaf_rows[id(leaf)] for leaf in leaves]
         p.shapes = [a.shape for a in args]
         p.input_rows = np.array(p.inputs, np.int64)
         p.sizes = [a.size for a in args]
         p.outputs, p.grads = [_target(t) for t in outs], grads and [_target(g) for g in grads]
         p.rebuild, p.guards, p.plans = rebuild, trace.guards, {}
-        codes = p.cols.rows[:p.stop, 0]
-        p.fused = not p.guards and not np.any((codes > MATMUL) & (codes <= LINALG_LAST))
+        p.fused = not p.guards and not tape.has_ops(MATMUL + 1, LINALG_LAST)
         p.total_in = sum(p.sizes)
-        c = p.cols                             # the tape's arrays, as the kernels take them
-        p.static = (c.rows, c.ipool, c.shape_ndim, c.shape_start, c.shape_dims, c.shape_size,
-                    tape.arena.buffer_info()[0], len(tape.arena), c.big_addr, tape.released,
-                    p.input_rows)
         self.traces += 1
         return p
 
@@ -259,21 +237,11 @@ def _target(t):
 
 def _replay(p, args):
     """Re-evaluate the program at ``args``; False when a guard says to record again."""
-    c, tape, i = p.cols, p.tape, 0
-    addr = tape.arena.buffer_info()[0]         # (a closed tape's arena never moves)
-    in_rows, in_vals = p.input_rows, _joined(args)
-    while i < p.stop:
-        i = forward_replay(c.rows, c.ipool, c.shape_ndim, c.shape_start, c.shape_dims,
-                           c.shape_size, addr, c.big_addr, in_rows, in_vals, i, p.stop,
-                           engine._Blas.dgemm)
-        in_rows = in_rows[:0]                  # written: later stretches only compute
-        if i < p.stop:                         # numpy.linalg: numpy computes it
-            _replay_linalg(p, i)
-            i += 1
+    p.executor.replay(p.tape, p.input_rows, _joined(args), lambda i: _replay_linalg(p, i))
     for fn, operands, expected in p.guards:
         values = [p.row_value(v) if kind == "row" else v for kind, v in operands]
         try:
-            with np.errstate(all="ignore"):
+            with ignore_fp_errors():
                 if not guards.same(fn(*values), expected):
                     return False
         except Exception:                      # recording again raises it, if it must
@@ -288,21 +256,24 @@ def _joined(args):
 
 
 def _replay_linalg(p, i):
-    row = p.cols.rows[i]
-    code, a, b, aux = (int(v) for v in (row[0], row[1], row[2], row[4]))
-    params = p.cols.ipool[aux:] if aux >= 0 else p.cols.ipool[:0]
-    value, saved = values_of[code](p.row_value(a), p.row_value(b) if b >= 0 else None,
-                                   params)
-    p.write(i, np.asarray(value, F64))
+    """A numpy.linalg row recomputed by numpy, and the values its VJP reads."""
+    tape = p.tape
+    code, operands, params, _ = tape.row(i)
+    if code not in values_of:
+        raise RuntimeError(f"autotape internal error: op {opcode_name(code)} has neither a "
+                           "compiled forward nor a numpy one; please report this")
+    value, saved = values_of[code](p.row_value(operands[0]), p.row_value(operands[1])
+                                   if len(operands) > 1 else None, params)
+    tape.write(i, value)
     if saved is not None:
-        assert p.cols.rows[int(params[0]), 0] == CONST
-        p.write(int(params[0]), np.asarray(saved, F64))
+        assert tape.op(int(saved_row(params, 0))) == CONST
+        tape.write(int(saved_row(params, 0)), saved)
 
 
 def _plain_copy(p, target):
     kind, v, shape = target
     data = (p.row_value(v) if kind == "row" else v).copy()
-    return _plain(data if data.ndim else float(data), shape, F64)
+    return new_leaf(data if data.ndim else float(data), shape, F64)
 
 
 def _scalar_output(p, name):
@@ -322,28 +293,20 @@ def _sweep(p, targets, lanes, args):
     if plan is None:
         plan = p.plans[key] = _seeds(targets, lanes)
     seed_rows, seed_vals, seed_off = plan
-    c = p.cols
     lead = (lanes,) if lanes > 1 else ()
     if not seed_rows.size:
         if p.fused:
             _replay(p, args)                   # (the value may still be read)
         return [np.zeros(lead + s) for s in p.shapes]
-    adj = engine._scratch(lanes * c.total_size)
     if p.fused:
         out = np.empty((lanes, p.total_in))
-        status = replay_and_sweep(*p.static, _joined(args), seed_rows, seed_vals, seed_off, lanes,
-                                  adj, out, engine._Blas.dgemm)
-        assert status == OK
+        p.executor.replay_and_sweep(p.tape, p.input_rows, _joined(args), plan, lanes, out)
         if len(args) == 1:
             return [out.reshape(lead + p.shapes[0])]
         cols = np.cumsum([0] + p.sizes)
         return [out[:, a:b].reshape(lead + s) for a, b, s in zip(cols, cols[1:], p.shapes)]
-    status, adj_off, stride = reverse_sweep(
-        c.rows, c.ipool, c.shape_ndim, c.shape_start, c.shape_dims, c.shape_size,
-        p.tape.arena.buffer_info()[0], len(p.tape.arena), c.big_addr, p.tape.released,
-        True, seed_rows, seed_vals, seed_off, lanes, adj, _NO_ROWS, engine._Blas.dgemm,
-        p.input_rows)
-    assert status == OK
+    adj, adj_off, stride = p.executor.sweep(p.tape, seed_rows, seed_vals, seed_off, lanes,
+                                            True, read=p.input_rows)
     lanes_view = adj[:lanes * stride].reshape(lanes, stride)
     out = []
     for row, s, n in zip(p.inputs, p.shapes, p.sizes):
@@ -354,7 +317,6 @@ def _sweep(p, targets, lanes, args):
     return out
 
 
-_NO_ROWS = np.zeros(0, np.int64)
 
 
 def _seeds(targets, lanes):
@@ -389,13 +351,13 @@ def _jacobian(p, targets, args):
                                                           for s in p.shapes]
     if len(targets) == 1 and len(rows) == 1:   # the common case, without the slicing
         g = rows[0].reshape(targets[0][2] + p.shapes[0])
-        return [[_plain(g if g.ndim else float(g), g.shape, F64)]]
+        return [[new_leaf(g if g.ndim else float(g), g.shape, F64)]]
     jac, start = [], 0
     for (_, _, shape), n in zip(targets, sizes):
         per_input = []
         for g, s in zip(rows, p.shapes):
             block = g.reshape((total,) + s)[start:start + n].reshape(shape + s)
-            per_input.append(_plain(block if block.ndim else float(block), block.shape, F64))
+            per_input.append(new_leaf(block if block.ndim else float(block), block.shape, F64))
         jac.append(per_input)
         start += n
     return jac

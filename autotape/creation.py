@@ -1,7 +1,7 @@
 """Making tensors: from data, and numpy-style factories."""
 import numpy as np
 
-from .tensor import Tensor, _canonical, _constant, _plain
+from .tensor import Tensor, canonical, new_leaf, tensor_from
 
 _GRAD_DTYPE_ERROR = "Only Tensors of floating point and complex dtype can require gradients"
 
@@ -35,7 +35,7 @@ def tensor(data, dtype=None, requires_grad=False):
     """
     if isinstance(data, Tensor):
         data = data.numpy()
-    return _finish(_constant(data, _dtype(dtype)), requires_grad)
+    return _finish(tensor_from(data, _dtype(dtype)), requires_grad)
 
 
 def _shape(shape):
@@ -46,7 +46,7 @@ def _shape(shape):
 
 def _factory(np_fn, shape, dtype, requires_grad, *args):
     a = np_fn(_shape(shape), *args, dtype=_dtype(dtype) or np.float64)
-    return _finish(_plain(*_canonical(a)), requires_grad)
+    return _finish(new_leaf(*canonical(a)), requires_grad)
 
 
 def zeros(*shape, dtype=None, requires_grad=False):
@@ -63,7 +63,7 @@ def full(shape, fill_value, dtype=None, requires_grad=False):
     """An array of ``shape`` filled with ``fill_value`` (numpy's dtype rule)."""
     shape = (shape,) if isinstance(shape, (int, np.integer)) else tuple(shape)
     a = np.full(shape, fill_value, dtype=_dtype(dtype))
-    return _finish(_plain(*_canonical(a)), requires_grad)
+    return _finish(new_leaf(*canonical(a)), requires_grad)
 
 
 def zeros_like(t, dtype=None, requires_grad=False):
@@ -76,13 +76,13 @@ def ones_like(t, dtype=None, requires_grad=False):
 
 def eye(n, m=None, dtype=None, requires_grad=False):
     a = np.eye(n, m, dtype=_dtype(dtype) or np.float64)
-    return _finish(_plain(*_canonical(a)), requires_grad)
+    return _finish(new_leaf(*canonical(a)), requires_grad)
 
 
 def arange(*args, dtype=None, requires_grad=False):
-    return _finish(_plain(*_canonical(np.arange(*args, dtype=_dtype(dtype)))), requires_grad)
+    return _finish(new_leaf(*canonical(np.arange(*args, dtype=_dtype(dtype)))), requires_grad)
 
 
 def linspace(start, stop, num=50, dtype=None, requires_grad=False):
     a = np.linspace(start, stop, num, dtype=_dtype(dtype))
-    return _finish(_plain(*_canonical(a)), requires_grad)
+    return _finish(new_leaf(*canonical(a)), requires_grad)

@@ -11,19 +11,11 @@ import warnings
 
 import numpy as np
 
-from . import recorded
-from .kernels.blas import DGEMM
-from .kernels.cpu import OK, RELEASED, UNKNOWN_OP, reverse_sweep
-from .kernels.runtime import address_of
-from .record import astype
-from .tensor import F64, Tensor, _plain
-
-_RELEASED_MSG = (
-    "Trying to backward through the graph a second time (or directly access saved tensors "
-    "after they have already been freed). Saved intermediate values of the graph are freed "
-    "when you call .backward() or autograd.grad(). Specify retain_graph=True if you need to "
-    "backward through the graph a second time or if you need to access saved tensors after "
-    "calling backward.")
+from . import graph_backward
+from .executor import NO_ROWS, executor_for
+from .kernels.staging import address_of
+from .ops.indexing import astype, stack
+from .tensor import F64, Tensor, new_leaf
 
 
 def grad(outputs, inputs, grad_outputs=None, retain_graph=None, create_graph=False,
@@ -84,7 +76,7 @@ def grad(outputs, inputs, grad_outputs=None, retain_graph=None, create_graph=Fal
                     f"The differentiated Tensor at index {k} appears to not have been used "
                     "in the graph. Set allow_unused=True if this is the desired behavior.")
             if materialize_grads:
-                g = recorded.connect(_plain(np.zeros(shape), shape, F64), t) \
+                g = graph_backward.connect(new_leaf(np.zeros(shape), shape, F64), t) \
                     if create_graph else np.zeros(shape)
         if g is None or isinstance(g, Tensor):
             result.append(g)
@@ -222,7 +214,7 @@ def _check_outputs(outputs, grads):
                                "have a grad_fn")
 
 
-# ---- create_graph=True: the backward pass recorded (recorded.py) ---------------------------
+# ---- create_graph=True: the backward pass recorded (graph_backward.py) ---------------------------
 
 _CREATE_GRAPH_WARNING = (
     "Using backward() with create_graph=True will create a reference cycle between the "
@@ -234,8 +226,8 @@ _CREATE_GRAPH_WARNING = (
 
 def _run_recorded(outputs, given, inputs, retain, accumulate=False):
     """As _run, with gradients that are themselves recorded tensors."""
-    seeds = [recorded.as_tensor_seed(g, t) for t, g in zip(outputs, given)]
-    leaf_grads, adj, tapes = recorded.run(outputs, seeds, retain, _RELEASED_MSG)
+    seeds = [graph_backward.as_tensor_seed(g, t) for t, g in zip(outputs, given)]
+    leaf_grads, adj, tapes = graph_backward.run(outputs, seeds, retain)
     for tape in tapes.values():
         for row, ref in list(tape.retained.items()):
             t = ref()
@@ -253,7 +245,6 @@ def _run_recorded(outputs, given, inputs, retain, accumulate=False):
 def _run_recorded_lanes(outputs, given, inputs, retain, lanes):
     """create_graph with a batch of cotangents: one recorded run per lane, stacked (the
     results are recorded tensors, so their own later sweeps are compiled)."""
-    from .record import stack
     per_lane = []
     for k in range(lanes):
         lane = [None if g is None else g[k] for g in given]
@@ -264,7 +255,7 @@ def _run_recorded_lanes(outputs, given, inputs, retain, lanes):
 
 def _recorded_grad(g, t):
     """A recorded gradient for t: connected to t, in t's dtype."""
-    g = recorded.connect(g, t)
+    g = graph_backward.connect(g, t)
     return g if g.dtype == t.dtype else astype(g, t.dtype)
 
 
@@ -350,66 +341,38 @@ def _sweep(tape, seeds, retain, lanes):
     seed_rows = np.array([r for r, _ in seeds], np.int64)
     seed_off = np.array(offsets, np.int64)
     seed_vals = seeds[0][1] if len(seeds) == 1 else np.concatenate([g for _, g in seeds])
-    c = tape.columns()
-    adj = _scratch(lanes * c.total_size)
-    own, row_addr = _leaf_buffers(tape, c) if lanes == 1 else (None, _NO_ROWS)
-    status, adj_off, stride = reverse_sweep(
-        c.rows, c.ipool, c.shape_ndim, c.shape_start, c.shape_dims, c.shape_size,
-        tape.arena.buffer_info()[0], len(tape.arena), c.big_addr, tape.released, retain,
-        seed_rows, seed_vals, seed_off, lanes, adj, row_addr, _Blas.dgemm, _NO_ROWS)
-    if status == RELEASED:
-        raise RuntimeError(_RELEASED_MSG)
-    if status == UNKNOWN_OP:
-        raise RuntimeError("autotape internal error: the sweep met an opcode it does not "
-                           "know; please report this")
-    assert status == OK
+    own, row_addr = _leaf_buffers(tape) if lanes == 1 else (None, NO_ROWS)
+    adj, adj_off, stride = executor_for(tape).sweep(tape, seed_rows, seed_vals, seed_off,
+                                                    lanes, retain, row_addr)
 
     def adjoint(row):
         if own and row in own:                 # written in place: the caller's to keep
             return own.pop(row)
-        off, size = adj_off[row], tape.row_size(row)
+        off, size = adj_off[row], tape.size(row)
         if lanes == 1:
             return adj[off:off + size].copy()
         return adj[:lanes * stride].reshape(lanes, stride)[:, off:off + size].copy()
     return adjoint, adj_off
 
 
-_NO_ROWS = np.zeros(0, np.int64)
 OWN_BUFFER_MIN = 4096          # elements: a leaf this large gets its gradient written in place
 
 
-def _leaf_buffers(tape, c):
+def _leaf_buffers(tape):
     """Fresh gradient arrays for the large array leaves of a tape, and their addresses
     by row: the sweep writes those gradients there, sparing a copy out of the shared
     adjoint buffer."""
     if not tape.leaves:
-        return None, _NO_ROWS
+        return None, NO_ROWS
     rows = np.fromiter(tape.leaves, np.int64, len(tape.leaves))   # one pass, not per leaf
-    sizes = c.shape_size[c.rows[rows, 3]]
-    big = (c.rows[rows, 5] < 0) & (sizes >= OWN_BUFFER_MIN)
-    if not big.any():
-        return None, _NO_ROWS
-    own = {int(row): np.empty(int(size)) for row, size in zip(rows[big], sizes[big])}
+    rows, sizes = tape.large_arrays(rows, OWN_BUFFER_MIN)
+    if not rows.size:
+        return None, NO_ROWS
+    own = {int(row): np.empty(int(size)) for row, size in zip(rows, sizes)}
     row_addr = np.zeros(max(own) + 1, np.int64)
     for row, buf in own.items():
         row_addr[row] = address_of(buf)
     return own, row_addr
-
-
-class _Blas:
-    dgemm = DGEMM          # set to 0 to use the sweep's own loops
-
-
-class _Scratch:
-    buffer = np.zeros(0)
-
-
-def _scratch(size):
-    """Adjoint space for a sweep, reused from call to call: fresh pages cost more to
-    touch than the arithmetic done in them (a 70 MB buffer: ~0.1 s of page faults)."""
-    if _Scratch.buffer.size < size:
-        _Scratch.buffer = np.empty(max(size, int(_Scratch.buffer.size * 1.5)))
-    return _Scratch.buffer
 
 
 def _add_grad(leaf_grads, leaf, g):
@@ -425,7 +388,7 @@ def _as_grad(g, t, shape=None):
     """A float64 gradient array the caller owns, as a Tensor of t's dtype and shape (or
     ``shape``)."""
     shape = t.shape if shape is None else shape
-    return _plain(g.astype(t.dtype, copy=False).reshape(shape), shape, t.dtype)
+    return new_leaf(g.astype(t.dtype, copy=False).reshape(shape), shape, t.dtype)
 
 
 def _accumulate(t, g):

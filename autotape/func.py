@@ -18,7 +18,7 @@ import numpy as np
 
 from .engine import grad as _grad
 from .grad_mode import enable_grad
-from .tensor import Tensor, _plain
+from .tensor import Tensor, new_leaf
 
 __all__ = ["grad", "value_and_grad", "vjp", "jvp", "jacrev", "jacfwd", "jacobian",
            "hessian", "hvp", "vhp"]
@@ -26,15 +26,15 @@ __all__ = ["grad", "value_and_grad", "vjp", "jvp", "jacrev", "jacfwd", "jacobian
 
 # ---- pytrees: nested tuples / lists / dicts with array-like leaves -------------------------
 
-def _flatten(tree):
+def flatten(tree):
     """(leaves, rebuild): the leaves of a nested tuple / list / dict, left to right, and
     a function that puts a list of new leaves back in the same structure."""
     if isinstance(tree, (tuple, list)):
-        parts = [_flatten(t) for t in tree]
+        parts = [flatten(t) for t in tree]
         kind = type(tree)
     elif isinstance(tree, dict):
         keys = list(tree)
-        parts = [_flatten(tree[k]) for k in keys]
+        parts = [flatten(tree[k]) for k in keys]
         kind = None
     else:
         return [tree], lambda leaves: leaves[0]
@@ -68,7 +68,7 @@ def _tracked(value, where):
     if data.dtype.kind != "f":
         raise TypeError(f"{where}: only floating point inputs can be differentiated, but "
                         f"got dtype {data.dtype}")
-    leaf = _plain(data.copy() if data.ndim else float(data), data.shape, data.dtype)
+    leaf = new_leaf(data.copy() if data.ndim else float(data), data.shape, data.dtype)
     return leaf.requires_grad_()
 
 
@@ -76,7 +76,7 @@ def _as_tensor(value):
     if isinstance(value, Tensor):
         return value
     data = np.asarray(value, np.float64)
-    return _plain(data if data.ndim else float(data), data.shape, data.dtype)
+    return new_leaf(data if data.ndim else float(data), data.shape, data.dtype)
 
 
 def _argnums_tuple(argnums, nargs, name):
@@ -101,7 +101,7 @@ class _Call:
         # Derivatives stay differentiable when an input came in requiring grad.
         self.create_graph = False
         for a in self.nums:
-            leaves, rebuild = _flatten(args[a])
+            leaves, rebuild = flatten(args[a])
             tracked = [_tracked(v, name) for v in leaves]
             self.create_graph |= any(t is v for t, v in zip(tracked, leaves))
             args[a] = rebuild(tracked)
@@ -141,13 +141,13 @@ class _Call:
 
 
 def _zeros(shape, like):
-    return _plain(np.zeros(shape, like.dtype), shape, like.dtype)
+    return new_leaf(np.zeros(shape, like.dtype), shape, like.dtype)
 
 
 def _outputs(out, name):
     """f's outputs as tensors: a float or float array that does not depend on the
     inputs is a constant (its derivatives are zeros, as in jax)."""
-    leaves, rebuild = _flatten(out)
+    leaves, rebuild = flatten(out)
     tensors = []
     for v in leaves:
         if not isinstance(v, Tensor):
@@ -182,7 +182,7 @@ def value_and_grad(f, argnums=0, has_aux=False):
                 f"grad_and_value(f)(*args): Expected f(*args) to return a scalar Tensor, "
                 f"got tensor with {dims} dims. Maybe you wanted to use the vjp or jacrev "
                 "APIs instead?")
-        g = call.per_argnum(call.derivatives([out], [_plain(np.ones(out.shape), out.shape,
+        g = call.per_argnum(call.derivatives([out], [new_leaf(np.ones(out.shape), out.shape,
                                                             np.dtype(np.float64))]))
         value = out if call.create_graph else out.detach()
         return ((value, call.aux) if has_aux else value), g
@@ -217,7 +217,7 @@ def vjp(f, *primals, has_aux=False):
     outs, _ = _outputs(call.out, "vjp")
 
     def vjp_fn(cotangents):
-        cots, _ = _flatten(cotangents)
+        cots, _ = flatten(cotangents)
         if len(cots) != len(outs):
             raise RuntimeError(f"Expected pytree structure of cotangents to be the same as "
                                f"pytree structure of outputs to the function: got "
@@ -233,7 +233,7 @@ def vjp(f, *primals, has_aux=False):
 
 
 def _detached(out):
-    leaves, rebuild = _flatten(out)
+    leaves, rebuild = flatten(out)
     return rebuild([v.detach() if isinstance(v, Tensor) else v for v in leaves])
 
 
@@ -248,7 +248,7 @@ def _jacobian_rows(call, outs):
     cots, start = [], 0
     for o, n in zip(outs, sizes):
         block = np.ascontiguousarray(eye[:, start:start + n]).reshape((total,) + o.shape)
-        cots.append(_plain(block, block.shape, np.dtype(np.float64)))
+        cots.append(new_leaf(block, block.shape, np.dtype(np.float64)))
         start += n
     rows = call.derivatives(outs, cots, batched=True)    # each (total, *input.shape)
     jac, start = [], 0
@@ -306,7 +306,7 @@ def hessian(f, argnums=0):
 # ---- directional derivatives ---------------------------------------------------------------
 
 def _tangent_tensors(call, tangents, name):
-    tans = [_as_tensor(v) for v in _flatten(tangents)[0]]
+    tans = [_as_tensor(v) for v in flatten(tangents)[0]]
     if len(tans) != len(call.inputs):
         raise RuntimeError(f"{name}: Expected primals and tangents to have the same "
                            f"structure, got {len(call.inputs)} primals and {len(tans)} "
@@ -330,7 +330,7 @@ def jvp(f, primals, tangents, has_aux=False):
     call = _Call(f, primals, tuple(range(len(primals))), has_aux, "jvp")
     outs, rebuild = _outputs(call.out, "jvp")
     tans = _tangent_tensors(call, tangents, "jvp")
-    us = [_plain(np.zeros(o.shape), o.shape, np.dtype(np.float64)).requires_grad_()
+    us = [new_leaf(np.zeros(o.shape), o.shape, np.dtype(np.float64)).requires_grad_()
           for o in outs]
     live = [(o, u) for o, u in zip(outs, us) if o.requires_grad]
     pairs = []
@@ -362,7 +362,7 @@ def hvp(f, primals, tangents):
     g_f = value_and_grad(f, tuple(range(len(primals))))
     call = _Call(lambda *xs: _pack(g_f(*xs)), primals, tuple(range(len(primals))), False,
                  "hvp")
-    value, grads = call.out[0], _flatten(list(call.out[1:]))[0]   # leaves, inputs' order
+    value, grads = call.out[0], flatten(list(call.out[1:]))[0]   # leaves, inputs' order
     tans = _tangent_tensors(call, tangents, "hvp")
     hv = call.per_argnum(call.derivatives(grads, tans))
     hv = tuple(hv) if len(primals) > 1 else hv[0]

@@ -2,13 +2,14 @@
 import functools
 
 
-class _Mode:
+class GradMode:
+    """Whether ops record (read on every op, so a class attribute: no call)."""
     enabled = True        # process-wide, like the current tape (tape.py)
 
 
 def is_grad_enabled():
     """True when ops on tensors that require grad are recorded."""
-    return _Mode.enabled
+    return GradMode.enabled
 
 
 class _GradModeContext:
@@ -20,11 +21,11 @@ class _GradModeContext:
         return super().__new__(cls)
 
     def __enter__(self):
-        self._saved = _Mode.enabled
-        _Mode.enabled = self._mode
+        self._saved = GradMode.enabled
+        GradMode.enabled = self._mode
 
     def __exit__(self, *exc):
-        _Mode.enabled = self._saved
+        GradMode.enabled = self._saved
 
     def __call__(self, fn):
         @functools.wraps(fn)
@@ -56,16 +57,16 @@ class set_grad_enabled(_GradModeContext):
     on exit."""
 
     def __init__(self, mode):
-        self._saved = _Mode.enabled
+        self._saved = GradMode.enabled
         self._mode = bool(mode)
-        _Mode.enabled = self._mode
+        GradMode.enabled = self._mode
 
     def __enter__(self):
         pass
 
     def __call__(self, fn):
         mode = self._mode
-        _Mode.enabled = self._saved
+        GradMode.enabled = self._saved
 
         @functools.wraps(fn)
         def wrapper(*args, **kwargs):

@@ -3,7 +3,7 @@ import numpy as np
 
 from .creation import tensor
 from .engine import grad
-from .grad_mode import no_grad
+from .grad_mode import enable_grad, no_grad
 from .tensor import Tensor
 
 
@@ -118,7 +118,6 @@ def gradgradcheck(func, inputs, grad_outputs=None, *, eps=1e-6, atol=1e-5, rtol=
     >>> at.gradgradcheck(lambda v: at.sin(v) * v ** 3, x)
     True
     """
-    from .grad_mode import enable_grad
 
     inputs = (inputs,) if isinstance(inputs, Tensor) else tuple(inputs)
     checked = [k for k, t in enumerate(inputs) if isinstance(t, Tensor) and t.requires_grad]

@@ -12,7 +12,15 @@ compares: a replay whose decisions would differ is re-traced, never silently wro
 Reading a recorded tensor's numbers with ``.numpy()``, ``.item()``, ``float()`` and
 the like keeps the strictest guard, the values themselves.
 """
+import contextlib
+
 import numpy as np
+
+
+class Traced:
+    """The base of autotape.Tensor: what guards read from a tensor (its ``_value``,
+    ``_dtype``, ``_tape`` and ``_row``). It lives here so guards sit below Tensor."""
+    __slots__ = ()
 
 
 class Trace:
@@ -38,6 +46,21 @@ class _Current:
     trace = None                       # the Trace being recorded, if any
 
 
+def current_trace():
+    """The Trace being recorded, or None."""
+    return _Current.trace
+
+
+@contextlib.contextmanager
+def tracing(trace):
+    """Record guards into ``trace`` inside the block (compile.py)."""
+    saved, _Current.trace = _Current.trace, trace
+    try:
+        yield trace
+    finally:
+        _Current.trace = saved
+
+
 def observe(fn, *operands):
     """``fn`` applied to the operands' values (Tensors as numpy arrays, anything else
     as given), kept as a guard when a trace is being recorded and an operand is one of
@@ -46,7 +69,7 @@ def observe(fn, *operands):
     result = fn(*values)
     trace = _Current.trace
     if trace is not None:
-        rows = [trace.row(v) if _is_tensor(v) else None for v in operands]
+        rows = [trace.row(v) if isinstance(v, Traced) else None for v in operands]
         if any(r is not None for r in rows):
             args = [("row", r) if r is not None else ("value", v)
                     for r, v in zip(rows, values)]
@@ -66,12 +89,8 @@ def _identity(v):
     return v
 
 
-def _is_tensor(v):
-    return type(v).__name__ == "Tensor" and type(v).__module__ == "autotape.tensor"
-
-
 def _value(v):
-    if _is_tensor(v):
+    if isinstance(v, Traced):
         x = v._value
         return np.array(x, v._dtype) if type(x) is float else x
     return v

@@ -9,45 +9,49 @@ A numpy name autotape does not provide raises AttributeError naming it.
 """
 import numpy as _np
 
-import autotape as _at
-from . import composite as _composite
+from . import linalg  # noqa: F401  (numpy.linalg's names: inv, solve, det, ...)
+from . import tensor_methods  # noqa: F401  (Tensor's operators and methods)
 from .creation import arange, eye, full, linspace, ones, zeros  # noqa: F401
-from .tensor import holds_tensor
-from .record import (amax, amin, broadcast_to, clip, concatenate, matmul,  # noqa: F401
-                     max, mean, min, reshape, stack, sum, transpose, where)
+from .creation import ones_like as _ones_like, tensor as _tensor, zeros_like as _zeros_like
+from .functions.products import *  # noqa: F401,F403
+from .functions.shaping import *  # noqa: F401,F403
+from .functions.statistics import *  # noqa: F401,F403
+from .ops import elementwise as _elementwise
+from .ops.indexing import as_tensor as _as_tensor
+from .ops.indexing import broadcast_to, concatenate, reshape, stack, transpose  # noqa: F401
+from .ops.elementwise import clip, where  # noqa: F401
+from .ops.linalg import matmul  # noqa: F401
+from .ops.reduce import amax, amin, cumprod, cumsum, max, mean, min, prod, sum  # noqa: F401
+from .tensor import Tensor as _Tensor, holds_tensor as _holds_tensor
 
-for _name in _at.__all__:                     # elementwise ops and composed functions
-    if hasattr(_np, _name) or _name in _composite.__all__:
-        globals()[_name] = getattr(_at, _name)
-absolute = _at.abs
-remainder = _at.mod
-true_divide = _at.divide
+for _op in list(_elementwise.unary_ops.values()) + list(_elementwise.binary_ops.values()):
+    globals()[_op.name] = getattr(_elementwise, _op.name)   # numpy's names, as the table's
+absolute = _elementwise.abs
+remainder = _elementwise.mod
+true_divide = _elementwise.divide
 pi, e, inf, nan, newaxis = _np.pi, _np.e, _np.inf, _np.nan, _np.newaxis
 
 
 def array(object, dtype=None):
     """numpy.array. Nested lists that hold Tensors are stacked on the tape, so
     ``array([x, 2 * x])`` keeps its gradient (``at.tensor`` would copy the values)."""
-    if isinstance(object, (list, tuple)) and holds_tensor(object):
-        t = _at.as_tensor(object)
+    if isinstance(object, (list, tuple)) and _holds_tensor(object):
+        t = _as_tensor(object)
         return t if dtype is None else t.astype(dtype)
-    if isinstance(object, _at.Tensor):
+    if isinstance(object, _Tensor):
         return object if dtype is None else object.astype(dtype)
-    return _at.tensor(object, dtype=dtype)
+    return _tensor(object, dtype=dtype)
 
 
 asarray = array
 
 
 def zeros_like(a, dtype=None):
-    return _at.zeros_like(_at.as_tensor(a), dtype=dtype)
+    return _zeros_like(_as_tensor(a), dtype=dtype)
 
 
 def ones_like(a, dtype=None):
-    return _at.ones_like(_at.as_tensor(a), dtype=dtype)
-
-
-from . import linalg  # noqa: E402,F401  (numpy.linalg's names: inv, solve, det, ...)
+    return _ones_like(_as_tensor(a), dtype=dtype)
 
 
 def __getattr__(name):

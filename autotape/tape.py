@@ -2,10 +2,12 @@
 
 One row per recorded op. While recording, a row is three list entries (opcode and two
 operand rows) plus, for rows with a shape, parameters or an array value, an entry in
-``extra``; ``columns()`` assembles the int64 columns the compiled sweep reads (see
-kernels/layout.py). 0-d values live in a float64 arena; array values stay in their own
-float64 buffers, which the tape keeps alive and hands to compiled code by address.
-Every shape used is interned once in a shape table.
+``extra``; ``columns()`` assembles the int64 columns of the tape format
+(tape_format.py) that compiled code reads, and the row accessors (``op``, ``operands``,
+``params``, ``shape``, ``value``, ``write``) read a row for the Python side. 0-d values
+live in a float64 arena; array values stay in their own float64 buffers, which the
+tape keeps alive and hands to compiled code by address. Every shape used is interned
+once in a shape table.
 
 Lifetime. A result Tensor holds its tape; a tape holds the leaves it snapshotted and
 the older tapes it imported values from, never the results recorded on it, so a tape
@@ -24,8 +26,9 @@ from collections import namedtuple
 
 import numpy as np
 
-from .kernels.runtime import address_of, decode_rows
-from .ops.codes import CONST, IMPORT, LEAF
+from .kernels.staging import address_of, decode_rows
+from .opcodes import CONST, IMPORT, LEAF
+from .tape_format import NO_ROW, OP, SHAPE, VLOC, array_index, operand_list
 
 # When a tape holds this much, the next op whose operands are all leaves or constants
 # (where a new iteration of a loop usually starts) opens a new tape; no value needs to
@@ -38,26 +41,24 @@ HARD_ROWS_FACTOR = 4
 _tape_ids = itertools.count()
 
 
-# A row is staged as three list entries: opcode, operand a, operand b (-1: none).
-# Appending ints that already exist costs less than packing them into one int. Every
-# FLUSH_ROWS rows the staged lists move into int64 chunks, so a sweep converts at most
-# that many. Rows with a shape, parameters or an array value also get an entry in
-# ``extra``.
+# A row is staged as three list entries: opcode, operand a, operand b (-1: none), one
+# ``extend`` per row (ints that already exist cost less than one packed int). Every
+# FLUSH_ROWS rows the staged list moves into an int64 chunk, so a sweep converts at
+# most that many. Rows with a shape, parameters or an array value also get an entry
+# in ``extra``.
 FLUSH_ROWS = 4096
 
 
 class Tape:
-    __slots__ = ("id", "codes", "opa", "opb", "chunks", "flushed", "checkpoint", "extra", "arena", "arrays", "big_addr", "shape_ids", "shapes",
+    __slots__ = ("id", "staged", "chunks", "flushed", "checkpoint", "extra", "arena", "arrays", "big_addr", "shape_ids", "shapes",
                  "shape_ndim", "shape_dims", "shape_size", "released", "leaves",
                  "retained", "imports", "import_rows", "consts", "open", "nrows",
-                 "array_bytes", "ipool", "_columns", "__weakref__")
+                 "array_bytes", "ipool", "_columns", "_kernel_args", "__weakref__")
 
     def __init__(self):
         self.id = next(_tape_ids)
-        self.codes = []                  # staged rows: opcode
-        self.opa = []                    # operand rows
-        self.opb = []
-        self.chunks = []                 # flushed rows: (opcodes, a, b) int64 arrays
+        self.staged = []                 # staged rows: opcode, operand a, operand b, ...
+        self.chunks = []                 # flushed rows: (n, 3) int64 arrays
         self.flushed = 0
         self.checkpoint = self._next_checkpoint()   # row at which to flush, check size
         self.extra = []                  # row, shape id, aux, array index: 4 ints per row
@@ -81,6 +82,7 @@ class Tape:
         self.nrows = 0
         self.array_bytes = 0
         self._columns = None
+        self._kernel_args = None
 
     def __repr__(self):
         return f"<Tape {self.id}: {self.nrows} rows{'' if self.open else ', closed'}>"
@@ -96,16 +98,15 @@ class Tape:
         return sid
 
     def push_scalar(self, op, a, b, value):
-        """Append a row whose value is a 0-d float (record.py inlines this)."""
+        """Append a row whose value is a 0-d float; returns the row. (The 0-d recorders
+        in ops/elementwise.py write these same lines inline: the hot path of scalar code.)"""
         self.arena.append(value)
         return self._stage(op, a, b)
 
     def _stage(self, op, a, b):
         """Append a row's opcode and operands; returns the row."""
         row = self.nrows
-        self.codes.append(op)
-        self.opa.append(a)
-        self.opb.append(b)
+        self.staged.extend((op, a, b))
         self.nrows = row + 1
         if row >= self.checkpoint:
             self.reached_checkpoint()
@@ -114,12 +115,9 @@ class Tape:
     def reached_checkpoint(self):
         """Flush the staged rows; close the tape if one expression has made it huge."""
         i64 = np.int64
-        self.chunks.append((np.array(self.codes, i64), np.array(self.opa, i64),
-                            np.array(self.opb, i64)))
-        self.flushed += len(self.codes)
-        self.codes.clear()
-        self.opa.clear()
-        self.opb.clear()
+        self.chunks.append(np.array(self.staged, i64).reshape(-1, 3))
+        self.flushed += len(self.staged) // 3
+        self.staged.clear()
         self.checkpoint = self._next_checkpoint()
         if self.flushed >= HARD_ROWS_FACTOR * MAX_ROWS:
             self.open = False
@@ -147,21 +145,22 @@ class Tape:
             self.extra.extend((row, sid, aux, big))
         return self._stage(op, a, b)
 
-    def params(self, values):
-        """Store int parameters; returns the aux index of the first."""
+    def add_params(self, values):
+        """Store a row's int parameters (a tape_format layout); returns its aux."""
         start = len(self.ipool)
         self.ipool.extend(values)
         return start
 
     def opcode(self, row):
+        """A row's opcode, without assembling the columns."""
         if row >= self.flushed:
-            return self.codes[row - self.flushed]
-        return int(self.chunks[row // FLUSH_ROWS][0][row % FLUSH_ROWS])
+            return self.staged[3 * (row - self.flushed)]
+        return int(self.chunks[row // FLUSH_ROWS][row % FLUSH_ROWS, 0])
 
     # -- rows that bring values onto the tape ---------------------------------------------
 
     def leaf(self, t, value):
-        row = self.push(LEAF, -1, -1, t._shape, -1, value)
+        row = self.push(LEAF, NO_ROW, NO_ROW, t._shape, NO_ROW, value)
         self.leaves[row] = t
         return row
 
@@ -169,15 +168,15 @@ class Tape:
         if type(value) is float and value:         # 0.0 and -0.0 must stay distinct
             row = self.consts.get(value)
             if row is None:
-                row = self.consts[value] = self.push_scalar(CONST, -1, -1, value)
+                row = self.consts[value] = self.push_scalar(CONST, NO_ROW, NO_ROW, value)
             return row
-        return self.push(CONST, -1, -1, shape, -1, value)
+        return self.push(CONST, NO_ROW, NO_ROW, shape, NO_ROW, value)
 
     def import_row(self, t, value):
         key = (t._tape.id, t._row)
         row = self.import_rows.get(key)
         if row is None:
-            row = self.push(IMPORT, -1, -1, t._shape, -1, value)
+            row = self.push(IMPORT, NO_ROW, NO_ROW, t._shape, NO_ROW, value)
             self.imports[row] = (t._tape, t._row)
             self.import_rows[key] = row
         return row
@@ -196,31 +195,107 @@ class Tape:
             self.released = grown
         i64 = np.int64
         size, ndim = np.array(self.shape_size, i64), np.array(self.shape_ndim, i64)
-        codes, opa, opb = (np.array(self.codes, i64), np.array(self.opa, i64),
-                           np.array(self.opb, i64))
+        staged = np.array(self.staged, i64).reshape(-1, 3)
         if self.chunks:
-            codes, opa, opb = (np.concatenate(c) for c in zip(*(self.chunks + [(codes, opa,
-                                                                                 opb)])))
-        rows, start, total = decode_rows(codes, opa, opb, np.array(self.extra, i64), size,
-                                         ndim)
+            staged = np.concatenate(self.chunks + [staged])
+        rows, start, total = decode_rows(staged, np.array(self.extra, i64), size, ndim)
+        ipool, dims = np.array(self.ipool or [0], i64), np.array(self.shape_dims or [0], i64)
         cols = self._columns = Columns(
-            n, rows, np.array(self.ipool or [0], i64), ndim, start,
-            np.array(self.shape_dims or [0], i64), size,
-            np.array(self.big_addr or [0], i64), total)
+            n, rows, ipool, ndim, start, dims, size, np.array(self.big_addr or [0], i64),
+            total, (rows, ipool, ndim, start, dims, size))
         return cols
 
-    def row_size(self, row):
-        cols = self.columns()
-        return cols.shape_size[cols.rows[row, 3]]
+    def kernel_args(self):
+        """The tape as every compiled kernel takes it: (rows, ipool, shape_ndim,
+        shape_start, shape_dims, shape_size, arena address, arena length, array
+        addresses, released marks)."""
+        cached = self._kernel_args
+        if cached is not None and cached[0] == self.nrows and cached[1] == len(self.arena):
+            return cached[2]                   # (the arena moves only when it grows)
+        c = self.columns()
+        args = c.kernel_prefix + (self.arena.buffer_info()[0], len(self.arena), c.big_addr,
+                                  self.released)
+        self._kernel_args = (self.nrows, len(self.arena), args)
+        return args
+
+    # -- one row, for the Python side ------------------------------------------------------
+    # A row never changes once written (only its value, in a replay), so the columns
+    # decoded when it was already there serve, though rows were added since (the
+    # create_graph walk records onto the tape it reads).
+
+    def _columns_with(self, row):
+        cols = self._columns
+        return cols if cols is not None and row < cols.nrows else self.columns()
+
+    def row(self, i):
+        """Row i's opcode, operand rows, int parameters (a tape_format layout decodes
+        them) and shape, read at once."""
+        c = self._columns_with(i)
+        op, a, b, sid, aux, _ = c.rows[i].tolist()
+        params = c.ipool[aux:] if aux >= 0 else c.ipool[:0]
+        return Row(op, operand_list(op, a, b, params), params, self.shapes[sid])
+
+    def read(self, i):
+        """(opcode, shape, value) of row i; the value is a float (0-d, from the arena)
+        or a view of its array."""
+        op, _, _, sid, _, loc = self._columns_with(i).rows[i].tolist()
+        shape = self.shapes[sid]
+        if loc >= 0:
+            return op, shape, self.arena[loc]
+        return op, shape, self.arrays[array_index(loc)].reshape(shape)
+
+    def op(self, i):
+        return int(self._columns_with(i).rows[i, OP])
+
+    def shape(self, i):
+        return self.shapes[self._columns_with(i).rows[i, SHAPE]]
+
+    def size(self, i):
+        c = self._columns_with(i)
+        return int(c.shape_size[c.rows[i, SHAPE]])
+
+    def value(self, i):
+        return self.read(i)[2]
+
+    def has_ops(self, first, last):
+        """Whether any row's opcode is in [first, last]."""
+        ops = self.columns().rows[:, OP]
+        return bool(((ops >= first) & (ops <= last)).any())
+
+    def large_arrays(self, rows, min_size):
+        """Those of ``rows`` whose value is an array of at least ``min_size`` elements,
+        and their sizes (numpy, one pass)."""
+        c = self.columns()
+        sizes = c.shape_size[c.rows[rows, SHAPE]]
+        big = (c.rows[rows, VLOC] < 0) & (sizes >= min_size)
+        return rows[big], sizes[big]
+
+    def write(self, row, data):
+        """Overwrite the row's value in place (a replay's inputs and numpy rows)."""
+        loc = int(self._columns_with(row).rows[row, VLOC])
+        data = np.asarray(data, np.float64).reshape(-1)
+        if loc >= 0:
+            self.arena[loc] = float(data[0]) if data.size else 0.0
+        else:
+            self.arrays[array_index(loc)][:] = data
 
 
+Row = namedtuple("Row", "op operands params shape")
 Columns = namedtuple("Columns", "nrows rows ipool shape_ndim shape_start shape_dims "
-                                "shape_size big_addr total_size")
+                                "shape_size big_addr total_size kernel_prefix")
 
 
 class _Current:
     """The open tape that new recordings go to (process-wide, held weakly)."""
     ref = None
+
+
+def close_open_tape():
+    """Close the open tape: the next op starts a new one (a compiled recording gets a
+    tape of its own)."""
+    current = _Current.ref() if _Current.ref is not None else None
+    if current is not None:
+        current.open = False
 
 
 def open_tape(*tapes):

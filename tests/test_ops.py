@@ -257,10 +257,10 @@ def test_float32_scalar_path_rounds_each_op():
 
 @pytest.fixture(params=["blas", "loops"])
 def matmul_path(request, monkeypatch):
-    from autotape import engine
+    from autotape import executor
     if request.param == "loops":
-        monkeypatch.setattr(engine._Blas, "dgemm", 0)
-    elif engine._Blas.dgemm == 0:
+        monkeypatch.setattr(executor.cpu, "dgemm", 0)
+    elif executor.cpu.dgemm == 0:
         pytest.skip("no ILP64 CBLAS in this numpy build")
     return request.param
 

@@ -3,7 +3,7 @@ import numpy as np
 import pytest
 
 import autotape as at
-from autotape.ops import vmath
+from autotape.kernels import vmath
 
 
 def ulps(got, want):

@@ -1,11 +1,17 @@
 """Where numba caches autotape's compiled kernels.
 
 numba keys a cached function on its own source file only: editing a helper in another
-module (an op's derivative in ``autotape/ops``) would leave a stale kernel on disk. So
-the kernels are cached in a directory named after a digest of every source file that
-is compiled into them, plus the numba version; any edit gives a fresh directory.
+module (an op's derivative in kernels/elementwise.py) would leave a stale kernel on
+disk. So the kernels are cached in a directory named after a digest of the numba tier,
+every source that is compiled into them (``KERNEL_SOURCES``: this folder, the opcodes
+and the tape format), plus the numba version. The digest is of the code, not the text:
+comments and docstrings do not count, so editing them, or anything in the Python tier
+(ops/, the engine), compiles nothing again. tests/test_architecture.py checks that
+the kernels import nothing outside ``KERNEL_SOURCES``.
 """
+import ast
 import contextlib
+import functools
 import hashlib
 import os
 import pathlib
@@ -13,23 +19,62 @@ import pathlib
 import numba
 
 _PACKAGE = pathlib.Path(__file__).resolve().parent.parent
-_KERNEL_SOURCES = ("ops", "kernels")
+KERNEL_SOURCES = ("kernels/*.py", "opcodes.py", "tape_format.py")
 
 
+def kernel_source_paths():
+    return sorted(path for pattern in KERNEL_SOURCES for path in _PACKAGE.glob(pattern))
+
+
+def code_of(source):
+    """The code in a module's source, without comments, docstrings or layout."""
+    tree = ast.parse(source)
+    for node in ast.walk(tree):
+        body = getattr(node, "body", None)
+        if isinstance(body, list) and body and isinstance(body[0], ast.Expr) and \
+                isinstance(body[0].value, ast.Constant) and isinstance(body[0].value.value, str):
+            node.body = body[1:] or [ast.Pass()]
+    return ast.dump(tree)
+
+
+@functools.cache
 def source_digest():
+    """The digest of the numba tier's code. Parsing it costs ~60 ms, so the result is
+    kept beside the cache, under a key made of the files' sizes and times."""
+    paths = kernel_source_paths()
+    stamp = hashlib.sha256(numba.__version__.encode())
+    for path in paths:
+        st = path.stat()
+        stamp.update(f"{path}:{st.st_size}:{st.st_mtime_ns};".encode())
+    memo = os.path.join(_cache_base(), "digests", stamp.hexdigest()[:24])
+    try:
+        with open(memo) as f:
+            return f.read().strip()
+    except OSError:
+        pass
     h = hashlib.sha256(numba.__version__.encode())
-    for folder in _KERNEL_SOURCES:
-        for path in sorted((_PACKAGE / folder).glob("*.py")):
-            h.update(path.name.encode())
-            h.update(path.read_bytes())
-    return h.hexdigest()[:16]
+    for path in paths:
+        h.update(str(path.relative_to(_PACKAGE)).encode())
+        h.update(code_of(path.read_text()).encode())
+    digest = h.hexdigest()[:16]
+    try:
+        os.makedirs(os.path.dirname(memo), exist_ok=True)
+        with open(memo + f".{os.getpid()}", "w") as f:
+            f.write(digest)
+        os.replace(memo + f".{os.getpid()}", memo)
+    except OSError:                            # a read-only cache: computed each time
+        pass
+    return digest
+
+
+def _cache_base():
+    return os.environ.get("NUMBA_CACHE_DIR") or os.path.join(
+        os.environ.get("XDG_CACHE_HOME") or os.path.join(os.path.expanduser("~"), ".cache"),
+        "autotape")
 
 
 def cache_dir():
-    base = os.environ.get("NUMBA_CACHE_DIR") or os.path.join(
-        os.environ.get("XDG_CACHE_HOME") or os.path.join(os.path.expanduser("~"), ".cache"),
-        "autotape")
-    return os.path.join(base, "kernels-" + source_digest())
+    return os.path.join(_cache_base(), "kernels-" + source_digest())
 
 
 @contextlib.contextmanager

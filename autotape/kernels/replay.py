@@ -4,19 +4,20 @@ The rows are a program in topological order; each row's family kernel recomputes
 value from its operands' values, in place in the tape's own buffers (the op table's
 ``*_forward`` kernels, beside each family's VJPs). numpy.linalg rows need LAPACK, which
 compiled code does not call here: the replay stops at such a row and hands it back, and
-the caller (compile.py) computes it with numpy before resuming.
+the caller (executor.py) computes it with numpy before resuming.
 """
 import numpy as np
 
-from ..ops.codes import (BINARY_LAST, LAYOUT_FIRST, LAYOUT_LAST, MATMUL, REDUCE_FIRST,
-                         REDUCE_LAST, SOURCE_LAST, WHERE)
-from ..ops.elementwise import elementwise_forward, where_forward
-from ..ops.linalg import matmul_forward
-from ..ops.reduce import reduce_forward
-from ..ops.shape import layout_forward
+from ..opcodes import (BINARY_LAST, INDEX_FIRST, INDEX_LAST, MATMUL, REDUCE_FIRST,
+                       REDUCE_LAST, SOURCE_LAST, WHERE)
+from ..tape_format import OP, SHAPE
 from .cache import cached_njit
-from .cpu import reverse_sweep
-from .layout import OP, SHAPE, sweep_context, value
+from .context import sweep_context, value
+from .elementwise import elementwise_forward, where_forward
+from .indexing import indexing_forward
+from .linalg import matmul_forward
+from .reduce import reduce_forward
+from .sweep import reverse_sweep
 
 
 @cached_njit()
@@ -45,9 +46,11 @@ def forward_replay(rows, ipool, shape_ndim, shape_start, shape_dims, shape_size,
         elif op == WHERE:
             where_forward(ctx, i)
         elif REDUCE_FIRST <= op <= REDUCE_LAST:
-            reduce_forward(ctx, i)
-        elif LAYOUT_FIRST <= op <= LAYOUT_LAST:
-            layout_forward(ctx, i)
+            if not reduce_forward(ctx, i):
+                return i
+        elif INDEX_FIRST <= op <= INDEX_LAST:
+            if not indexing_forward(ctx, i):
+                return i
         elif op == MATMUL:
             matmul_forward(ctx, i)
         else:
@@ -62,12 +65,13 @@ def replay_and_sweep(rows, ipool, shape_ndim, shape_start, shape_dims, shape_siz
                      seed_rows, seed_vals, seed_off, lanes, adj, out, dgemm):
     """One call for a compiled function's derivatives: ``forward_replay`` of the whole
     tape at the inputs, then ``reverse_sweep`` with the seeds; the adjoints of the input
-    rows land in ``out[lane, columns of that input]``. Returns the sweep's status, or -1
-    when a row needs Python (numpy.linalg), in which case the caller takes the slow path."""
+    rows land in ``out[lane, columns of that input]``. Returns the sweep's (status,
+    stride or unknown row), or (-1, row) when a row needs Python (numpy.linalg)."""
     n = rows.shape[0]
-    if forward_replay(rows, ipool, shape_ndim, shape_start, shape_dims, shape_size,
-                      arena_addr, big_addr, in_rows, in_vals, 0, n, dgemm) != n:
-        return -1
+    stop = forward_replay(rows, ipool, shape_ndim, shape_start, shape_dims, shape_size,
+                          arena_addr, big_addr, in_rows, in_vals, 0, n, dgemm)
+    if stop != n:
+        return -1, stop
     status, adj_off, stride = reverse_sweep(
         rows, ipool, shape_ndim, shape_start, shape_dims, shape_size, arena_addr,
         arena_size, big_addr, released, True, seed_rows, seed_vals, seed_off, lanes, adj,
@@ -80,4 +84,4 @@ def replay_and_sweep(rows, ipool, shape_ndim, shape_start, shape_dims, shape_siz
             for e in range(size):
                 out[k, col + e] = adj[k * stride + adj_off[r] + e] if adj_off[r] >= 0 else 0.0
         col += size
-    return status
+    return status, stride

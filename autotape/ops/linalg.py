@@ -1,224 +1,202 @@
-"""Linear algebra: matmul, with numpy's batch axes and broadcasting.
+"""Linear algebra, Python tier: matmul and numpy.linalg's inv, solve, slogdet / det,
+cholesky and eigh, with their recorders and create_graph rules. The compiled tier is
+kernels/linalg.py; the public namespace is autotape.linalg.
 
-Each (n, k) @ (k, m) block of the batch has its own VJP. A 1-D left operand is a (1, k)
-row, a 1-D right operand a (k, 1) column; the output's flat layout is the same either
-way, so one kernel serves all cases:
-dA = G @ B.T, dB = A.T @ G. Large products call BLAS (numpy's OpenBLAS, kernels/blas.py).
+Values come from numpy (LAPACK); each op's VJP is a few matrix products with values
+saved when it was recorded, so the sweep needs no LAPACK of its own:
+  inv      Z = A^-1              dA = -Z^T G Z^T
+  slogdet  l = log|det A|        dA = g A^-T
+  solve    X = A^-1 B            dB = A^-T G,  dA = -dB X^T
+  cholesky A = L L^T             S = L^-T Phi(L^T G) L^-1, Phi: lower half, diagonal halved
+  eigh     A = V diag(w) V^T     S = V (diag(g_w) + F o (V^T G_V)) V^T, F_ij = 1/(w_j - w_i)
+S is the gradient for symmetric perturbations. cholesky and eigh read one triangle of
+A only (numpy's rule), so dA is the exact gradient of that: S + S^T below the diagonal
+(each entry there stands for two), S on it, zero in the triangle never read. All act
+on the last two axes, batched over the rest.
 """
+from collections import namedtuple
+
 import numpy as np
-from numba import carray
-from numba.extending import register_jitable
 
-from .codes import CHOLESKY, EIGH, INV, MATMUL, SLOGDET, SOLVE
-from ..kernels.blas import NO_TRANS, TRANS, cblas_dgemm
-from ..kernels.layout import (A, B, OP, _f64_pointer, accumulator, adjoint, adjoint_address,
-                              broadcast_map, dense_lanes, first_write, first_write_lane,
-                              has_adjoint, lane_block, live, param, shape_of, size_of, value,
-                              value_address)
+from ..guards import observe
+from ..opcodes import CHOLESKY, EIGH, INV, MATMUL, SLOGDET, SOLVE
+from ..tape_format import eigh_params, eigh_upper, saved_params
+from ..tensor import F64, array_of, new_leaf
+from .elementwise import exp
+from .indexing import as_tensor, broadcast_to, reshape
+from .recording import record
 
-BLAS_MIN_FLOPS = 4096       # below this, the loops beat a library call
-
-
-@register_jitable
-def _matmul_dims(ctx, i):
-    """Operands, their shapes, the (n, k) @ (k, m) core and the broadcast batch (its
-    shape and size) of a matmul row."""
-    a, b = ctx.rows[i, A], ctx.rows[i, B]
-    sa, sb, so = shape_of(ctx, a), shape_of(ctx, b), shape_of(ctx, i)
-    n = sa[sa.size - 2] if sa.size >= 2 else 1
-    k = sa[sa.size - 1]
-    m = sb[sb.size - 1] if sb.size >= 2 else 1
-    core = (1 if sa.size >= 2 else 0) + (1 if sb.size >= 2 else 0)
-    batch = so[:so.size - core]
-    nb = 1
-    for d in range(batch.size):
-        nb *= batch[d]
-    return a, b, sa, sb, n, k, m, batch, nb
+def matmul(x, y):
+    """Matrix product with numpy's rules: 1-D operands, batch axes, broadcasting."""
+    x, y = as_tensor(x), as_tensor(y)
+    return record(MATMUL, np.matmul(array_of(x), array_of(y)), x, y)
 
 
-@register_jitable
-def matmul_vjp(ctx, i, which=3):
-    """The VJP into operand a (``which & 1``) and b (``which & 2``)."""
-    a, b, sa, sb, n, k, m, batch, nb = _matmul_dims(ctx, i)
-    if nb == 1 and sa.size <= 2 and sb.size <= 2:
-        _matmul_block(ctx, i, a, b, n, k, m, 0, 0, 0, True, which)
-        return
-    ma = broadcast_map(sa[:max(sa.size - 2, 0)], batch)        # batch -> operand block
-    mb = broadcast_map(sb[:max(sb.size - 2, 0)], batch)
-    if has_adjoint(ctx, a) and which & 1:
-        accumulator(ctx, a)
-    if has_adjoint(ctx, b) and which & 2:
-        accumulator(ctx, b)
-    for t in range(nb):
-        _matmul_block(ctx, i, a, b, n, k, m, ma[t] * n * k, mb[t] * k * m, t * n * m, False,
-                      which)
+def _record(code, value, a, b=None, saved=None, params=None):
+    """Record a numpy.linalg op; ``saved()``, if given, computes values the VJP reads
+    (an inverse, say), kept in a constant row that the row's parameters name."""
+    if saved is None:
+        return record(code, value, a, b, params)
+
+    def with_saved(tape):
+        v = np.ascontiguousarray(saved(), F64)
+        return saved_params(tape.const(v.reshape(-1), v.shape))
+    return record(code, value, a, b, with_saved)
 
 
-@register_jitable
-def matmul_vjp_lanes(ctx, i, lanes):
-    """All K lanes of a matrix-vector product's VJP in one GEMM, for the operand whose
-    gradient is linear in the lane's vector: lane k's adjoints are row k of a matrix
-    whose leading dimension is the lane stride. Returns which operands it did (the
-    ``which`` bits of matmul_vjp); the rest are done lane by lane."""
-    a, b = ctx.rows[i, A], ctx.rows[i, B]
-    sa, sb = shape_of(ctx, a), shape_of(ctx, b)
-    if ctx.dgemm == 0 or lanes == 1 or sa.size > 2 or sb.size > 2:
-        return 0
-    n = sa[0] if sa.size == 2 else 1
-    k = sa[sa.size - 1]
-    m = sb[1] if sb.size == 2 else 1
-    if lanes * n * k * m < BLAS_MIN_FLOPS or (n != 1 and m != 1):
-        return 0
-    stride = ctx.lane[1]
-    ctx.lane[0] = 0
-    g = adjoint_address(ctx, i)
-    if _sparse_lanes(ctx, i, lanes, n * m):
-        return _matmul_sparse_lanes(ctx, i, a, b, n, k, m, lanes)
-    dense_lanes(ctx, i, lanes)                # zero lanes become zeros for the GEMM
-    ctx.lane[0] = 0
-    done = 0
-    if m == 1 and has_adjoint(ctx, b):        # dB (K, k) = G (K, n) @ A (n, k)
-        beta = 0.0 if dense_lanes(ctx, b, lanes) else 1.0
-        cblas_dgemm(ctx.dgemm, NO_TRANS, NO_TRANS, lanes, k, n, 1.0, g, stride,
-                    value_address(ctx, a), k, beta, adjoint_address(ctx, b), stride)
-        done |= 2
-    if n == 1 and has_adjoint(ctx, a):        # dA (K, k) = G (K, m) @ B.T (m, k)
-        beta = 0.0 if dense_lanes(ctx, a, lanes) else 1.0
-        cblas_dgemm(ctx.dgemm, NO_TRANS, TRANS, lanes, k, m, 1.0, g, stride,
-                    value_address(ctx, b), m, beta, adjoint_address(ctx, a), stride)
-        done |= 1
-    return done
+SlogdetResult = namedtuple("SlogdetResult", "sign logabsdet")
+EighResult = namedtuple("EighResult", "eigenvalues eigenvectors")
 
 
-@register_jitable
-def _sparse_lanes(ctx, i, lanes, size):
-    """Whether at most one in SPARSE_LANES_RATIO of row i's adjoints (all lanes) is
-    nonzero: the lanes of a Jacobian usually are, right after the seeds (lane k holds
-    e_k through elementwise rows), and then skipping zeros beats a dense GEMM."""
-    g, stride = lane_block(ctx, i, lanes), ctx.lane[1]
-    nonzero = 0
-    for lane in range(lanes):
-        if not live(ctx, i, lane):
-            continue
-        row = g[lane * stride:lane * stride + size]
-        for e in range(size):
-            if row[e] != 0.0:
-                nonzero += 1
-    return nonzero * SPARSE_LANES_RATIO <= lanes * size
+# What each op computes from its operands' values: (value, auxiliary value saved for
+# the VJP or None). The functions below record these; a compiled replay of a tape
+# (compile.py) recomputes its numpy.linalg rows with them.
+
+def _inverse_t(av):
+    return np.swapaxes(np.linalg.inv(av), -1, -2)
 
 
-SPARSE_LANES_RATIO = 8
+def _slogdet_values(av):
+    logabsdet = np.linalg.slogdet(av)[1]
+    aux = _inverse_t(av) if np.all(np.isfinite(logabsdet)) else np.full(av.shape, np.nan)
+    return logabsdet, aux
 
 
-@register_jitable
-def _matmul_sparse_lanes(ctx, i, a, b, n, k, m, lanes):
-    """matmul_vjp_lanes for sparse lanes: each nonzero G[lane, r] adds one scaled row of
-    A (dB, matrix-vector) or column of B (dA, vector-matrix). Returns the operands done."""
-    stride = ctx.lane[1]
-    g = lane_block(ctx, i, lanes)
-    done = 0
-    for operand in range(2):
-        r_ = b if operand == 0 else a
-        if (m != 1 if operand == 0 else n != 1) or not has_adjoint(ctx, r_):
-            continue
-        out = lane_block(ctx, r_, lanes)
-        other = value(ctx, a if operand == 0 else b)
-        width = n if operand == 0 else m
-        for lane in range(lanes):
-            if not live(ctx, i, lane):
-                continue
-            dst = out[lane * stride:lane * stride + k]
-            if first_write_lane(ctx, r_, lane):
-                dst[:] = 0.0
-            for r in range(width):
-                gv = g[lane * stride + r]
-                if gv == 0.0:
-                    continue
-                if operand == 0:              # dB[lane, :] += G[lane, r] A[r, :]
-                    for p in range(k):
-                        dst[p] += gv * other[r * k + p]
-                else:                         # dA[lane, :] += G[lane, j] B[:, j]
-                    for p in range(k):
-                        dst[p] += gv * other[p * m + r]
-        done |= 2 if operand == 0 else 1
-    return done
+def _cholesky_values(av):
+    factor = np.linalg.cholesky(av)
+    return factor, np.linalg.inv(factor)
 
 
-@register_jitable
-def _matmul_block(ctx, i, a, b, n, k, m, oa, ob, og, first, which):
-    """One (n, k) @ (k, m) block's VJP at element offsets oa, ob, og. ``first``: the only
-    block, so an operand's adjoint may be written rather than added to."""
-    want_a = has_adjoint(ctx, a) and which & 1 != 0
-    want_b = has_adjoint(ctx, b) and which & 2 != 0
-    if ctx.dgemm != 0 and n * k * m >= BLAS_MIN_FLOPS:
-        g = adjoint_address(ctx, i) + 8 * og
-        if want_a:                            # dA = G @ B.T: (n, m) (k, m)^T
-            beta = 0.0 if (first and first_write(ctx, a)) else 1.0
-            cblas_dgemm(ctx.dgemm, NO_TRANS, TRANS, n, k, m, 1.0, g, m,
-                        value_address(ctx, b) + 8 * ob, m, beta,
-                        adjoint_address(ctx, a) + 8 * oa, k)
-        if want_b:                            # dB = A.T @ G: (n, k)^T (n, m)
-            beta = 0.0 if (first and first_write(ctx, b)) else 1.0
-            cblas_dgemm(ctx.dgemm, TRANS, NO_TRANS, k, m, n, 1.0,
-                        value_address(ctx, a) + 8 * oa, k, g, m, beta,
-                        adjoint_address(ctx, b) + 8 * ob, m)
-        return
-    x, y, g = value(ctx, a), value(ctx, b), adjoint(ctx, i)
-    if want_a:
-        ga = accumulator(ctx, a)
-        if m == 1:                            # an outer product: dA[r, :] += G[r] B
-            for r in range(n):
-                grj = g[og + r]
-                for p in range(k):
-                    ga[oa + r * k + p] += grj * y[ob + p]
-        else:                                 # dA[r, p] += sum_j G[r, j] B[p, j]
-            for r in range(n):
-                for p in range(k):
-                    s = 0.0
-                    for j in range(m):
-                        s += g[og + r * m + j] * y[ob + p * m + j]
-                    ga[oa + r * k + p] += s
-    if want_b:
-        gb = accumulator(ctx, b)
-        if m == 1:                            # dB[:] += G[r] A[r, :]
-            for r in range(n):
-                grj = g[og + r]
-                for p in range(k):
-                    gb[ob + p] += x[oa + r * k + p] * grj
-        else:                                 # dB[p, :] += A[r, p] G[r, :]
-            for r in range(n):
-                for p in range(k):
-                    arp = x[oa + r * k + p]
-                    for j in range(m):
-                        gb[ob + p * m + j] += arp * g[og + r * m + j]
+def _eigh_values(av, upper):
+    w, v = np.linalg.eigh(av, "U" if upper else "L")
+    return np.concatenate([v, w[..., None, :]], axis=-2), None     # (..., n + 1, n)
 
 
-@register_jitable
-def matmul_forward(ctx, i):
-    """Recompute a matmul row's value, block by block of the broadcast batch."""
-    a, b, sa, sb, n, k, m, batch, nb = _matmul_dims(ctx, i)
-    z = value(ctx, i)
-    if k == 0 or z.size == 0:
-        z[:] = 0.0
-        return
-    ma = broadcast_map(sa[:max(sa.size - 2, 0)], batch)        # batch -> operand block
-    mb = broadcast_map(sb[:max(sb.size - 2, 0)], batch)
-    x, y = value(ctx, a), value(ctx, b)
-    for t in range(nb):
-        oa, ob, oz = ma[t] * n * k, mb[t] * k * m, t * n * m
-        if ctx.dgemm != 0 and n * k * m >= BLAS_MIN_FLOPS:
-            _gemm(ctx, False, False, n, m, k, 1.0, value_address(ctx, a) + 8 * oa, k,
-                  value_address(ctx, b) + 8 * ob, m, 0.0, value_address(ctx, i) + 8 * oz, m)
-            continue
-        for r in range(n):                    # below a library call's cost: loops
-            for c in range(m):
-                s = 0.0
-                for p in range(k):
-                    s += x[oa + r * k + p] * y[ob + p * m + c]
-                z[oz + r * m + c] = s
+values_of = {
+    INV: lambda av, bv, p: (np.linalg.inv(av), None),
+    SOLVE: lambda av, bv, p: (np.linalg.solve(av, bv), _inverse_t(av)),
+    SLOGDET: lambda av, bv, p: _slogdet_values(av),
+    CHOLESKY: lambda av, bv, p: _cholesky_values(av),
+    EIGH: lambda av, bv, p: _eigh_values(av, p[0] != 0),
+}
 
 
-# ---- for create_graph=True (see elementwise.graph_vjps) --------------------------------
+def _square(a, name):
+    a = as_tensor(a)
+    if a.ndim < 2:
+        raise np.linalg.LinAlgError(f"{a.ndim}-dimensional array given. Array must be at "
+                                    "least two-dimensional")
+    if a.shape[-1] != a.shape[-2]:
+        raise np.linalg.LinAlgError("Last 2 dimensions of the array must be square")
+    if a.dtype.kind != "f":
+        a = a.astype(F64)
+    return a
+
+
+def inv(a):
+    """The inverse of each square matrix (numpy.linalg.inv); dA = -Z^T G Z^T.
+
+    >>> at.linalg.inv(at.tensor([[2.0, 0.0], [0.0, 4.0]]))
+    tensor([[0.5 , 0.  ],
+            [0.  , 0.25]])
+    """
+    a = _square(a, "inv")
+    return _record(INV, np.linalg.inv(array_of(a)), a)
+
+
+def solve(a, b):
+    """x with a @ x = b (numpy 2's rule: b is a vector only when 1-D); batch axes
+    broadcast. dB = A^-T G, dA = -dB X^T, with A^-1 saved when recorded.
+
+    >>> at.linalg.solve(at.tensor([[2.0, 0.0], [0.0, 4.0]]), at.tensor([1.0, 1.0]))
+    tensor([0.5 , 0.25])
+    """
+    a, b = _square(a, "solve"), as_tensor(b)
+    vector = b.ndim == 1
+    if vector:
+        b = reshape(b, (b.shape[0], 1))
+    batch = np.broadcast_shapes(a.shape[:-2], b.shape[:-2])
+    a = broadcast_to(a, batch + a.shape[-2:]) if a.shape[:-2] != batch else a
+    b = broadcast_to(b, batch + b.shape[-2:]) if b.shape[:-2] != batch else b
+    av = array_of(a)
+    x = np.linalg.solve(av, array_of(b))
+    out = _record(SOLVE, x, a, b, saved=lambda: _inverse_t(av))
+    return reshape(out, out.shape[:-1]) if vector else out
+
+
+def slogdet(a):
+    """(sign, log|det|) of each square matrix; sign is a constant, the gradient of
+    log|det| is A^-T (saved when recorded). A singular matrix gives log|det| = -inf
+    and a NaN gradient (torch returns the adjugate there).
+
+    >>> at.linalg.slogdet(at.tensor([[0.0, 2.0], [1.0, 0.0]]))
+    SlogdetResult(sign=tensor(-1.), logabsdet=tensor(0.69314718))
+    """
+    a = _square(a, "slogdet")
+    av = array_of(a)
+    sign, logabsdet = np.linalg.slogdet(av)
+    lad = _record(SLOGDET, logabsdet, a, saved=lambda: _slogdet_values(av)[1])
+    sign = np.asarray(observe(lambda v: np.linalg.slogdet(v)[0], a) if lad.requires_grad
+                      else sign, a.dtype)                         # a decision (guards.py)
+    return SlogdetResult(new_leaf(float(sign) if sign.ndim == 0 else sign, sign.shape,
+                                a.dtype), lad)
+
+
+def det(a):
+    """The determinant, sign * exp(log|det|): its gradient is det * A^-T (see slogdet
+    for singular matrices).
+
+    >>> at.linalg.det(at.tensor([[2.0, 1.0], [1.0, 3.0]]))
+    tensor(5.)
+    """
+    sign, logabsdet = slogdet(a)
+    return sign * exp(logabsdet)
+
+
+def cholesky(a):
+    """The lower Cholesky factor L of each symmetric positive-definite matrix. As in
+    numpy, only the lower triangle of A is read, and the gradient is exactly that of
+    this function: zero above the diagonal (see ops/linalg.py).
+
+    >>> at.linalg.cholesky(at.tensor([[4.0, 2.0], [2.0, 2.0]]))
+    tensor([[2., 0.],
+            [1., 1.]])
+    """
+    a = _square(a, "cholesky")
+    factor, factor_inv = _cholesky_values(array_of(a))
+    return _record(CHOLESKY, factor, a, saved=lambda: factor_inv)
+
+
+def eigh(a, UPLO="L"):
+    """Eigenvalues (ascending) and eigenvectors of each symmetric matrix, as
+    numpy.linalg.eigh, which reads the ``UPLO`` triangle of A only; the gradient is
+    that function's (zero in the other triangle). It assumes distinct eigenvalues (it
+    divides by their gaps). Functions of the eigenvectors should not depend on their
+    signs, which are arbitrary.
+
+    >>> at.linalg.eigh(at.tensor([[2.0, 0.0], [0.0, 1.0]])).eigenvalues
+    tensor([1., 2.])
+    """
+    a = _square(a, "eigh")
+    if UPLO not in ("L", "U"):
+        raise ValueError("UPLO argument must be 'L' or 'U'")
+    packed, _ = _eigh_values(array_of(a), UPLO == "U")
+    n = a.shape[-1]
+    z = _record(EIGH, packed, a, params=eigh_params(UPLO == "U"))
+    return EighResult(z[..., n, :], z[..., :n, :])
+
+
+def eigvalsh(a, UPLO="L"):
+    """The eigenvalues of eigh, with its gradient.
+
+    >>> at.linalg.eigvalsh(at.tensor([[1.0, 1.0], [1.0, 1.0]]))
+    tensor([0., 2.])
+    """
+    return eigh(a, UPLO).eigenvalues
+
+
+# ---- the derivatives written with autotape ops, for create_graph=True ------------------------
+# (at, g, r, k) -> the gradient of operand k; see ops/elementwise.py.
 
 def _matmul(at, g, r, k):
     """dA = G @ B^T, dB = A^T @ G on the core axes (1-D operands as a row or a column);
@@ -238,119 +216,6 @@ def _matmul(at, g, r, k):
     return d[..., :, 0] if b.ndim == 1 else d
 
 
-graph_vjps = {MATMUL: _matmul}
-
-
-# ---- numpy.linalg ---------------------------------------------------------------------
-# Each VJP is a few small matrix products per matrix of the batch, with values saved
-# when the op was recorded (the output itself, or an inverse as an auxiliary row):
-#   inv      Z = A^-1              dA = -Z^T G Z^T
-#   slogdet  l = log|det A|        dA = g A^-T
-#   solve    X = A^-1 B            dB = A^-T G,  dA = -dB X^T
-#   cholesky A = L L^T             S = L^-T Phi(L^T G) L^-1, Phi: lower half, diagonal halved
-#   eigh     A = V diag(w) V^T     S = V (diag(g_w) + F o (V^T G_V)) V^T, F_ij = 1/(w_j - w_i)
-# S is the gradient for symmetric perturbations. cholesky and eigh read one triangle of
-# A only (numpy's rule), so dA is the exact gradient of that: S + S^T below the diagonal
-# (each entry there stands for two), S on it, zero in the triangle never read.
-
-@register_jitable
-def _gemm(ctx, ta, tb, n, m, k, alpha, a, lda, b, ldb, beta, c, ldc):
-    """C (n, m) = alpha op(A) op(B) + beta C on row-major data at addresses a, b, c."""
-    if ctx.dgemm != 0:
-        cblas_dgemm(ctx.dgemm, TRANS if ta else NO_TRANS, TRANS if tb else NO_TRANS, n, m,
-                    k, alpha, a, lda, b, ldb, beta, c, ldc)
-        return
-    x = carray(_f64_pointer(a), (k if ta else n) * lda)
-    y = carray(_f64_pointer(b), (m if tb else k) * ldb)
-    out = carray(_f64_pointer(c), n * ldc)
-    for i in range(n):
-        for j in range(m):
-            s = 0.0
-            for p in range(k):
-                s += (x[p * lda + i] if ta else x[i * lda + p]) * \
-                    (y[j * ldb + p] if tb else y[p * ldb + j])
-            out[i * ldc + j] = alpha * s + (beta * out[i * ldc + j] if beta != 0.0 else 0.0)
-
-
-@register_jitable
-def _add_to_triangle(ga, off, s, n, upper):
-    """ga += the gradient, on the triangle read, of a function of A's symmetric part
-    whose symmetric-perturbation gradient is sym(s)."""
-    for r in range(n):
-        for c in range(n):
-            if r == c:
-                ga[off + r * n + c] += s[r * n + c]
-            elif (c < r) != upper:
-                ga[off + r * n + c] += s[r * n + c] + s[c * n + r]
-
-
-@register_jitable
-def linalg_vjp(ctx, i):
-    op = ctx.rows[i, OP]
-    a, b = ctx.rows[i, A], ctx.rows[i, B]
-    sa = shape_of(ctx, a)
-    n = sa[sa.size - 1]
-    nn = n * n
-    batch = size_of(ctx, a) // nn if nn > 0 else 0
-    g, z = adjoint_address(ctx, i), value_address(ctx, i)
-    t1, t2 = np.empty(nn), np.empty(nn)
-    p1, p2 = t1.ctypes.data, t2.ctypes.data
-    if op == SOLVE:
-        k = size_of(ctx, b) // (batch * n) if batch * n > 0 else 0
-        inv_t = value_address(ctx, param(ctx, i, 0))
-        db = np.empty(n * k)
-        if has_adjoint(ctx, a):
-            accumulator(ctx, a)
-        if has_adjoint(ctx, b):
-            accumulator(ctx, b)
-        for m in range(batch):
-            ob = 8 * m * n * k
-            _gemm(ctx, False, False, n, k, n, 1.0, inv_t + 8 * m * nn, n, g + ob, k, 0.0,
-                  db.ctypes.data, k)
-            if has_adjoint(ctx, b):
-                gb = adjoint(ctx, b)
-                for e in range(n * k):
-                    gb[m * n * k + e] += db[e]
-            if has_adjoint(ctx, a):
-                _gemm(ctx, False, True, n, n, k, -1.0, db.ctypes.data, k, z + ob, k, 1.0,
-                      adjoint_address(ctx, a) + 8 * m * nn, n)
-        return
-    if not has_adjoint(ctx, a):
-        return
-    ga = accumulator(ctx, a)
-    for m in range(batch):
-        o = 8 * m * nn
-        if op == INV:
-            _gemm(ctx, False, True, n, n, n, 1.0, g + o, n, z + o, n, 0.0, p1, n)
-            _gemm(ctx, True, False, n, n, n, -1.0, z + o, n, p1, n, 1.0,
-                  adjoint_address(ctx, a) + o, n)
-        elif op == SLOGDET:
-            gm, inv_t = adjoint(ctx, i)[m], value(ctx, param(ctx, i, 0))
-            for e in range(nn):
-                ga[m * nn + e] += gm * inv_t[m * nn + e]
-        elif op == CHOLESKY:
-            l_inv = value_address(ctx, param(ctx, i, 0))
-            _gemm(ctx, True, False, n, n, n, 1.0, z + o, n, g + o, n, 0.0, p1, n)
-            for r in range(n):
-                t1[r * n + r] *= 0.5
-                for c in range(r + 1, n):
-                    t1[r * n + c] = 0.0
-            _gemm(ctx, True, False, n, n, n, 1.0, l_inv + o, n, p1, n, 0.0, p2, n)
-            _gemm(ctx, False, False, n, n, n, 1.0, p2, n, l_inv + o, n, 0.0, p1, n)
-            _add_to_triangle(ga, m * nn, t1, n, False)
-        elif op == EIGH:                      # packed (n + 1, n): rows of V, then w
-            op_ = 8 * m * (nn + n)
-            w = carray(_f64_pointer(z + op_ + 8 * nn), n)
-            g_w = carray(_f64_pointer(g + op_ + 8 * nn), n)
-            _gemm(ctx, True, False, n, n, n, 1.0, z + op_, n, g + op_, n, 0.0, p1, n)
-            for r in range(n):
-                for c in range(n):
-                    t1[r * n + c] = g_w[r] if r == c else t1[r * n + c] / (w[c] - w[r])
-            _gemm(ctx, False, False, n, n, n, 1.0, z + op_, n, p1, n, 0.0, p2, n)
-            _gemm(ctx, False, True, n, n, n, 1.0, p2, n, z + op_, n, 0.0, p1, n)
-            _add_to_triangle(ga, m * nn, t1, n, param(ctx, i, 0) != 0)
-
-
 def _t(at, m):
     return at.swapaxes(m, -1, -2)
 
@@ -361,13 +226,11 @@ def _inv_rule(at, g, r, k):
 
 
 def _slogdet_rule(at, g, r, k):
-    from .. import linalg
-    return g[..., None, None] * _t(at, linalg.inv(r.x))
+    return g[..., None, None] * _t(at, at.linalg.inv(r.x))
 
 
 def _solve_rule(at, g, r, k):
-    from .. import linalg
-    db = linalg.solve(_t(at, r.x), g)
+    db = at.linalg.solve(_t(at, r.x), g)
     return db if k == 1 else -(db @ _t(at, r.z))
 
 
@@ -380,9 +243,8 @@ def _triangle(at, s, upper):
 
 
 def _cholesky_rule(at, g, r, k):
-    from .. import linalg
     n = r.z.shape[-1]
-    l_inv = linalg.inv(r.z)
+    l_inv = at.linalg.inv(r.z)
     half_lower = np.tril(np.ones((n, n))) - 0.5 * np.eye(n)
     return _triangle(at, _t(at, l_inv) @ ((_t(at, r.z) @ g) * half_lower) @ l_inv, False)
 
@@ -394,8 +256,8 @@ def _eigh_rule(at, g, r, k):
     eye = np.eye(n, dtype=bool)
     gap = at.where(eye, 1.0, w[..., None, :] - w[..., :, None])   # w_j - w_i
     inner = at.where(eye, 0.0, (_t(at, v) @ g_v) / gap) + g_w[..., None, :] * np.eye(n)
-    return _triangle(at, v @ inner @ _t(at, v), int(r.params[0]) != 0)
+    return _triangle(at, v @ inner @ _t(at, v), eigh_upper(r.params, 0))
 
 
-graph_vjps.update({INV: _inv_rule, SLOGDET: _slogdet_rule, SOLVE: _solve_rule,
-                   CHOLESKY: _cholesky_rule, EIGH: _eigh_rule})
+graph_vjps = {MATMUL: _matmul, INV: _inv_rule, SLOGDET: _slogdet_rule, SOLVE: _solve_rule,
+              CHOLESKY: _cholesky_rule, EIGH: _eigh_rule}

@@ -1,58 +1,20 @@
-"""Layout ops: reshape, strided views, index assignment, concatenation.
+"""Indexing ops, compiled tier: reshape, strided views, index assignment,
+concatenation, and gathers / scatter-adds by an index array.
 
 A strided view (basic indexing, transpose, broadcast_to) is described by an offset and
 one stride per output axis, in elements of the operand's flat C-order data; its VJP
 scatter-adds the gradient back along the same pattern. Index assignment writes a
 strided region of a copy of the base; concatenation places each operand in a band of
-columns of the output viewed as (outer, width).
+columns of the output viewed as (outer, width). Parameter layouts: tape_format.py.
 """
 import numpy as np
 from numba.extending import register_jitable
 
-from .codes import CONCAT, PUT_ADD, RESHAPE, SCATTER, SETITEM, STRIDED, TAKE
-from ..kernels.layout import (A, B, OP, accumulator, adjoint, broadcast_map, first_write_lane,
-                              has_adjoint, lane_block, live, param, shape_of, size_of,
-                              strided_map, value)
-
-
-def view_pattern(shape, index):
-    """Offset and strides (in elements) of ``x[index]`` for a C-contiguous ``x`` of ``shape``.
-
-    Computed by indexing a zero-size-backed array of the same shape and strides, so
-    no data is touched.
-    """
-    base = np.lib.stride_tricks.as_strided(np.zeros(1, np.int8), shape,
-                                           _c_strides(shape, 1), writeable=False)
-    view = base[index]
-    offset = view.__array_interface__["data"][0] - base.__array_interface__["data"][0]
-    return view.shape, offset, view.strides
-
-
-def _c_strides(shape, itemsize):
-    strides, s = [], itemsize
-    for d in reversed(shape):
-        strides.append(s)
-        s *= max(d, 1)
-    return tuple(reversed(strides))
-
-
-def index_map(base_size, shape, offset, strides):
-    """numpy: the flat index into the base of every element of a strided view."""
-    base = np.arange(max(base_size, 1), dtype=np.int64)
-    return np.lib.stride_tricks.as_strided(base[offset:], shape, [s * 8 for s in strides],
-                                           writeable=False)
-
-
-def transpose_pattern(shape, axes):
-    c = _c_strides(shape, 1)
-    return tuple(shape[a] for a in axes), 0, tuple(c[a] for a in axes)
-
-
-def broadcast_pattern(shape, target):
-    c = _c_strides(shape, 1)
-    lead = len(target) - len(shape)
-    strides = [0] * lead + [0 if shape[d] == 1 else c[d] for d in range(len(shape))]
-    return tuple(target), 0, tuple(strides)
+from ..opcodes import CONCAT, PUT_ADD, RESHAPE, SCATTER, SETITEM, STRIDED, TAKE
+from ..tape_format import (A, B, OP, concat_dims, concat_part, setitem_region, setitem_view,
+                           view_offset, view_strides)
+from .context import (accumulator, adjoint, aux, broadcast_map, first_write_lane,
+                      has_adjoint, lane_block, live, shape_of, size_of, strided_map, value)
 
 
 @register_jitable
@@ -75,20 +37,10 @@ def reshape_vjp(ctx, i, lanes=1):
 
 
 @register_jitable
-def _pattern(ctx, i, first, ndim):
-    """Offset and strides stored at int parameters first, first+1 .. first+ndim."""
-    offset = param(ctx, i, first)
-    strides = np.empty(ndim, np.int64)
-    for d in range(ndim):
-        strides[d] = param(ctx, i, first + 1 + d)
-    return offset, strides
-
-
-@register_jitable
 def _pattern_map(ctx, i, shape):
-    """The flat indices of a row's strided pattern (params [offset, strides...])."""
-    offset, strides = _pattern(ctx, i, 0, shape.size)
-    return strided_map(shape, offset, strides)
+    """The flat indices of a STRIDED or SCATTER row's view of ``shape``."""
+    p = aux(ctx, i)
+    return strided_map(shape, view_offset(ctx.ipool, p), view_strides(ctx.ipool, p, shape.size))
 
 
 # A gather and a scatter-add are each other's transposes. Both come in two forms, by a
@@ -195,8 +147,8 @@ def put_add_vjp(ctx, i, lanes=1):
 
 
 @register_jitable
-def layout_vjp(ctx, i, lanes):
-    """Every lane of a layout row: gathers and scatters share one index map across
+def indexing_vjp(ctx, i, lanes):
+    """Every lane of an indexing row: gathers and scatters share one index map across
     lanes; index assignment and concatenation go lane by lane. Returns False for an
     opcode it does not know."""
     op = ctx.rows[i, OP]
@@ -226,33 +178,28 @@ def layout_vjp(ctx, i, lanes):
 
 @register_jitable
 def _setitem_region(ctx, i):
-    """SETITEM's region shape and its flat positions in the base. Params: [ndim,
-    dims..., offset, strides...]."""
-    ndim = param(ctx, i, 0)
-    region = np.empty(ndim, np.int64)
-    for d in range(ndim):
-        region[d] = param(ctx, i, 1 + d)
-    offset, strides = _pattern(ctx, i, 1 + ndim, ndim)
-    rmap = strided_map(region, offset, strides)
-    return region, rmap
+    """SETITEM's region shape and its flat positions in the base."""
+    region = setitem_region(ctx.ipool, aux(ctx, i))
+    offset, strides = setitem_view(ctx.ipool, aux(ctx, i))
+    return region, strided_map(region, offset, strides)
 
 
 @register_jitable
-def layout_forward(ctx, i):
-    """Recompute a layout row's value (a compiled replay of the tape). Each op is the
+def indexing_forward(ctx, i):
+    """Recompute an indexing row's value (a compiled replay of the tape). Each op is the
     transpose of another's VJP: a gather for STRIDED and TAKE, a scatter-add for
-    SCATTER and PUT_ADD."""
+    SCATTER and PUT_ADD. False for an opcode it does not know."""
     op, a = ctx.rows[i, OP], ctx.rows[i, A]
     z = value(ctx, i)
     if op == CONCAT:
-        outer, width, count = param(ctx, i, 0), param(ctx, i, 1), param(ctx, i, 2)
+        outer, width, count = concat_dims(ctx.ipool, aux(ctx, i))
         for t in range(count):
-            v = value(ctx, param(ctx, i, 3 + 3 * t))
-            col, band = param(ctx, i, 4 + 3 * t), param(ctx, i, 5 + 3 * t)
+            r, col, band = concat_part(ctx.ipool, aux(ctx, i), t)
+            v = value(ctx, r)
             for o in range(outer):
                 for c in range(band):
                     z[o * width + col + c] = v[o * band + c]
-        return
+        return True
     x = value(ctx, a)
     if op == RESHAPE:
         for k in range(z.size):                 # (the same memory when a view was kept)
@@ -283,11 +230,14 @@ def layout_forward(ctx, i):
             z[k] = x[k]
         for k in range(rmap.size):
             z[rmap[k]] = v[vmap[k]]
+    else:
+        return False
+    return True
 
 
 @register_jitable
 def setitem_vjp(ctx, i):
-    """z = base with region := v. Params: [ndim, dims..., offset, strides...]."""
+    """z = base with region := v."""
     a, b = ctx.rows[i, A], ctx.rows[i, B]
     region, rmap = _setitem_region(ctx, i)
     g = adjoint(ctx, i)
@@ -308,64 +258,14 @@ def setitem_vjp(ctx, i):
 
 @register_jitable
 def concat_vjp(ctx, i):
-    """Params: [outer, width, count, (row, column, band width) * count]."""
-    outer, width, count = param(ctx, i, 0), param(ctx, i, 1), param(ctx, i, 2)
+    """Each operand's band of columns of the output's gradient."""
+    outer, width, count = concat_dims(ctx.ipool, aux(ctx, i))
     g = adjoint(ctx, i)
     for t in range(count):
-        r = param(ctx, i, 3 + 3 * t)
+        r, col, band = concat_part(ctx.ipool, aux(ctx, i), t)
         if not has_adjoint(ctx, r):
             continue
-        col, band = param(ctx, i, 4 + 3 * t), param(ctx, i, 5 + 3 * t)
         gr = accumulator(ctx, r)
         for o in range(outer):
             for c in range(band):
                 gr[o * band + c] += g[o * width + col + c]
-
-
-# ---- for create_graph=True (see elementwise.graph_vjps) --------------------------------
-
-def _own_pattern(r):
-    """STRIDED: (output shape, offset, strides) into the operand."""
-    return r.shape, int(r.params[0]), tuple(int(s) for s in r.params[1:1 + len(r.shape)])
-
-
-def _scatter_pattern(r):
-    """SCATTER: (operand shape, offset, strides) into the output."""
-    nd = len(r.x.shape)
-    return r.x.shape, int(r.params[0]), tuple(int(s) for s in r.params[1:1 + nd])
-
-
-def _region(r):
-    """SETITEM: (region shape, offset, strides) into the base."""
-    nd = int(r.params[0])
-    region = tuple(int(d) for d in r.params[1:1 + nd])
-    return region, int(r.params[1 + nd]), tuple(int(s) for s in r.params[2 + nd:2 + 2 * nd])
-
-
-def _outside_region(r):
-    keep = np.ones(int(np.prod(r.shape, dtype=np.int64)))
-    keep[index_map(keep.size, *_region(r)).reshape(-1)] = 0.0
-    return keep.reshape(r.shape)
-
-
-def _flat_index(r):
-    """TAKE / PUT_ADD: the index operand as ints."""
-    return r.y.numpy().astype(np.int64)
-
-
-def _band(at, g, r, k):
-    outer, width = int(r.params[0]), int(r.params[1])
-    col, band = int(r.params[4 + 3 * k]), int(r.params[5 + 3 * k])
-    return at.gather(g, ((outer, band), col, (width, 1))).reshape(r.value(k).shape)
-
-
-graph_vjps = {
-    RESHAPE: lambda at, g, r, k: g.reshape(r.x.shape),
-    STRIDED: lambda at, g, r, k: at.scatter(g, _own_pattern(r), r.x.shape),
-    SCATTER: lambda at, g, r, k: at.gather(g, _scatter_pattern(r)),
-    SETITEM: lambda at, g, r, k: (g * _outside_region(r) if k == 0
-                                  else at.gather(g, _region(r))),
-    CONCAT: _band,
-    TAKE: lambda at, g, r, k: at.put_add(g, _flat_index(r), r.x.shape),
-    PUT_ADD: lambda at, g, r, k: at.take_flat(g, _flat_index(r)),
-}

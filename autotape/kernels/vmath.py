@@ -18,7 +18,7 @@ import numpy as np
 from numba import types
 from numba.extending import intrinsic, register_jitable
 
-from ..kernels.cache import cached_njit
+from .cache import cached_njit
 
 _S1, _S2, _S3 = -1.66666666666666324348e-01, 8.33333333332248946124e-03, -1.98412698298579493134e-04
 _S4, _S5, _S6 = 2.75573137070700676789e-06, -2.50507602534068634195e-08, 1.58969099521155010221e-10

@@ -1,4 +1,4 @@
-"""``with quiet():`` is ``np.errstate(all="ignore")`` at a third of its cost.
+"""``with ignore_fp_errors():`` is ``np.errstate(all="ignore")`` at a third of its cost.
 
 Every recorded op evaluates numpy with floating-point warnings off (autotape follows
 torch: log(0) is -inf, silently). np.errstate costs about 3 us per entry, more than a
@@ -13,7 +13,7 @@ try:
 
     _IGNORE = _make_extobj(all="ignore")
 
-    class quiet:
+    class ignore_fp_errors:
         __slots__ = ("token",)
 
         def __enter__(self):
@@ -22,5 +22,5 @@ try:
         def __exit__(self, *exc):
             _STATE.reset(self.token)
 except (ImportError, AttributeError, TypeError):            # pragma: no cover
-    def quiet():
+    def ignore_fp_errors():
         return np.errstate(all="ignore")

@@ -1,4 +1,4 @@
-"""Opcodes: the index of the op table.
+"""Opcodes: the index of the op table (the one module both tiers share with the tape format).
 
 A tape row's opcode says which primitive produced the row. Opcodes are grouped in
 ranges by family, so the compiled sweep dispatches on the family and each family
@@ -22,6 +22,7 @@ BINARY_FIRST, BINARY_LAST = 300, 399
 
 # where(cond, x, y): cond is a CONST row named in the int pool.
 WHERE = 400
+SELECT_FIRST, SELECT_LAST = 400, 499
 
 # Reductions over an axis bitmask held in the int pool.
 SUM, MEAN, MAX, MIN, PROD = 500, 501, 502, 503, 504
@@ -29,12 +30,13 @@ SUM, MEAN, MAX, MIN, PROD = 500, 501, 502, 503, 504
 CUMSUM, CUMPROD = 550, 551
 REDUCE_FIRST, REDUCE_LAST = 500, 599
 
-# Layout: reshape (same flat data, in a new shape or float dtype), strided gather
-# (basic indexing, transpose, broadcast_to), index assignment, concatenation (stack),
-# the transpose of a strided gather (scatter-add into zeros), and a gather by an index
-# array (advanced indexing, take) with its transpose; operand b holds the flat indices.
+# Indexing: ops whose output elements are input elements at an index map. reshape (same
+# flat data, in a new shape or float dtype), strided gather (basic indexing, transpose,
+# broadcast_to), index assignment, concatenation (stack), the transpose of a strided
+# gather (scatter-add into zeros), and a gather by an index array (advanced indexing,
+# take) with its transpose; operand b holds the flat indices.
 RESHAPE, STRIDED, SETITEM, CONCAT, SCATTER, TAKE, PUT_ADD = range(600, 607)
-LAYOUT_FIRST, LAYOUT_LAST = 600, 699
+INDEX_FIRST, INDEX_LAST = 600, 699
 
 # Linear algebra.
 MATMUL = 700
@@ -42,3 +44,26 @@ MATMUL = 700
 # of auxiliary values saved when recorded (an inverse, say) that the VJP reads.
 INV, SOLVE, SLOGDET, CHOLESKY, EIGH = 701, 702, 703, 704, 705
 LINALG_FIRST, LINALG_LAST = 700, 799
+
+
+FAMILIES = {                 # family -> (first opcode, last opcode)
+    "source": (LEAF, SOURCE_LAST), "unary": (UNARY_FIRST, UNARY_LAST),
+    "binary": (BINARY_FIRST, BINARY_LAST), "select": (SELECT_FIRST, SELECT_LAST),
+    "reduce": (REDUCE_FIRST, REDUCE_LAST), "index": (INDEX_FIRST, INDEX_LAST),
+    "linalg": (LINALG_FIRST, LINALG_LAST)}
+
+
+def all_opcodes():
+    """Every opcode defined above that a recorded op can have (sources excluded)."""
+    first = UNARY_FIRST
+    return sorted(v for k, v in globals().items() if k.isupper() and type(v) is int
+                  and first <= v and not k.endswith(("_FIRST", "_LAST")))
+
+
+def opcode_name(code):
+    """The constant's name for an opcode ("MUL"), for messages."""
+    for k, v in globals().items():
+        if v == code and k.isupper() and type(v) is int and not k.endswith(("_FIRST",
+                                                                            "_LAST")):
+            return k
+    return str(code)

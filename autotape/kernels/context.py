@@ -1,9 +1,6 @@
-"""How a tape looks to compiled code, and the helpers every VJP kernel uses.
+"""The sweep context: how compiled kernels see a tape, and the helpers every kernel uses.
 
-A tape row is six int64s: opcode, operand a, operand b, shape id, aux (an index into
-the int pool for ops with parameters or more operands) and value location. A value
-location >= 0 is an offset into the float64 arena (0-d values); a location < 0 names
-an array by address in ``big_addr[-loc - 1]``. Adjoints of the rows a sweep reaches
+Rows follow the tape format (tape_format.py). Adjoints of the rows a sweep reaches
 live in one flat buffer at ``adj_off[row]`` (-1: the row carries no gradient). That
 buffer is not zeroed up front (on large arrays zeroing is a whole extra memory pass):
 ``touched[lane, row]`` says whether a row's adjoint holds data yet; the first
@@ -24,8 +21,8 @@ from numba import carray, types
 from numba.core import cgutils
 from numba.extending import intrinsic, register_jitable
 
-OP, A, B, SHAPE, AUX, VLOC = range(6)
-ROW_WIDTH = 6
+from ..tape_format import AUX, SHAPE, VLOC, array_index
+
 
 Sweep = namedtuple("Sweep", [
     "rows", "ipool", "shape_ndim", "shape_start", "shape_dims", "shape_size",
@@ -33,7 +30,7 @@ Sweep = namedtuple("Sweep", [
 
 
 @intrinsic
-def _f64_pointer(typingctx, address):
+def f64_pointer(typingctx, address):
     """Reinterpret an integer address as ``float64*`` (the arrays stay owned by Python)."""
     if not isinstance(address, types.Integer):
         return None
@@ -88,14 +85,14 @@ def value(ctx, r):
     """The row's value, flat, C order."""
     loc = ctx.rows[r, VLOC]
     if loc >= 0:
-        return carray(_f64_pointer(ctx.arena_addr + 8 * loc), size_of(ctx, r))
-    return carray(_f64_pointer(ctx.big_addr[-loc - 1]), size_of(ctx, r))
+        return carray(f64_pointer(ctx.arena_addr + 8 * loc), size_of(ctx, r))
+    return carray(f64_pointer(ctx.big_addr[array_index(loc)]), size_of(ctx, r))
 
 
 @register_jitable
 def value_address(ctx, r):
     loc = ctx.rows[r, VLOC]
-    return ctx.arena_addr + 8 * loc if loc >= 0 else ctx.big_addr[-loc - 1]
+    return ctx.arena_addr + 8 * loc if loc >= 0 else ctx.big_addr[array_index(loc)]
 
 
 @register_jitable
@@ -113,14 +110,14 @@ def has_adjoint(ctx, r):
 @register_jitable
 def adjoint(ctx, r):
     """The row's adjoint, flat, C order (a view into the sweep's adjoint buffer)."""
-    return carray(_f64_pointer(adjoint_address(ctx, r)), size_of(ctx, r))
+    return carray(f64_pointer(adjoint_address(ctx, r)), size_of(ctx, r))
 
 
 @register_jitable
 def lane_block(ctx, r, lanes):
     """Row r's adjoints in every lane, from lane ``ctx.lane[0]``: lane k's element e
     is at ``k * stride + e`` (stride = ``ctx.lane[1]``)."""
-    return carray(_f64_pointer(adjoint_address(ctx, r)),
+    return carray(f64_pointer(adjoint_address(ctx, r)),
                   (lanes - 1) * ctx.lane[1] + size_of(ctx, r))
 
 
@@ -173,6 +170,12 @@ def accumulator(ctx, r):
         out[:] = 0.0
         ctx.touched[ctx.lane[0], r] = True
     return out
+
+
+@register_jitable
+def aux(ctx, r):
+    """Where row r's parameters start in the int pool (decoded by tape_format)."""
+    return ctx.rows[r, AUX]
 
 
 @register_jitable

@@ -6,49 +6,47 @@ of the op table), so every gradient is itself a result on a tape and can be
 differentiated again, to any order. Python runs per row, which is the price of a
 differentiable backward; the next sweep over the gradient's tape is compiled again.
 """
-import functools
 import heapq
 import types
 
 import numpy as np
 
+from . import creation, linalg
+from .executor import RELEASED_MSG
+from .functions import products, shaping, statistics
 from .grad_mode import enable_grad
-from .ops import elementwise, linalg, reduce, shape
-from .ops.codes import CONCAT, CONST, IMPORT, LEAF, SOURCE_LAST, WHERE
-from .record import gather, put_add, scatter, take_flat, where
-from .tensor import F64, Tensor, _plain, _result
+from .opcodes import CONST, IMPORT, LEAF, SOURCE_LAST, WHERE, opcode_name
+from .ops import elementwise, indexing, linalg as linalg_ops, reduce
+from .tape_format import where_condition
+from .tensor import F64, Tensor, new_leaf, new_result
 
-GRAPH_VJPS = {**elementwise.graph_vjps, **reduce.graph_vjps, **shape.graph_vjps,
-              **linalg.graph_vjps}
+GRAPH_VJPS = {**elementwise.graph_vjps, **reduce.graph_vjps, **indexing.graph_vjps,
+              **linalg_ops.graph_vjps}
 
 
-@functools.cache
-def _namespace():
-    """The ops the rules record with: autotape's public names plus the layout
-    primitives (built once, on the first create_graph)."""
-    import autotape
-    ns = {name: getattr(autotape, name) for name in autotape.__all__}
-    return types.SimpleNamespace(**ns, gather=gather, scatter=scatter, take_flat=take_flat,
-                                 put_add=put_add)
+def _public(module):
+    return {name: getattr(module, name) for name in dir(module) if not name.startswith("_")
+            and callable(getattr(module, name))}
+
+
+# The ops the rules record with (their ``at``): every op and function under its public
+# name, autotape.linalg, and the indexing primitives (gather, scatter, take_flat, put_add).
+OPS = types.SimpleNamespace(**{
+    name: fn for module in (creation, elementwise, reduce, indexing, linalg_ops, shaping,
+                            products, statistics) for name, fn in _public(module).items()},
+    linalg=linalg)
 
 
 class RowView:
     """One tape row as the graph_vjps rules see it: operands and output as recorded
     tensors (``x``, ``y``, ``z``, ``value(k)``), int parameters, output shape."""
 
-    def __init__(self, tape, cols, i):
-        self.tape, self.cols, self.i = tape, cols, i
-        row = cols.rows[i]
-        self.op, aux = int(row[0]), int(row[4])
-        self.params = cols.ipool[aux:] if aux >= 0 else cols.ipool[:0]
-        self.shape = _shape(tape, cols, i)
-        if self.op == CONCAT:
-            self.operands = [int(self.params[3 + 3 * t]) for t in range(int(self.params[2]))]
-        else:
-            self.operands = [r for r in (int(row[1]), int(row[2])) if r >= 0]
+    def __init__(self, tape, i):
+        self.tape, self.i = tape, i
+        self.op, self.operands, self.params, self.shape = tape.row(i)
 
     def value(self, k):
-        return handle(self.tape, self.cols, self.operands[k])
+        return handle(self.tape, self.operands[k])
 
     @property
     def x(self):
@@ -60,25 +58,20 @@ class RowView:
 
     @property
     def z(self):
-        return handle(self.tape, self.cols, self.i)
+        return handle(self.tape, self.i)
 
     @property
     def cond(self):
         assert self.op == WHERE
-        return handle(self.tape, self.cols, int(self.params[0])).numpy() != 0
+        return handle(self.tape, int(where_condition(self.params, 0))).numpy() != 0
 
 
-def _shape(tape, cols, row):
-    return tape.shapes[cols.rows[row, 3]]
-
-
-def handle(tape, cols, row):
+def handle(tape, row):
     """A row's value as a tensor on the tape (a constant for CONST rows)."""
-    shape, loc = _shape(tape, cols, row), int(cols.rows[row, 5])
-    value = float(tape.arena[loc]) if loc >= 0 else tape.arrays[-loc - 1].reshape(shape)
-    if cols.rows[row, 0] == CONST:
-        return _plain(value, shape, F64)
-    return _result(value, shape, F64, tape, row)
+    op, shape, value = tape.read(row)
+    if op == CONST:
+        return new_leaf(value, shape, F64)
+    return new_result(value, shape, F64, tape, row)
 
 
 def sum_to(t, shape):
@@ -96,14 +89,13 @@ def connect(g, x):
     derivative stays differentiable (the next derivative is zeros, not an error)."""
     if g.requires_grad:
         return g
-    return g + where(np.zeros(x.shape, bool), x, 0.0)
+    return g + elementwise.where(np.zeros(x.shape, bool), x, 0.0)
 
 
-def run(outputs, seeds, retain, released_error):
+def run(outputs, seeds, retain):
     """Walk every tape the outputs reach, applying the recorded rules. Returns leaf
     gradients by id ([leaf, tensor]), adjoint tensors by (tape id, row), and the tapes
     walked by id."""
-    ops = _namespace()
     adj, leaf_grads, tapes = {}, {}, {}
     with enable_grad():
         for t, g in zip(outputs, seeds):
@@ -116,14 +108,13 @@ def run(outputs, seeds, retain, released_error):
         heapq.heapify(queue)
         while queue:
             tape = tapes[-heapq.heappop(queue)]
-            cols = tape.columns()
             top = max(row for tid, row in adj if tid == tape.id)
             visited = []
             for i in range(top, -1, -1):
                 g = adj.get((tape.id, i))
                 if g is None:
                     continue
-                op = int(cols.rows[i, 0])
+                op = tape.op(i)
                 if op == LEAF:
                     _add_leaf(leaf_grads, tape.leaves[i], g)
                     continue
@@ -137,15 +128,18 @@ def run(outputs, seeds, retain, released_error):
                 if op <= SOURCE_LAST:
                     continue
                 if tape.released[i]:
-                    raise RuntimeError(released_error)
+                    raise RuntimeError(RELEASED_MSG)
                 visited.append(i)
-                r = RowView(tape, cols, i)
-                rule = GRAPH_VJPS[op]
+                r = RowView(tape, i)
+                rule = GRAPH_VJPS.get(op)
+                if rule is None:
+                    raise RuntimeError(f"autotape internal error: op {opcode_name(op)} has "
+                                       "no create_graph rule; please report this")
                 for k, operand in enumerate(r.operands):
-                    if cols.rows[operand, 0] == CONST:
+                    if tape.op(operand) == CONST:
                         continue
-                    c = rule(ops, g, r, k)
-                    _add(adj, tape.id, operand, sum_to(c, _shape(tape, cols, operand)))
+                    c = rule(OPS, g, r, k)
+                    _add(adj, tape.id, operand, sum_to(c, tape.shape(operand)))
             if not retain:
                 tape.released[visited] = 1
                 tape.open = False
@@ -170,4 +164,4 @@ def as_tensor_seed(g, t):
     kept, as torch does) or ones."""
     if isinstance(g, Tensor):
         return g
-    return _plain(np.ones(t.shape), t.shape, F64)
+    return new_leaf(np.ones(t.shape), t.shape, F64)

@@ -7,19 +7,21 @@ without a word.
 """
 import numpy as np
 
-from . import composite, linalg, record
-from .ops.elementwise import binary_ops, unary_ops
-from .record import _BINARY_FUNCTIONS, _UNARY_FUNCTIONS
+from . import linalg
+from .functions import products, shaping, statistics
+from .ops import elementwise, indexing, reduce
+from .ops.elementwise import binary_functions, binary_ops, unary_functions, unary_ops
+from .ops.linalg import matmul
 
 # numpy ufunc name -> autotape function; the op table's names are numpy's, except these
 _UFUNC_RENAMES = {"abs": "absolute", "mod": "remainder"}
-UFUNCS = {_UFUNC_RENAMES.get(op.name, op.name): _UNARY_FUNCTIONS[code]
+UFUNCS = {_UFUNC_RENAMES.get(op.name, op.name): unary_functions[code]
           for code, op in unary_ops.items()}
-UFUNCS.update({_UFUNC_RENAMES.get(op.name, op.name): _BINARY_FUNCTIONS[code]
+UFUNCS.update({_UFUNC_RENAMES.get(op.name, op.name): binary_functions[code]
                for code, op in binary_ops.items()})
-UFUNCS["matmul"] = record.matmul
+UFUNCS["matmul"] = matmul
 for _name in ("less", "less_equal", "greater", "greater_equal", "equal", "not_equal"):
-    UFUNCS[_name] = (lambda fn: lambda x, y: record._compare(fn, record.as_tensor(x), y))(
+    UFUNCS[_name] = (lambda fn: lambda x, y: elementwise.compare(fn, indexing.as_tensor(x), y))(
         getattr(np, _name))
 
 
@@ -32,13 +34,13 @@ def _reduction(fn):
 
 def _round(a, decimals=0, out=None):
     _refuse("round", decimals=decimals, out=out)
-    return _UNARY_FUNCTIONS[[c for c, op in unary_ops.items() if op.name == "round"][0]](a)
+    return elementwise.round(a)
 
 
 def _dot(a, b, out=None):
     _refuse("dot", out=out)
-    a, b = record.as_tensor(a), record.as_tensor(b)
-    return a * b if a.ndim == 0 or b.ndim == 0 else record.matmul(a, b)
+    a, b = indexing.as_tensor(a), indexing.as_tensor(b)
+    return a * b if a.ndim == 0 or b.ndim == 0 else matmul(a, b)
 
 
 def _plain_call(name, fn, *args, **unsupported):
@@ -56,61 +58,61 @@ def _refuse(name, **given):
 
 def _einsum(*operands, out=None, dtype=None, order="K", casting="safe", optimize=False):
     """np.einsum on Tensors (``optimize`` is a hint and is accepted with any value)."""
-    return _plain_call("einsum", composite.einsum, *operands, out=out, dtype=dtype,
+    return _plain_call("einsum", products.einsum, *operands, out=out, dtype=dtype,
                        order=None if order == "K" else order,
                        casting=None if casting == "safe" else casting)
 
 
 FUNCTIONS = {
-    np.sum: _reduction(record.sum),
-    np.prod: _reduction(record.prod),
+    np.sum: _reduction(reduce.sum),
+    np.prod: _reduction(reduce.prod),
     np.cumsum: lambda a, axis=None, dtype=None, out=None: _plain_call(
-        "cumsum", record.cumsum, a, axis, dtype=dtype, out=out),
+        "cumsum", reduce.cumsum, a, axis, dtype=dtype, out=out),
     np.cumprod: lambda a, axis=None, dtype=None, out=None: _plain_call(
-        "cumprod", record.cumprod, a, axis, dtype=dtype, out=out),
-    np.mean: _reduction(record.mean),
+        "cumprod", reduce.cumprod, a, axis, dtype=dtype, out=out),
+    np.mean: _reduction(reduce.mean),
     np.max: lambda a, axis=None, out=None, keepdims=False: _plain_call(
-        "max", record.max, a, axis, keepdims, out=out),
+        "max", reduce.max, a, axis, keepdims, out=out),
     np.min: lambda a, axis=None, out=None, keepdims=False: _plain_call(
-        "min", record.min, a, axis, keepdims, out=out),
+        "min", reduce.min, a, axis, keepdims, out=out),
     np.var: lambda a, axis=None, dtype=None, out=None, ddof=0, keepdims=False: _plain_call(
-        "var", composite.var, a, axis, ddof, keepdims, dtype=dtype, out=out),
+        "var", statistics.var, a, axis, ddof, keepdims, dtype=dtype, out=out),
     np.std: lambda a, axis=None, dtype=None, out=None, ddof=0, keepdims=False: _plain_call(
-        "std", composite.std, a, axis, ddof, keepdims, dtype=dtype, out=out),
+        "std", statistics.std, a, axis, ddof, keepdims, dtype=dtype, out=out),
     np.argmax: lambda a, axis=None, out=None, keepdims=False: _plain_call(
-        "argmax", composite.argmax, a, axis, keepdims, out=out),
+        "argmax", statistics.argmax, a, axis, keepdims, out=out),
     np.argmin: lambda a, axis=None, out=None, keepdims=False: _plain_call(
-        "argmin", composite.argmin, a, axis, keepdims, out=out),
+        "argmin", statistics.argmin, a, axis, keepdims, out=out),
     np.average: lambda a, axis=None, weights=None, returned=False, keepdims=False: (
-        _plain_call("average", composite.average, a, axis, weights, keepdims,
+        _plain_call("average", statistics.average, a, axis, weights, keepdims,
                     returned=returned or None)),
     np.amax: lambda a, axis=None, out=None, keepdims=False: _plain_call(
-        "amax", record.max, a, axis, keepdims, out=out),
+        "amax", reduce.max, a, axis, keepdims, out=out),
     np.amin: lambda a, axis=None, out=None, keepdims=False: _plain_call(
-        "amin", record.min, a, axis, keepdims, out=out),
+        "amin", reduce.min, a, axis, keepdims, out=out),
     np.trace: lambda a, offset=0, axis1=0, axis2=1, dtype=None, out=None: _plain_call(
-        "trace", composite.trace, a, offset, axis1, axis2, dtype=dtype, out=out),
-    np.where: lambda condition, x, y: record.where(condition, x, y),
-    np.concatenate: lambda arrays, axis=0: record.concatenate(arrays, axis),
-    np.stack: lambda arrays, axis=0: record.stack(arrays, axis),
-    np.reshape: lambda a, shape: record.reshape(a, shape),
-    np.transpose: lambda a, axes=None: record.transpose(a, axes),
-    np.broadcast_to: lambda array, shape: record.broadcast_to(array, shape),
-    np.clip: lambda a, a_min=None, a_max=None: record.clip(a, a_min, a_max),
+        "trace", shaping.trace, a, offset, axis1, axis2, dtype=dtype, out=out),
+    np.where: lambda condition, x, y: elementwise.where(condition, x, y),
+    np.concatenate: lambda arrays, axis=0: indexing.concatenate(arrays, axis),
+    np.stack: lambda arrays, axis=0: indexing.stack(arrays, axis),
+    np.reshape: lambda a, shape: indexing.reshape(a, shape),
+    np.transpose: lambda a, axes=None: indexing.transpose(a, axes),
+    np.broadcast_to: lambda array, shape: indexing.broadcast_to(array, shape),
+    np.clip: lambda a, a_min=None, a_max=None: elementwise.clip(a, a_min, a_max),
     np.round: _round,
     np.dot: _dot,
     np.einsum: _einsum,
-    np.linalg.norm: lambda x, ord=None, axis=None, keepdims=False: composite.norm(
+    np.linalg.norm: lambda x, ord=None, axis=None, keepdims=False: statistics.norm(
         x, ord, axis, keepdims),
     **{getattr(np.linalg, name): getattr(linalg, name) for name in (
         "inv", "solve", "det", "slogdet", "cholesky", "eigh", "eigvalsh")},
-    **{getattr(np, name): getattr(composite, name) for name in (
-        "expand_dims", "squeeze", "ravel", "swapaxes", "moveaxis", "flip", "split", "roll",
-        "tile", "repeat", "pad", "triu", "tril", "vdot", "outer", "tensordot", "inner",
-        "diagonal", "take", "take_along_axis")},
-    np.shape: lambda a: record.as_tensor(a).shape,
-    np.ndim: lambda a: record.as_tensor(a).ndim,
-    np.size: lambda a: record.as_tensor(a).size,
+    **{getattr(np, name): getattr(shaping, name) for name in shaping.__all__
+       if name not in ("unsqueeze", "flatten", "trace")},
+    **{getattr(np, name): getattr(products, name) for name in (
+        "vdot", "outer", "tensordot", "inner")},
+    np.shape: lambda a: indexing.as_tensor(a).shape,
+    np.ndim: lambda a: indexing.as_tensor(a).ndim,
+    np.size: lambda a: indexing.as_tensor(a).size,
 }
 
 

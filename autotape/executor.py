@@ -1,0 +1,113 @@
+"""Executors: who runs a tape. The engine, compile.py and nothing else call one.
+
+A tape is data (tape.py, in the format of tape_format.py); an executor runs the three
+things done with it: the reverse sweep (seeds in, adjoints out, K lanes at once), the
+forward replay (new input values in, every row recomputed in place), and both in one
+call. ``CpuExecutor`` runs them as numba-compiled kernels (kernels/); a CUDA executor
+implements the same three methods with ``numba.cuda`` kernels built from the same
+``register_jitable`` op math (kernels/elementwise.py and its peers), and
+``executor_for`` is where a tape would be matched to its device.
+"""
+import numpy as np
+
+from .kernels.blas import DGEMM
+from .kernels.replay import forward_replay, replay_and_sweep
+from .kernels.sweep import OK, RELEASED, UNKNOWN_OP, reverse_sweep
+from .opcodes import opcode_name
+
+RELEASED_MSG = (
+    "Trying to backward through the graph a second time (or directly access saved tensors "
+    "after they have already been freed). Saved intermediate values of the graph are freed "
+    "when you call .backward() or autograd.grad(). Specify retain_graph=True if you need to "
+    "backward through the graph a second time or if you need to access saved tensors after "
+    "calling backward.")
+
+NO_ROWS = np.zeros(0, np.int64)
+
+
+class Executor:
+    """What a backend implements (see the module's docstring)."""
+
+    def sweep(self, tape, seed_rows, seed_vals, seed_off, lanes, retain, row_addr=NO_ROWS,
+              read=NO_ROWS):
+        """The reverse sweep of ``tape`` from the seeds. Returns ``(adj, adj_off,
+        stride)``: lane k of row r's adjoint is ``adj[k * stride + adj_off[r]:][:size]``
+        (``adj_off[r] < 0``: no gradient reached r). ``read``: the rows the caller
+        reads (all when empty); ``row_addr``: rows with a buffer of their own."""
+        raise NotImplementedError
+
+    def replay(self, tape, in_rows, in_vals, python_row):
+        """Write ``in_vals`` into the rows ``in_rows`` and recompute every other row;
+        ``python_row(row)`` computes a row no kernel can (numpy.linalg)."""
+        raise NotImplementedError
+
+    def replay_and_sweep(self, tape, in_rows, in_vals, seeds, lanes, out):
+        """replay, then sweep, in one call, for a tape whose rows all have kernels; the
+        input rows' adjoints land in ``out[lane, columns of that input]``."""
+        raise NotImplementedError
+
+
+class CpuExecutor(Executor):
+    """The numba-compiled CPU kernels. ``dgemm`` is the address of numpy's CBLAS dgemm
+    (0: the kernels' own loops)."""
+
+    def __init__(self):
+        self.dgemm = DGEMM
+        self._scratch = np.zeros(0)
+
+    def scratch(self, size):
+        """Adjoint space for a sweep, reused from call to call: fresh pages cost more to
+        touch than the arithmetic done in them (a 70 MB buffer: ~0.1 s of page faults)."""
+        if self._scratch.size < size:
+            self._scratch = np.empty(max(size, int(self._scratch.size * 1.5)))
+        return self._scratch
+
+    def sweep(self, tape, seed_rows, seed_vals, seed_off, lanes, retain, row_addr=NO_ROWS,
+              read=NO_ROWS):
+        adj = self.scratch(lanes * tape.columns().total_size)
+        status, adj_off, stride = reverse_sweep(*tape.kernel_args(), retain, seed_rows,
+                                                seed_vals, seed_off, lanes, adj, row_addr,
+                                                self.dgemm, read)
+        if status != OK:
+            self._raise(tape, status, stride)
+        return adj, adj_off, stride
+
+    def replay(self, tape, in_rows, in_vals, python_row):
+        rows, ipool, ndim, start, dims, size, arena, _, big, _ = tape.kernel_args()
+        i, stop = 0, tape.nrows
+        while i < stop:
+            i = forward_replay(rows, ipool, ndim, start, dims, size, arena, big, in_rows,
+                               in_vals, i, stop, self.dgemm)
+            in_rows = in_rows[:0]              # written: later stretches only compute
+            if i < stop:
+                python_row(i)
+                i += 1
+
+    def replay_and_sweep(self, tape, in_rows, in_vals, seeds, lanes, out):
+        seed_rows, seed_vals, seed_off = seeds
+        adj = self.scratch(lanes * tape.columns().total_size)
+        status, detail = replay_and_sweep(*tape.kernel_args(), in_rows, in_vals, seed_rows,
+                                          seed_vals, seed_off, lanes, adj, out, self.dgemm)
+        if status < 0:
+            raise RuntimeError(f"autotape internal error: a fused replay met op "
+                               f"{opcode_name(tape.op(detail))}, which needs Python; "
+                               "please report this")
+        if status != OK:
+            self._raise(tape, status, detail)
+
+    @staticmethod
+    def _raise(tape, status, unknown_row):
+        if status == RELEASED:
+            raise RuntimeError(RELEASED_MSG)
+        assert status == UNKNOWN_OP, status
+        raise RuntimeError(f"autotape internal error: no compiled VJP for op "
+                           f"{opcode_name(tape.op(unknown_row))} (row {unknown_row}); "
+                           "please report this")
+
+
+cpu = CpuExecutor()
+
+
+def executor_for(tape):
+    """The executor that runs ``tape`` (every tape lives on the CPU today)."""
+    return cpu

@@ -1,0 +1,193 @@
+"""numpy's shape and selection functions composed of table ops (reshapes, strided
+gathers, concatenations, gathers by index arrays): expand_dims ... tril, diagonal,
+trace, take, take_along_axis."""
+import numpy as np
+from numpy.lib.array_utils import normalize_axis_tuple
+
+from ..creation import full
+from ..ops.elementwise import where
+from ..ops.indexing import (as_tensor, broadcast_to, c_strides, concatenate, gather, reshape,
+                            take_flat, transpose)
+from ..ops.reduce import normalize_axes, sum
+from ..tensor import Tensor, array_of
+
+__all__ = ["diagonal", "trace", "expand_dims", "unsqueeze", "squeeze", "ravel", "flatten", "swapaxes", "moveaxis", "flip", "split", "roll", "tile", "repeat", "pad", "triu", "tril", "take", "take_along_axis"]
+
+
+def diagonal(a, offset=0, axis1=0, axis2=1):
+    """The diagonal of the (axis1, axis2) planes, as numpy (a gather: its gradient is a
+    scatter back onto the diagonal)."""
+    a = as_tensor(a)
+    base = np.lib.stride_tricks.as_strided(np.zeros(1, np.int8), a.shape,
+                                           c_strides(a.shape, 1), writeable=False)
+    view = np.diagonal(base, offset, axis1, axis2)
+    start = view.__array_interface__["data"][0] - base.__array_interface__["data"][0]
+    return gather(a, (view.shape, start, view.strides))
+
+
+def trace(a, offset=0, axis1=0, axis2=1):
+    """Sum of the diagonal."""
+    return sum(diagonal(a, offset, axis1, axis2), axis=-1)
+
+
+def expand_dims(a, axis):
+    """Insert size-1 axes at ``axis`` (an int or a tuple), as numpy."""
+    a = as_tensor(a)
+    axes = normalize_axis_tuple(axis, a.ndim + (len(axis) if isinstance(axis, tuple) else 1))
+    shape = iter(a.shape)
+    return reshape(a, tuple(1 if d in axes else next(shape)
+                            for d in range(a.ndim + len(axes))))
+
+
+unsqueeze = expand_dims
+
+
+def squeeze(a, axis=None):
+    """Remove size-1 axes (all, or those in ``axis``)."""
+    a = as_tensor(a)
+    axes = tuple(d for d, n in enumerate(a.shape) if n == 1) if axis is None else \
+        normalize_axis_tuple(axis, a.ndim)
+    if any(a.shape[d] != 1 for d in axes):
+        raise ValueError("cannot select an axis to squeeze out which has size not equal "
+                         "to one")
+    return reshape(a, tuple(n for d, n in enumerate(a.shape) if d not in axes))
+
+
+def ravel(a):
+    """The elements as a 1-D tensor, C order."""
+    return reshape(a, (-1,))
+
+
+flatten = ravel
+
+
+def swapaxes(a, axis1, axis2):
+    a = as_tensor(a)
+    perm = list(range(a.ndim))
+    i, j = normalize_axis_tuple((axis1, axis2), a.ndim, allow_duplicate=True)
+    perm[i], perm[j] = perm[j], perm[i]
+    return transpose(a, tuple(perm))
+
+
+def moveaxis(a, source, destination):
+    a = as_tensor(a)
+    src = normalize_axis_tuple(source, a.ndim)
+    dst = normalize_axis_tuple(destination, a.ndim)
+    if len(src) != len(dst):
+        raise ValueError("`source` and `destination` arguments must have the same number "
+                         "of elements")
+    order = [d for d in range(a.ndim) if d not in src]
+    for d, s in sorted(zip(dst, src)):
+        order.insert(d, s)
+    return transpose(a, tuple(order))
+
+
+def flip(a, axis=None):
+    """Reverse the order of elements along ``axis`` (all axes when None)."""
+    a = as_tensor(a)
+    axes = normalize_axes(a, axis)
+    return a[tuple(slice(None, None, -1) if d in axes else slice(None)
+                   for d in range(a.ndim))]
+
+
+def split(a, indices_or_sections, axis=0):
+    """A list of sub-tensors, as numpy.split."""
+    a = as_tensor(a)
+    axis = normalize_axis_tuple(axis, a.ndim)[0]
+    n = a.shape[axis]
+    if isinstance(indices_or_sections, (int, np.integer)):
+        if n % indices_or_sections:
+            raise ValueError("array split does not result in an equal division")
+        step = n // indices_or_sections
+        bounds = list(range(0, n + 1, step)) if step else [0] * (indices_or_sections + 1)
+    else:
+        bounds = [0] + [int(i) for i in indices_or_sections] + [n]
+    lead = (slice(None),) * axis
+    return [a[lead + (slice(lo, hi),)] for lo, hi in zip(bounds[:-1], bounds[1:])]
+
+
+def roll(a, shift, axis=None):
+    """Shift elements along ``axis`` cyclically (on the flattened tensor when None)."""
+    a = as_tensor(a)
+    if axis is None:
+        return reshape(roll(ravel(a), shift, 0), a.shape)
+    shifts = (shift,) if isinstance(shift, (int, np.integer)) else tuple(shift)
+    axes = normalize_axis_tuple(axis, a.ndim, allow_duplicate=True)
+    for s, d in zip(np.broadcast_to(shifts, len(axes)), axes):
+        k = int(s) % a.shape[d] if a.shape[d] else 0
+        if k:
+            lead = (slice(None),) * d
+            a = concatenate([a[lead + (slice(-k, None),)], a[lead + (slice(None, -k),)]],
+                            axis=d)
+    return a
+
+
+def tile(a, reps):
+    """Repeat the whole tensor ``reps`` times per axis (one broadcast and a reshape)."""
+    a = as_tensor(a)
+    reps = (reps,) if isinstance(reps, (int, np.integer)) else tuple(reps)
+    nd = max(a.ndim, len(reps))
+    shape = (1,) * (nd - a.ndim) + a.shape
+    reps = (1,) * (nd - len(reps)) + reps
+    interleaved = tuple(x for n in shape for x in (1, n))
+    target = tuple(x for r, n in zip(reps, shape) for x in (r, n))
+    return reshape(broadcast_to(reshape(a, interleaved), target),
+                   tuple(r * n for r, n in zip(reps, shape)))
+
+
+def repeat(a, repeats, axis=None):
+    """Repeat each element ``repeats`` times along ``axis`` (flattened when None)."""
+    a = as_tensor(a)
+    if not isinstance(repeats, (int, np.integer)):
+        raise TypeError("autotape's repeat takes an int number of repeats")
+    if axis is None:
+        a, axis = ravel(a), 0
+    d = normalize_axis_tuple(axis, a.ndim)[0]
+    widened = reshape(a, a.shape[:d + 1] + (1,) + a.shape[d + 1:])
+    target = a.shape[:d + 1] + (int(repeats),) + a.shape[d + 1:]
+    return reshape(broadcast_to(widened, target),
+                   a.shape[:d] + (a.shape[d] * int(repeats),) + a.shape[d + 1:])
+
+
+def pad(a, pad_width, mode="constant", constant_values=0):
+    """Pad with a constant (numpy's pad_width forms); index assignment into a filled
+    tensor, so the gradient of the padding is zero."""
+    if mode != "constant" or np.ndim(constant_values) != 0:
+        raise ValueError("autotape's pad supports mode='constant' with one constant value")
+    a = as_tensor(a)
+    widths = np.broadcast_to(np.asarray(pad_width, dtype=np.int64), (a.ndim, 2))
+    out = full(tuple(int(n + lo + hi) for n, (lo, hi) in zip(a.shape, widths)),
+               constant_values, dtype=a.dtype)
+    out[tuple(slice(int(lo), int(lo) + n) for n, (lo, _) in zip(a.shape, widths))] = a
+    return out
+
+
+def triu(m, k=0):
+    """Upper triangle of the last two axes (below the k-th diagonal set to 0)."""
+    m = as_tensor(m)
+    return where(np.triu(np.ones(m.shape[-2:], bool), k), m, 0.0)
+
+
+def tril(m, k=0):
+    """Lower triangle of the last two axes (above the k-th diagonal set to 0)."""
+    m = as_tensor(m)
+    return where(np.tril(np.ones(m.shape[-2:], bool), k), m, 0.0)
+
+
+def _index_array(indices):
+    return np.asarray(array_of(indices) if isinstance(indices, Tensor) else indices)
+
+
+def take(a, indices, axis=None):
+    """Elements at ``indices`` along ``axis`` (of the flattened tensor when None); the
+    gradient of a repeated index accumulates."""
+    a = as_tensor(a)
+    return take_flat(a, np.take(np.arange(a.size).reshape(a.shape), _index_array(indices),
+                                axis=axis))
+
+
+def take_along_axis(arr, indices, axis):
+    """numpy.take_along_axis: ``indices`` picks along ``axis`` position by position."""
+    arr = as_tensor(arr)
+    return take_flat(arr, np.take_along_axis(np.arange(arr.size).reshape(arr.shape),
+                                             _index_array(indices), axis))

@@ -1,0 +1,131 @@
+"""Statistics and norms composed of table ops, written so that values are stable: shifts
+by a constant maximum, means subtracted before squaring. They have no derivative rules
+of their own: the chain rule through the ops they use gives them."""
+import builtins
+
+import numpy as np
+from numpy.lib.array_utils import normalize_axis_tuple
+
+from ..guards import observe
+from ..ops.elementwise import abs, exp, log, sqrt, where
+from ..ops.indexing import as_tensor, reshape
+from ..ops.reduce import amax, amin, mean, normalize_axes, sum
+from ..tensor import canonical, new_leaf
+
+__all__ = ["logsumexp", "softmax", "log_softmax", "var", "std", "average", "argmax", "argmin", "norm"]
+
+
+def _shift(x, axes):
+    """The maximum over axes (kept), as a constant; 0 where it is not finite."""
+    def shift(v):
+        m = np.max(v, axis=axes, keepdims=True) if v.size else np.zeros(())
+        return np.where(np.isfinite(m), m, 0.0)
+    return observe(shift, x)
+
+
+def logsumexp(x, axis=None, keepdims=False):
+    """log(sum(exp(x))) over ``axis``, without overflow. Its gradient is softmax(x).
+
+    >>> at.logsumexp(at.tensor([1000.0, 1000.0])).item()
+    1000.6931471805599
+    """
+    x = as_tensor(x)
+    axes = normalize_axes(x, axis)
+    m = _shift(x, axes)
+    out = log(sum(exp(x - m), axis=axes, keepdims=True)) + m
+    return out if keepdims else reshape(out, tuple(n for d, n in enumerate(out.shape)
+                                                   if d not in axes))
+
+
+def softmax(x, axis=None):
+    """exp(x) / sum(exp(x)) over ``axis`` (all axes when None, as scipy), stable."""
+    x = as_tensor(x)
+    axes = normalize_axes(x, axis)
+    e = exp(x - _shift(x, axes))
+    return e / sum(e, axis=axes, keepdims=True)
+
+
+def log_softmax(x, axis=None):
+    """log(softmax(x)) over ``axis``, computed as x - logsumexp(x) (stable)."""
+    return as_tensor(x) - logsumexp(x, axis=axis, keepdims=True)
+
+
+def var(x, axis=None, ddof=0, keepdims=False):
+    """Variance over ``axis`` with numpy's default ddof=0 (torch's var is ddof=1)."""
+    x = as_tensor(x)
+    axes = normalize_axes(x, axis)
+    n = int(np.prod([x.shape[d] for d in axes], dtype=np.int64))
+    d = x - mean(x, axis=axes, keepdims=True)
+    return sum(d * d, axis=axes, keepdims=keepdims) / builtins.max(n - ddof, 0)
+
+
+def std(x, axis=None, ddof=0, keepdims=False):
+    """Standard deviation, sqrt(var); the gradient is nan where it is 0, as in torch."""
+    return sqrt(var(x, axis=axis, ddof=ddof, keepdims=keepdims))
+
+
+def average(a, axis=None, weights=None, keepdims=False):
+    """Weighted mean, numpy's rules (1-D weights along an axis of an n-D array)."""
+    a = as_tensor(a)
+    if weights is None:
+        return mean(a, axis=axis, keepdims=keepdims)
+    w = as_tensor(weights)
+    if w.ndim == 1 and a.ndim > 1 and axis is not None and not isinstance(axis, tuple):
+        shape = [1] * a.ndim
+        shape[normalize_axis_tuple(axis, a.ndim)[0]] = w.shape[0]
+        w = reshape(w, tuple(shape))
+    return sum(a * w, axis=axis, keepdims=keepdims) / sum(w * np.ones(a.shape), axis=axis,
+                                                        keepdims=keepdims)
+
+
+def argmax(a, axis=None, keepdims=False):
+    """Index of the largest element (an integer tensor: no gradient)."""
+    return new_leaf(*canonical(observe(lambda v: np.argmax(v, axis=axis, keepdims=keepdims),
+                                      as_tensor(a))))
+
+
+def argmin(a, axis=None, keepdims=False):
+    """Index of the smallest element (an integer tensor: no gradient)."""
+    return new_leaf(*canonical(observe(lambda v: np.argmin(v, axis=axis, keepdims=keepdims),
+                                      as_tensor(a))))
+
+
+def _safe_sqrt(s):
+    """sqrt(s), with gradient 0 (not nan) where s == 0: the norm of a zero vector."""
+    positive = observe(lambda v: v > 0, as_tensor(s))
+    return where(positive, sqrt(where(positive, s, 1.0)), 0.0)
+
+
+def norm(x, ord=None, axis=None, keepdims=False):
+    """numpy.linalg.norm: vectors (ord None/2, 1, inf, -inf, 0 < p) and matrices
+    ('fro', 1, inf, -1, -inf). The gradient at a zero vector is 0 (torch's rule)."""
+    x = as_tensor(x)
+    if axis is None and ord is None:
+        return _safe_sqrt(sum(x * x, keepdims=keepdims))
+    axes = normalize_axes(x, axis) if axis is not None else tuple(range(x.ndim))
+    if len(axes) == 1:
+        if ord is None or ord == 2:
+            return _safe_sqrt(sum(x * x, axis=axes, keepdims=keepdims))
+        if ord == np.inf:
+            return amax(abs(x), axis=axes, keepdims=keepdims)
+        if ord == -np.inf:
+            return amin(abs(x), axis=axes, keepdims=keepdims)
+        if ord == 1:
+            return sum(abs(x), axis=axes, keepdims=keepdims)
+        if isinstance(ord, (int, float)) and ord > 0:
+            return sum(abs(x) ** ord, axis=axes, keepdims=keepdims) ** (1.0 / ord)
+        raise ValueError(f"autotape's norm does not support ord={ord!r} for vectors")
+    if len(axes) == 2:
+        rows, cols = axes
+        if ord is None or ord == "fro":
+            return _safe_sqrt(sum(x * x, axis=axes, keepdims=keepdims))
+        if ord in (1, -1, np.inf, -np.inf):
+            summed, other = (rows, cols) if ord in (1, -1) else (cols, rows)
+            s = sum(abs(x), axis=summed, keepdims=True)
+            pick = amax if ord > 0 else amin
+            out = pick(s, axis=other, keepdims=True)
+            return out if keepdims else reshape(out, tuple(
+                n for d, n in enumerate(out.shape) if d not in axes))
+        raise ValueError(f"autotape's norm does not support ord={ord!r} for matrices "
+                         "(the spectral and nuclear norms need an SVD)")
+    raise ValueError("Improper number of dimensions to norm.")

@@ -1,0 +1,247 @@
+"""Indexing ops, Python tier: reshape, strided views (basic indexing, transpose,
+broadcast_to), gathers and scatter-adds by an index array, and concatenation, with
+their recorders and create_graph rules. The compiled tier is kernels/indexing.py.
+
+A strided view is described by an offset and one stride per output axis, in elements
+of the operand's flat C-order data; its VJP scatter-adds the gradient back along the
+same pattern. Concatenation places each operand in a band of columns of the output
+viewed as (outer, width). Lists that hold Tensors are stacked on the tape wherever a
+Tensor is expected (``as_tensor``), so ``np.mean([x, 1.0])`` keeps x's gradient.
+"""
+import math
+import numbers
+
+import numpy as np
+from numpy.lib.array_utils import normalize_axis_index, normalize_axis_tuple
+
+from ..guards import observe
+from ..opcodes import CONCAT, PUT_ADD, RESHAPE, SCATTER, SETITEM, STRIDED, TAKE
+from ..tape_format import (concat_params, concat_part, concat_dims, setitem_region,
+                           setitem_view, view_offset, view_params, view_strides)
+from ..tensor import F64, Tensor, array_of, canonical, holds_tensor, new_leaf, tensor_from
+from .recording import record, record_listed, recording
+
+
+# ---- index maps -----------------------------------------------------------------------------
+
+def c_strides(shape, itemsize):
+    """The strides of a C-contiguous array of ``shape``."""
+    strides, s = [], itemsize
+    for d in reversed(shape):
+        strides.append(s)
+        s *= max(d, 1)
+    return tuple(reversed(strides))
+
+
+def view_pattern(shape, index):
+    """(shape, offset, strides in elements) of ``x[index]`` for a C-contiguous ``x`` of
+    ``shape``. Computed by indexing a zero-size-backed array of the same shape and
+    strides, so no data is touched."""
+    base = np.lib.stride_tricks.as_strided(np.zeros(1, np.int8), shape,
+                                           c_strides(shape, 1), writeable=False)
+    view = base[index]
+    offset = view.__array_interface__["data"][0] - base.__array_interface__["data"][0]
+    return view.shape, offset, view.strides
+
+
+def index_map(base_size, shape, offset, strides):
+    """numpy: the flat index into the base of every element of a strided view."""
+    base = np.arange(max(base_size, 1), dtype=np.int64)
+    return np.lib.stride_tricks.as_strided(base[offset:], shape, [s * 8 for s in strides],
+                                           writeable=False)
+
+
+def transpose_pattern(shape, axes):
+    c = c_strides(shape, 1)
+    return tuple(shape[a] for a in axes), 0, tuple(c[a] for a in axes)
+
+
+def broadcast_pattern(shape, target):
+    c = c_strides(shape, 1)
+    lead = len(target) - len(shape)
+    strides = [0] * lead + [0 if shape[d] == 1 else c[d] for d in range(len(shape))]
+    return tuple(target), 0, tuple(strides)
+
+
+# ---- recorders ------------------------------------------------------------------------------
+
+def as_tensor(data):
+    """``data`` unchanged if it is a Tensor; nested lists that hold Tensors stacked on
+    the tape; else a constant tensor."""
+    if type(data) is Tensor:
+        return data
+    if type(data) in (list, tuple) and holds_tensor(data):
+        return stack([as_tensor(item) for item in data])
+    return tensor_from(data)
+
+
+def reshape(x, shape):
+    """The same elements in a new shape (C order); one dimension may be -1."""
+    x = as_tensor(x)
+    if isinstance(shape, (numbers.Integral, Tensor)):
+        shape = (shape,)
+    return record(RESHAPE, array_of(x).reshape(tuple(int(d) for d in shape)), x)
+
+
+def astype(x, dtype):
+    """x converted to ``dtype`` (numpy's casting). Between float dtypes the gradient
+    passes through unchanged (recorded as a reshape: same elements, new dtype); a cast
+    to an integer or bool dtype ends the graph."""
+    x = as_tensor(x)
+    dtype = np.dtype(dtype)
+    if dtype.kind != "f":                      # leaves the graph: a decision
+        return new_leaf(*canonical(observe(lambda v: v.astype(dtype), x)))
+    return record(RESHAPE, array_of(x).astype(dtype), x)
+
+
+def gather(x, pattern):
+    """x's elements at a strided pattern (shape, offset, strides in elements of x's flat
+    C-order data). Basic indexing, transpose and broadcast_to are such gathers."""
+    x = as_tensor(x)
+    shape, offset, strides = pattern
+    z = array_of(x).reshape(-1)[index_map(x.size, shape, offset, strides)]
+    return record(STRIDED, z, x, params=view_params(offset, strides))
+
+
+def scatter(x, pattern, base_shape):
+    """The transpose of gather: zeros of ``base_shape`` with x's elements added at the
+    pattern (x has the pattern's shape; repeated positions accumulate)."""
+    x = as_tensor(x)
+    shape, offset, strides = pattern
+    n = math.prod(base_shape)
+    idx = index_map(n, shape, offset, strides).reshape(-1)
+    z = np.bincount(idx, weights=np.asarray(array_of(x), F64).reshape(-1), minlength=n)
+    return record(SCATTER, z.reshape(base_shape).astype(x._dtype), x,
+                  params=view_params(offset, strides))
+
+
+def take_flat(x, flat_index):
+    """x's elements at ``flat_index`` (an int array of any shape, into x's flat C-order
+    data): the gather behind advanced indexing, take and take_along_axis."""
+    x = as_tensor(x)
+    idx = np.asarray(flat_index, np.int64)
+    return record(TAKE, array_of(x).reshape(-1)[idx], x, idx.astype(F64))
+
+
+def put_add(x, flat_index, base_shape):
+    """The transpose of take_flat: zeros of ``base_shape`` with x added at ``flat_index``
+    (x has the index's shape; repeated indices accumulate)."""
+    x = as_tensor(x)
+    idx = np.asarray(flat_index, np.int64).reshape(-1)
+    values = np.asarray(array_of(x), F64).reshape(-1)
+    z = np.bincount(idx, weights=values, minlength=math.prod(base_shape))
+    return record(PUT_ADD, z.reshape(base_shape).astype(x._dtype), x, idx.astype(F64))
+
+
+def transpose(x, axes=None):
+    """Permute the axes (reversed when ``axes`` is None)."""
+    x = as_tensor(x)
+    axes = tuple(reversed(range(x.ndim))) if axes is None else normalize_axis_tuple(
+        axes, x.ndim)
+    if len(axes) != x.ndim:
+        raise ValueError("axes don't match array")
+    view = np.transpose(array_of(x), axes)
+    if recording(x):
+        return strided(x, view, transpose_pattern(x._shape, axes))
+    return from_view(x, view)
+
+
+def broadcast_to(x, shape):
+    """``x`` repeated along new or size-1 axes to ``shape`` (numpy rules)."""
+    x = as_tensor(x)
+    shape = (int(shape),) if isinstance(shape, numbers.Integral) else tuple(shape)
+    view = np.broadcast_to(array_of(x), shape)
+    if recording(x):
+        return strided(x, view, broadcast_pattern(x._shape, shape))
+    return from_view(x, view)
+
+
+def strided(x, view, pattern):
+    """Record ``view``, numpy's strided view of x, as a gather by ``pattern``."""
+    _, offset, strides = pattern
+    return record(STRIDED, view, x, params=view_params(offset, strides))
+
+
+def from_view(x, view):
+    """An unrecorded view of ``x``: shares memory, read-only if x requires grad."""
+    if x.requires_grad and isinstance(view, np.ndarray):
+        view = view.view()
+        view.flags.writeable = False
+    if view.shape == () and x._dtype.kind == "f":
+        return new_leaf(float(view), (), x._dtype)
+    return new_leaf(view if view.flags.c_contiguous else np.ascontiguousarray(view),
+                    view.shape, x._dtype)
+
+
+def _join(tensors, axis, new_axis):
+    ts = [as_tensor(t) for t in tensors]
+    if not ts:
+        raise ValueError("need at least one array to " + ("stack" if new_axis else
+                                                           "concatenate"))
+    values = [array_of(t) for t in ts]
+    z = np.stack(values, axis=axis) if new_axis else np.concatenate(values, axis=axis)
+    axis = normalize_axis_index(axis, z.ndim)
+    bands = [math.prod(t._shape[axis:]) for t in ts]
+    columns = np.cumsum([0] + bands[:-1]).tolist()
+    outer, width = math.prod(z.shape[:axis]), math.prod(z.shape[axis:])
+    return record_listed(CONCAT, z, ts, lambda rows: concat_params(
+        outer, width, list(zip(rows, columns, bands))))
+
+
+def stack(tensors, axis=0):
+    """Join same-shaped tensors along a new axis."""
+    return _join(tensors, axis, True)
+
+
+def concatenate(tensors, axis=0):
+    """Join tensors along an existing axis."""
+    return _join(tensors, axis, False)
+
+
+# ---- the derivatives written with autotape ops, for create_graph=True ------------------------
+# (at, g, r, k) -> the gradient of operand k; see ops/elementwise.py.
+
+def _own_view(r):
+    """STRIDED: (output shape, offset, strides) into the operand."""
+    return r.shape, view_offset(r.params, 0), tuple(view_strides(r.params, 0, len(r.shape)))
+
+
+def _scatter_view(r):
+    """SCATTER: (operand shape, offset, strides) into the output."""
+    nd = len(r.x.shape)
+    return r.x.shape, view_offset(r.params, 0), tuple(view_strides(r.params, 0, nd))
+
+
+def _region(r):
+    """SETITEM: (region shape, offset, strides) into the base."""
+    offset, strides = setitem_view(r.params, 0)
+    return tuple(setitem_region(r.params, 0)), offset, tuple(strides)
+
+
+def _outside_region(r):
+    keep = np.ones(math.prod(r.shape))
+    keep[index_map(keep.size, *_region(r)).reshape(-1)] = 0.0
+    return keep.reshape(r.shape)
+
+
+def _flat_index(r):
+    """TAKE / PUT_ADD: the index operand as ints."""
+    return r.y.numpy().astype(np.int64)
+
+
+def _band(at, g, r, k):
+    outer, width, _ = concat_dims(r.params, 0)
+    _, col, band = concat_part(r.params, 0, k)
+    return at.gather(g, ((outer, band), col, (width, 1))).reshape(r.value(k).shape)
+
+
+graph_vjps = {
+    RESHAPE: lambda at, g, r, k: g.reshape(r.x.shape),
+    STRIDED: lambda at, g, r, k: at.scatter(g, _own_view(r), r.x.shape),
+    SCATTER: lambda at, g, r, k: at.gather(g, _scatter_view(r)),
+    SETITEM: lambda at, g, r, k: (g * _outside_region(r) if k == 0
+                                  else at.gather(g, _region(r))),
+    CONCAT: _band,
+    TAKE: lambda at, g, r, k: at.put_add(g, _flat_index(r), r.x.shape),
+    PUT_ADD: lambda at, g, r, k: at.take_flat(g, _flat_index(r)),
+}

@@ -1,0 +1,109 @@
+"""What every op family's recorders share: which tape an op goes to, the row that holds
+an operand there, and ``record``, which turns a value the caller computed with numpy
+into a Tensor and, when grad mode is on and an operand requires grad, writes its row.
+
+Each family's module (elementwise, reduce, indexing, linalg) computes its values with
+Python floats (0-d) or numpy and records through these. The 0-d elementwise paths are
+the hot path of scalar code and are written for speed; the rest favour clarity.
+"""
+import weakref
+
+import numpy as np
+
+from ..grad_mode import GradMode
+from ..tape import open_tape
+from ..tape_format import NO_ROW
+from ..tensor import (F32, F64, Tensor, canonical, new_leaf, new_result, round_f32,
+                      tape_value)
+
+
+def row_of(t, tape):
+    """The row that holds operand ``t`` on ``tape`` (adding one if needed): a Tensor, a
+    Python number or a numpy array (both constants)."""
+    if type(t) is not Tensor:
+        if type(t) is np.ndarray:
+            return tape.const(snapshot(t), t.shape)
+        return tape.const(float(t), ())
+    if t._tape is tape:
+        return t._row
+    if t._tape is None:
+        if not t._requires_grad:
+            v = t._value
+            return tape.const(v if type(v) is float else snapshot(v), t._shape)
+        cache = t._cache
+        if cache is not None and cache[0]() is tape:
+            return cache[1]
+        row = tape.leaf(t, tape_value(t._value))
+        t._cache = (weakref.ref(tape), row)
+        return row
+    return tape.import_row(t, tape_value(t._value))
+
+
+def snapshot(v):
+    """A constant's array as a tape keeps it. An array the tensor owns is frozen rather
+    than copied: later in-place updates of the tensor then copy first (see
+    tensor_methods.py), so the tape's value never changes. A view is copied, since its
+    base may still be written."""
+    if v.flags.owndata and v.dtype == F64 and v.flags.c_contiguous:
+        v.flags.writeable = False
+        return v.reshape(-1)
+    return np.array(v, F64).reshape(-1)
+
+
+def tape_for(*operands):
+    """The open tape of a non-leaf operand, else the current open tape."""
+    for t in operands:
+        if type(t) is Tensor and t._tape is not None and t._tape.open:
+            return t._tape
+    return open_tape()
+
+
+def recording(*operands):
+    """Whether an op on these operands is recorded: grad mode is on and one of them
+    requires grad."""
+    if not GradMode.enabled:
+        return False
+    for t in operands:
+        if type(t) is Tensor and (t._tape is not None or t._requires_grad):
+            return True
+    return False
+
+
+def record(code, value, x, y=None, params=None):
+    """``value`` (the op's result, as numpy computed it) as a Tensor; recorded as one
+    row with opcode ``code`` and operands x (and y) when it is a float and
+    ``recording(x, y)``. Operands are Tensors, numbers or arrays. ``params``: the row's
+    int parameters (a tape_format layout), or a function ``tape -> params`` for
+    parameters that name rows made on the tape (a saved value, a condition)."""
+    z, shape, dtype = canonical(value)
+    if dtype.kind != "f" or not recording(x, y):
+        return new_leaf(z, shape, dtype)
+    tape = tape_for(x, y)
+    a = row_of(x, tape)
+    b = NO_ROW if y is None else row_of(y, tape)
+    if params is not None and callable(params):
+        params = params(tape)
+    row = tape.push(code, a, b, shape, tape.add_params(params) if params else NO_ROW,
+                    tape_value(z))
+    return new_result(z, shape, dtype, tape, row)
+
+
+def record_listed(code, value, operands, params_of_rows):
+    """``record`` for an op whose operands are listed in its parameters (CONCAT: any
+    number of them): ``params_of_rows(operand rows)`` gives the parameters."""
+    z, shape, dtype = canonical(value)
+    if dtype.kind != "f" or not recording(*operands):
+        return new_leaf(z, shape, dtype)
+    tape = tape_for(*operands)
+    params = params_of_rows([row_of(t, tape) for t in operands])
+    row = tape.push(code, NO_ROW, NO_ROW, shape, tape.add_params(params), tape_value(z))
+    return new_result(z, shape, dtype, tape, row)
+
+
+def cast_result(t, dtype):
+    """t's value cast to ``dtype``, in t's place on the graph."""
+    v = t._value
+    v = (round_f32(v) if dtype == F32 else float(v)) if type(v) is float else v.astype(dtype)
+    if t._tape is None:
+        return new_leaf(v, t._shape, dtype)
+    return new_result(v, t._shape, dtype, t._tape, t._row)

@@ -1,0 +1,179 @@
+"""Tensor's operators, methods, numpy protocols and ``backward``, attached here, above the
+op families and the engine that implement them (as HIPS autograd's numpy_boxes does):
+tensor.py is the data and imports nothing above it.
+
+Importing this module attaches them; the package's ``__init__`` does.
+"""
+import numpy as np
+
+from .engine import backward
+from .errstate import ignore_fp_errors
+from .functions import products, shaping, statistics
+from .grad_mode import GradMode
+from .numpy_dispatch import array_function, array_ufunc
+from .opcodes import (ADD, CHOLESKY, CONCAT, CUMPROD, CUMSUM, DIV, EIGH, INV, MATMUL, MAX,
+                      MEAN, MIN, MUL, PROD, PUT_ADD, RESHAPE, SCATTER, SETITEM, SLOGDET, SOLVE,
+                      STRIDED, SUB, SUM, TAKE, WHERE)
+from .ops import elementwise, indexing, reduce
+from .ops.linalg import matmul
+from .ops.recording import cast_result
+from .ops.subscript import getitem, setitem
+from .tensor import (LEAF_INPLACE_MSG, NONLEAF_NO_GRAD_INPLACE_MSG, Tensor, array_of,
+                     new_leaf)
+
+
+class GradFn:
+    """What made a non-leaf tensor (torch-style ``grad_fn``)."""
+    __slots__ = ("_name",)
+
+    def __init__(self, name):
+        self._name = name
+
+    def name(self):
+        return self._name
+
+    def __repr__(self):
+        return f"<{self._name}>"
+
+
+GRAD_FN_NAMES = {op.code: op.name.capitalize() + "Backward" for op in
+                 list(elementwise.unary_ops.values()) + list(elementwise.binary_ops.values())}
+GRAD_FN_NAMES.update({
+    TAKE: "IndexBackward", PUT_ADD: "IndexPutBackward", WHERE: "WhereBackward",
+    SUM: "SumBackward", MEAN: "MeanBackward", MAX: "MaxBackward", MIN: "MinBackward",
+    SCATTER: "ScatterBackward", PROD: "ProdBackward", CUMSUM: "CumsumBackward",
+    CUMPROD: "CumprodBackward", RESHAPE: "ReshapeBackward", STRIDED: "ViewBackward",
+    SETITEM: "CopySlices", CONCAT: "CatBackward", MATMUL: "MatmulBackward",
+    INV: "LinalgInvBackward", SOLVE: "LinalgSolveBackward",
+    SLOGDET: "LinalgSlogdetBackward", CHOLESKY: "LinalgCholeskyBackward",
+    EIGH: "LinalgEighBackward"})
+
+
+def grad_fn(self):
+    """None for a leaf; for a result, the name of the op that made it."""
+    if self._tape is None:
+        return None
+    op = self._tape.opcode(self._row)
+    return GradFn(GRAD_FN_NAMES.get(op, str(op)))
+
+
+def tensor_backward(self, gradient=None, retain_graph=None, create_graph=False, inputs=None):
+    """Accumulate d(self)/d(leaf) into ``.grad`` of the leaves (see at.backward)."""
+    backward(self, gradient, retain_graph, create_graph, inputs)
+
+
+def inplace(self, op, other):
+    """``self op= other`` (``+=`` and its peers): in place on a plain array; otherwise
+    self takes the recorded result's value and place in the graph."""
+    if self._tape is None and self._requires_grad and GradMode.enabled:
+        raise RuntimeError(LEAF_INPLACE_MSG)
+    other_requires = type(other) is Tensor and other.requires_grad
+    if not self.requires_grad and not (other_requires and GradMode.enabled) \
+            and type(self._value) is np.ndarray and self._value.flags.writeable:
+        other_value = array_of(other) if type(other) is Tensor else other
+        with ignore_fp_errors():
+            op.array(self._value, other_value, out=self._value)
+        return self
+    if self._tape is not None and not GradMode.enabled:
+        raise RuntimeError(NONLEAF_NO_GRAD_INPLACE_MSG)
+    result = elementwise.binary(op, self, other)
+    if result._shape != self._shape:
+        raise ValueError(f"non-broadcastable output operand with shape {self._shape} "
+                         f"doesn't match the broadcast shape {result._shape}")
+    if result._dtype != self._dtype:
+        if not np.can_cast(result._dtype, self._dtype, "same_kind"):
+            raise TypeError(f"Cannot cast ufunc '{op.name}' output from dtype "
+                            f"'{result._dtype}' to dtype('{self._dtype}') with "
+                            "casting rule 'same_kind'")
+        result = cast_result(result, self._dtype)
+    self._become(result)
+    return self
+
+
+def zero_(self):
+    """Fill with zeros in place; returns self."""
+    if self._tape is None and self._requires_grad and GradMode.enabled:
+        raise RuntimeError(LEAF_INPLACE_MSG)
+    self[...] = 0
+    return self
+
+
+def copy(self):
+    """A copy; recorded (its gradient passes through) when self requires grad."""
+    if self.requires_grad:
+        return indexing.astype(self, self._dtype)
+    v = self._value
+    return new_leaf(v if type(v) is float else v.copy(), self._shape, self._dtype)
+
+
+def reshape(self, *shape):
+    """``reshape(3, 4)`` or ``reshape((3, 4))``; -1 infers one dimension."""
+    return indexing.reshape(self, shape[0] if len(shape) == 1 else shape)
+
+
+def transpose(self, *axes):
+    """Permute the axes; no argument reverses them (numpy's rule)."""
+    return indexing.transpose(self, axes[0] if len(axes) == 1 else (axes or None))
+
+
+def clip(self, a_min=None, a_max=None):
+    """Limit to [a_min, a_max]; see at.clip."""
+    return elementwise.clip(self, a_min, a_max)
+
+
+def conj(self):
+    """Real tensors are their own conjugate."""
+    return self
+
+
+def _compare(np_fn):
+    return lambda self, other: elementwise.compare(np_fn, self, other)
+
+
+_binary_ops = elementwise.binary_ops
+METHODS = {
+    # numpy's protocols: np.sin(t), ndarray * t, np.sum(t) record (numpy_dispatch.py)
+    "__array_ufunc__": lambda self, ufunc, method, *inputs, **kwargs: array_ufunc(
+        ufunc, method, inputs, kwargs),
+    "__array_function__": lambda self, func, types, args, kwargs: array_function(
+        func, args, kwargs),
+    "grad_fn": property(grad_fn),
+    "backward": tensor_backward,
+    # operators
+    "__add__": elementwise.add, "__sub__": elementwise.subtract,
+    "__mul__": elementwise.multiply, "__truediv__": elementwise.divide,
+    "__pow__": elementwise.power, "__mod__": elementwise.mod,
+    "__radd__": lambda self, other: elementwise.add(other, self),
+    "__rsub__": lambda self, other: elementwise.subtract(other, self),
+    "__rmul__": lambda self, other: elementwise.multiply(other, self),
+    "__rtruediv__": lambda self, other: elementwise.divide(other, self),
+    "__rpow__": lambda self, other: elementwise.power(other, self),
+    "__rmod__": lambda self, other: elementwise.mod(other, self),
+    "__matmul__": matmul, "__rmatmul__": lambda self, other: matmul(other, self),
+    "__neg__": elementwise.negative, "__abs__": elementwise.abs,
+    "__pos__": lambda self: self,
+    "__iadd__": lambda self, other: inplace(self, _binary_ops[ADD], other),
+    "__isub__": lambda self, other: inplace(self, _binary_ops[SUB], other),
+    "__imul__": lambda self, other: inplace(self, _binary_ops[MUL], other),
+    "__itruediv__": lambda self, other: inplace(self, _binary_ops[DIV], other),
+    "__lt__": _compare(np.less), "__le__": _compare(np.less_equal),
+    "__gt__": _compare(np.greater), "__ge__": _compare(np.greater_equal),
+    "__eq__": _compare(np.equal), "__ne__": _compare(np.not_equal),
+    "__getitem__": getitem, "__setitem__": setitem,
+    # methods
+    "sum": reduce.sum, "mean": reduce.mean, "max": reduce.max, "min": reduce.min,
+    "prod": reduce.prod, "cumsum": reduce.cumsum, "cumprod": reduce.cumprod,
+    "var": statistics.var, "std": statistics.std, "argmax": statistics.argmax,
+    "argmin": statistics.argmin, "diagonal": shaping.diagonal, "trace": shaping.trace,
+    "clip": clip,
+    "ravel": shaping.ravel, "flatten": shaping.ravel, "squeeze": shaping.squeeze,
+    "swapaxes": shaping.swapaxes, "dot": products.dot, "take": shaping.take,
+    "repeat": shaping.repeat, "copy": copy, "conj": conj, "conjugate": conj, "zero_": zero_,
+    "reshape": reshape, "astype": indexing.astype, "transpose": transpose,
+    # every elementwise op of the table: x.log1p(), x.arctan2(y), ...
+    **{op.name: elementwise.unary_functions[code]
+       for code, op in elementwise.unary_ops.items()},
+}
+METHODS["__hash__"] = object.__hash__          # (defining __eq__ would unset it)
+for _name, _method in METHODS.items():
+    setattr(Tensor, _name, _method)
