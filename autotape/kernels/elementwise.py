@@ -28,9 +28,36 @@ LN2, LN10 = math.log(2.0), math.log(10.0)
 TWO_OVER_SQRT_PI = 2.0 / math.sqrt(math.pi)
 
 
-# ---- values: z = f(x) or z = f(x, y), one element ------------------------------------
-# The same functions as the scalar / numpy forwards above, as compiled code (results
-# agree with numpy to a few ulp; numpy's own SIMD exp or log may round differently).
+# ---- the tables: each op's value and its partial derivatives, z = f(x) or f(x, y) ----------
+# Each value table is followed by its partial tables, in the same order of ops. The
+# arithmetic ops are kept in small functions that the compiler inlines into the kernels'
+# element loops; the rest of each table follows in a second function.
+
+@register_jitable
+def power(x, p):
+    """x ** p; by repeated squaring when p is a small integer (libm pow costs ~40 ns)."""
+    if p == math.floor(p) and abs(p) <= 64:
+        n = int(abs(p))
+        r = 1.0
+        while n:
+            if n & 1:
+                r *= x
+            x *= x
+            n >>= 1
+        return 1.0 / r if p < 0 else r
+    return x ** p
+
+
+@register_jitable
+def _round_half_even(x):
+    if not abs(x) < 4503599627370496.0:          # 2**52: already an integer (or nan, inf)
+        return x
+    r = math.floor(x)
+    d = x - r
+    if d > 0.5 or (d == 0.5 and r % 2 != 0):
+        r += 1.0
+    return math.copysign(r, x) if r == 0 else r
+
 
 @register_jitable
 def unary_value(op, x):
@@ -48,6 +75,23 @@ def unary_value(op, x):
                              math.exp(x) / (1.0 + math.exp(x))
     if op == RELU:    return x if x > 0 else 0.0
     return _more_unary_value(op, x)
+
+
+@register_jitable
+def unary_partial(op, x, z):
+    """dz/dx."""
+    if op == NEG:     return -1.0
+    if op == ABS:     return 1.0 if x > 0 else (-1.0 if x < 0 else (0.0 if x == 0 else x))
+    if op == EXP:     return z
+    if op == LOG:     return 1.0 / x
+    if op == SQRT:    return 1.0 / (2.0 * z)
+    if op == SIN:     return vmath.cos(x)
+    if op == COS:     return -vmath.sin(x)
+    if op == TAN:     return 1.0 + z * z
+    if op == TANH:    return 1.0 - z * z
+    if op == SIGMOID: return z * (1.0 - z)
+    if op == RELU:    return 1.0 if z > 0 else 0.0
+    return _more_unary_partial(op, x, z)
 
 
 @register_jitable
@@ -78,76 +122,6 @@ def _more_unary_value(op, x):
 
 
 @register_jitable
-def _round_half_even(x):
-    if not abs(x) < 4503599627370496.0:          # 2**52: already an integer (or nan, inf)
-        return x
-    r = math.floor(x)
-    d = x - r
-    if d > 0.5 or (d == 0.5 and r % 2 != 0):
-        r += 1.0
-    return math.copysign(r, x) if r == 0 else r
-
-
-@register_jitable
-def binary_value(op, x, y):
-    """z = f(x, y)."""
-    if op == ADD:     return x + y
-    if op == SUB:     return x - y
-    if op == MUL:     return x * y
-    if op == DIV:     return x / y
-    if op == POW:     return x ** y
-    return _more_binary_value(op, x, y)
-
-
-@register_jitable
-def _more_binary_value(op, x, y):
-    if op == MAXIMUM: return x if (x >= y or x != x) else y
-    if op == MINIMUM: return x if (x <= y or x != x) else y
-    if op == ARCTAN2: return math.atan2(x, y)
-    if op == HYPOT:   return math.hypot(x, y)
-    if op == LOGADDEXP:
-        m = x if x > y else y
-        return m if m == -math.inf else m + math.log1p(math.exp(-abs(x - y)))
-    if op == FMOD:    return np.fmod(x, y)
-    if op == MOD:     return np.remainder(x, y)
-    return math.nan
-
-
-# ---- partial derivatives, in the same order ---------------------------------------------
-
-@register_jitable
-def power(x, p):
-    """x ** p; by repeated squaring when p is a small integer (libm pow costs ~40 ns)."""
-    if p == math.floor(p) and abs(p) <= 64:
-        n = int(abs(p))
-        r = 1.0
-        while n:
-            if n & 1:
-                r *= x
-            x *= x
-            n >>= 1
-        return 1.0 / r if p < 0 else r
-    return x ** p
-
-
-@register_jitable
-def unary_partial(op, x, z):
-    """dz/dx."""
-    if op == NEG:     return -1.0
-    if op == ABS:     return 1.0 if x > 0 else (-1.0 if x < 0 else (0.0 if x == 0 else x))
-    if op == EXP:     return z
-    if op == LOG:     return 1.0 / x
-    if op == SQRT:    return 1.0 / (2.0 * z)
-    if op == SIN:     return vmath.cos(x)
-    if op == COS:     return -vmath.sin(x)
-    if op == TAN:     return 1.0 + z * z
-    if op == TANH:    return 1.0 - z * z
-    if op == SIGMOID: return z * (1.0 - z)
-    if op == RELU:    return 1.0 if z > 0 else 0.0
-    return _more_unary_partial(op, x, z)
-
-
-@register_jitable
 def _more_unary_partial(op, x, z):
     if op == LOG1P:   return 1.0 / (1.0 + x)
     if op == EXPM1:   return z + 1.0
@@ -172,8 +146,16 @@ def _more_unary_partial(op, x, z):
     return math.nan
 
 
-# The arithmetic ops are kept in small functions that the compiler inlines into the
-# sweep's element loops; the rest of the table follows in a second function each.
+@register_jitable
+def binary_value(op, x, y):
+    """z = f(x, y)."""
+    if op == ADD:     return x + y
+    if op == SUB:     return x - y
+    if op == MUL:     return x * y
+    if op == DIV:     return x / y
+    if op == POW:     return x ** y
+    return _more_binary_value(op, x, y)
+
 
 @register_jitable
 def binary_partial_x(op, x, y, z):
@@ -184,6 +166,31 @@ def binary_partial_x(op, x, y, z):
     if op == DIV:     return 1.0 / y
     if op == POW:     return 0.0 if y == 0 else y * power(x, y - 1.0)
     return _more_binary_partial_x(op, x, y, z)
+
+
+@register_jitable
+def binary_partial_y(op, x, y, z):
+    """dz/dy."""
+    if op == ADD:     return 1.0
+    if op == SUB:     return -1.0
+    if op == MUL:     return x
+    if op == DIV:     return -x / (y * y)
+    if op == POW:     return 0.0 if (x == 0 and y >= 0) else z * math.log(x)
+    return _more_binary_partial_y(op, x, y, z)
+
+
+@register_jitable
+def _more_binary_value(op, x, y):
+    if op == MAXIMUM: return x if (x >= y or x != x) else y
+    if op == MINIMUM: return x if (x <= y or x != x) else y
+    if op == ARCTAN2: return math.atan2(x, y)
+    if op == HYPOT:   return math.hypot(x, y)
+    if op == LOGADDEXP:
+        m = x if x > y else y
+        return m if m == -math.inf else m + math.log1p(math.exp(-abs(x - y)))
+    if op == FMOD:    return np.fmod(x, y)
+    if op == MOD:     return np.remainder(x, y)
+    return math.nan
 
 
 @register_jitable
@@ -199,17 +206,6 @@ def _more_binary_partial_x(op, x, y, z):
 
 
 @register_jitable
-def binary_partial_y(op, x, y, z):
-    """dz/dy."""
-    if op == ADD:     return 1.0
-    if op == SUB:     return -1.0
-    if op == MUL:     return x
-    if op == DIV:     return -x / (y * y)
-    if op == POW:     return 0.0 if (x == 0 and y >= 0) else z * math.log(x)
-    return _more_binary_partial_y(op, x, y, z)
-
-
-@register_jitable
 def _more_binary_partial_y(op, x, y, z):
     if op == MAXIMUM: return 0.5 if x == y else (0.0 if y < x else 1.0)
     if op == MINIMUM: return 0.5 if x == y else (0.0 if y > x else 1.0)
@@ -220,6 +216,8 @@ def _more_binary_partial_y(op, x, y, z):
     if op == MOD:     return -math.floor(x / y)
     return math.nan
 
+
+# ---- forward kernels: the compiled replay of a row ------------------------------------------
 
 @register_jitable
 def elementwise_forward(ctx, i):

@@ -26,7 +26,7 @@ from ..opcodes import (ABS, ADD, ARCCOS, ARCCOSH, ARCSIN, ARCSINH, ARCTAN, ARCTA
                        CEIL, COS, COSH, DIV, ERF, EXP, EXP2, EXPM1, FLOOR, FMOD, HYPOT, LOG,
                        LOG1P, LOG2, LOG10, LOGADDEXP, MAXIMUM, MINIMUM, MOD, MUL, NEG, POW,
                        RECIPROCAL, RELU, ROUND, SIGMOID, SIGN, SIN, SINH, SOFTPLUS, SQRT,
-                       SQUARE, SUB, TAN, TANH, WHERE)
+                       SQUARE, SUB, TAN, TANH, WHERE, opcode_name)
 from ..tape import open_tape
 from ..tape_format import NO_ROW, where_params
 from ..tensor import F32, F64, Tensor, array_of, canonical, new_leaf, round_f32
@@ -468,14 +468,25 @@ def _binary_arrays(op, x, y):
 unary_functions = {code: _unary_function(op) for code, op in unary_ops.items()}
 binary_functions = {code: _binary_function(op) for code, op in binary_ops.items()}
 
-# every op of the table under its numpy name (at.exp, at.arctan2, ...); the test of the
-# op table checks that this list and the table agree. (abs and round shadow the
-# builtins from here on: the forwards above call builtins.abs / builtins.round.)
+def _recorder(code):
+    """The recording function of an op of the table (bound by name below)."""
+    found = unary_functions.get(code) or binary_functions.get(code)
+    if found is None:
+        raise ImportError(f"the elementwise op table has no row for {opcode_name(code)}")
+    return found
+
+
+# every op of the table under its numpy name (at.exp, at.arctan2, ...). (abs and round
+# shadow the builtins from here on: the forwards above call builtins.abs / .round.)
 (negative, abs, exp, log, sqrt, sin, cos, tan, tanh, sigmoid, relu, log1p, expm1, log2,
  log10, exp2, square, reciprocal, sinh, cosh, arcsin, arccos, arctan, arcsinh, arccosh,
- arctanh, softplus, erf, sign, floor, ceil, round) = unary_functions.values()
+ arctanh, softplus, erf, sign, floor, ceil, round) = map(_recorder, (
+    NEG, ABS, EXP, LOG, SQRT, SIN, COS, TAN, TANH, SIGMOID, RELU, LOG1P, EXPM1, LOG2, LOG10,
+    EXP2, SQUARE, RECIPROCAL, SINH, COSH, ARCSIN, ARCCOS, ARCTAN, ARCSINH, ARCCOSH, ARCTANH,
+    SOFTPLUS, ERF, SIGN, FLOOR, CEIL, ROUND))
 (add, subtract, multiply, divide, power, maximum, minimum, arctan2, hypot, logaddexp, fmod,
- mod) = binary_functions.values()
+ mod) = map(_recorder, (ADD, SUB, MUL, DIV, POW, MAXIMUM, MINIMUM, ARCTAN2, HYPOT,
+                        LOGADDEXP, FMOD, MOD))
 
 
 def binary(op, x, y):
