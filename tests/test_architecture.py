@@ -6,7 +6,7 @@ import pathlib
 
 import pytest
 
-from autotape.kernels import cache
+from autotape.kernels import cache, replay, staging, sweep
 
 PACKAGE = pathlib.Path(cache.__file__).resolve().parent.parent
 
@@ -158,3 +158,14 @@ def test_digest_ignores_comments_and_docstrings():
 @pytest.mark.parametrize("module", ["ops/elementwise.py", "engine.py", "README.md"])
 def test_python_tier_is_outside_the_digest(module):
     assert PACKAGE / module not in cache.kernel_source_paths()
+
+
+def test_kernels_are_cached_by_code_digest_not_by_file():
+    """Every cached kernel uses autotape's locator: the digest directory, with the code
+    digest as its freshness stamp (numba's own would stamp file bytes, line and path)."""
+    for kernel in (sweep.reverse_sweep, replay.forward_replay, replay.replay_and_sweep,
+                   staging.decode_rows):
+        locator = kernel._cache._impl.locator
+        assert isinstance(locator, cache.KernelCacheLocator), kernel
+        assert locator.get_cache_path() == cache.cache_dir()
+        assert locator.get_source_stamp() == cache.source_digest()

@@ -8,6 +8,14 @@ and the tape format), plus the numba version. The digest is of the code, not the
 comments and docstrings do not count, so editing them, or anything in the Python tier
 (ops/, the engine), compiles nothing again. tests/test_architecture.py checks that
 the kernels import nothing outside ``KERNEL_SOURCES``.
+
+numba's own locator would also stamp each entry point with its file's bytes, line
+number and path, recompiling after a comment edit and in every new checkout.
+``KernelCacheLocator`` replaces it for the kernels: the digest is the stamp, so a
+cache is shared by every checkout and environment with the same kernel code and numba
+version. It hooks into numba's list of locators (an internal of numba.core.caching);
+where that list is not found, numba's locator is used, which is correct but
+recompiles more often.
 """
 import ast
 import contextlib
@@ -17,6 +25,7 @@ import os
 import pathlib
 
 import numba
+from numba.core import caching
 
 _PACKAGE = pathlib.Path(__file__).resolve().parent.parent
 KERNEL_SOURCES = ("kernels/*.py", "opcodes.py", "tape_format.py")
@@ -94,3 +103,42 @@ def cached_njit(**options):
         with kernel_cache_dir():
             return numba.njit(cache=True, error_model="numpy", nogil=True, **options)(fn)
     return decorate
+
+
+class KernelCacheLocator(getattr(caching, "_CacheLocator", object)):
+    """numba's cache locator for autotape's kernels (see the module's docstring)."""
+
+    def __init__(self, py_file):
+        self._py_file = py_file
+        self._cache_path = cache_dir()
+
+    def get_cache_path(self):
+        return self._cache_path
+
+    def get_source_stamp(self):
+        return source_digest()
+
+    def get_disambiguator(self):
+        return "kernel"                    # (qualnames are unique among the kernels)
+
+    @classmethod
+    def from_function(cls, py_func, py_file):
+        if pathlib.Path(py_file).resolve() not in kernel_source_paths():
+            return None
+        locator = cls(py_file)
+        try:
+            locator.ensure_cache_path()
+        except OSError:                    # not writable: numba's own locators decide
+            return None
+        return locator
+
+
+def _install_locator():
+    impl = getattr(caching, "CacheImpl", None) or getattr(caching, "_CacheImpl", None)
+    classes = getattr(impl, "_locator_classes", None)
+    if isinstance(classes, list) and hasattr(caching, "_CacheLocator") and \
+            KernelCacheLocator not in classes:
+        classes.insert(0, KernelCacheLocator)
+
+
+_install_locator()

@@ -21,7 +21,7 @@ from numba.extending import register_jitable
 from ..opcodes import (BINARY_FIRST, BINARY_LAST, CONST, INDEX_FIRST, INDEX_LAST,
                        LINALG_FIRST, LINALG_LAST, MATMUL, REDUCE_FIRST, REDUCE_LAST,
                        SOURCE_LAST, UNARY_FIRST, UNARY_LAST, WHERE)
-from ..tape_format import A, B, OP, SHAPE, VLOC, mark_operands, operand, operand_count
+from ..tape_format import A, B, OP, SHAPE, VLOC, operand, operand_count, reach
 from .cache import cached_njit
 from .context import adjoint, f64_pointer, first_write, sweep_context
 from .elementwise import (binary_partial_x, binary_partial_y, binary_vjp,
@@ -45,21 +45,6 @@ def _pass_scalar(adj, adj_off, touched, i, r, d, total, lanes):
             else:
                 adj[k * total + adj_off[r]] = v
                 touched[k, r] = True
-
-
-@register_jitable(inline="always")
-def reach(rows, ipool, seed_rows):
-    """The rows reachable backwards from the seeds, and the last of them."""
-    top = -1
-    for s in seed_rows:
-        top = max(top, s)
-    reached = np.zeros(top + 1, np.bool_)
-    for s in seed_rows:
-        reached[s] = True
-    for i in range(top, -1, -1):
-        if reached[i]:
-            mark_operands(rows, ipool, i, reached)
-    return reached, top
 
 
 @register_jitable(inline="always")
