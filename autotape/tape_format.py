@@ -11,8 +11,9 @@ Each op family's parameters have one layout, encoded by a ``*_params`` function 
 (what the recorders store) and decoded by the functions beside it, which compiled
 kernels, the create_graph rules and the replay all call with the int pool and the
 row's aux (``(params, 0)`` on a row's own parameter slice from Python). Every function
-marked ``register_jitable`` runs as plain Python too. The operand walkers are inlined
-by numba (``inline="always"``): they run once per row.
+marked ``register_jitable`` runs as plain Python too. ``operand_count`` and
+``operand`` are inlined by numba (``inline="always"``): they run once per row, and a
+call that passes arrays costs their reference counts.
 """
 import numpy as np
 from numba.extending import register_jitable
@@ -54,7 +55,7 @@ def operand_list(op, a, b, params):
     return [r for r in (a, b) if r >= 0]
 
 
-@register_jitable(inline="always")
+@register_jitable
 def reach(rows, ipool, seed_rows):
     """The rows reachable backwards from ``seed_rows`` along operand edges, and the last
     of them (the sweep's first stage). The walk is written out: a helper call per row

@@ -3,10 +3,8 @@
 The sweep marks the rows reachable backwards from the seeded outputs (``reach``), gives
 each reachable row that can carry a gradient a slice of one flat adjoint buffer
 (``allocate``), seeds the outputs (``seed``), then walks the rows in reverse and hands
-each one to its family's VJP kernel (``sweep_rows``). ``reverse_sweep`` composes the
-stages and is the one entry point, called from executor.py only. The stages are
-inlined into it by numba (``inline="always"``): as separate functions LLVM keeps them
-apart, and a 50-lane Jacobian's sweep takes 24 us instead of 16.
+each one to its family's VJP kernel. ``reverse_sweep`` composes the stages and is the
+one entry point, called from executor.py only.
 
 Lanes. One sweep can carry K cotangents at once (a whole Jacobian, a Hessian,
 ``is_grads_batched``): the adjoint buffer then holds K lane copies, lane k at
@@ -47,7 +45,7 @@ def _pass_scalar(adj, adj_off, touched, i, r, d, total, lanes):
                 touched[k, r] = True
 
 
-@register_jitable(inline="always")
+@register_jitable
 def allocate(rows, ipool, shape_size, released, reached, top, seed_rows, read, adj_off):
     """Give each reached row that can carry a gradient its adjoint offset; returns the
     lane stride, or -1 when a reached row was released by an earlier sweep."""
@@ -117,7 +115,7 @@ def _recycled_offsets(rows, ipool, shape_size, reached, top, seed_rows, read, ad
     return bump
 
 
-@register_jitable(inline="always")
+@register_jitable
 def seed(ctx, rows, shape_size, touched, seed_rows, seed_vals, seed_off, lanes):
     """Write (or add) each seed's values into its row's adjoint in every lane."""
     for j in range(seed_rows.size):
@@ -137,10 +135,35 @@ def seed(ctx, rows, shape_size, touched, seed_rows, seed_vals, seed_off, lanes):
                     values[e] += seed_vals[start + e]
 
 
-@register_jitable(inline="always")
-def sweep_rows(ctx, rows, arena, adj, adj_off, touched, top, total, lanes):
-    """Rows top .. 0 handed to their VJP kernels; returns -1, or the row of an opcode no
-    kernel knows."""
+@cached_njit()
+def reverse_sweep(rows, ipool, shape_ndim, shape_start, shape_dims, shape_size,
+                  arena_addr, arena_size, big_addr, released, retain,
+                  seed_rows, seed_vals, seed_off, lanes, adj, row_addr, dgemm, read):
+    """Returns (status, adjoint offset per row, lane stride or the unknown row).
+    ``adj`` is scratch space at least ``lanes`` times as long as the sizes of all rows
+    together; seed j's values for all lanes are ``seed_vals[seed_off[j]:seed_off[j +
+    1]]``, lane-major. ``row_addr[row]``, where nonzero, is the address of a row's own
+    adjoint buffer (one lane only; see kernels/context.py). ``dgemm`` is the address of
+    a CBLAS dgemm, or 0 for none (kernels/blas.py). ``read``: the rows whose adjoints
+    the caller reads (every row when empty); those come back written in every lane,
+    zeros included."""
+    n = rows.shape[0]
+    adj_off = np.full(n, -1, np.int64)
+    reached, top = reach(rows, ipool, seed_rows)
+    total = allocate(rows, ipool, shape_size, released, reached, top, seed_rows, read,
+                     adj_off)
+    if total < 0:
+        return RELEASED, adj_off, 0
+    touched = np.zeros((lanes, n), np.bool_)   # per lane: a lane never written is zero
+    lane = np.array([0, total])               # [lane being swept, lane stride]
+    ctx = sweep_context(rows, ipool, shape_ndim, shape_start, shape_dims, shape_size,
+                        arena_addr, big_addr, adj.ctypes.data, adj_off, row_addr, touched,
+                        lane, dgemm)
+    arena = carray(f64_pointer(arena_addr), arena_size)
+    seed(ctx, rows, shape_size, touched, seed_rows, seed_vals, seed_off, lanes)
+    # sweep the rows: top .. 0 handed to their VJP kernels. (This stage stays in the
+    # entry point's body: as a function of its own it costs a 50-lane Jacobian 8 us,
+    # and numba compiles an always-inlined one twice, 12 s more of cold compile.)
     for i in range(top, -1, -1):
         any_lane = False
         for k in range(lanes):
@@ -175,7 +198,7 @@ def sweep_rows(ctx, rows, arena, adj, adj_off, touched, top, total, lanes):
         # computed once); the others run once per lane
         if INDEX_FIRST <= op <= INDEX_LAST:
             if not indexing_vjp(ctx, i, lanes):
-                return i
+                return UNKNOWN_OP, adj_off, i
             continue
         if op == WHERE:
             where_vjp(ctx, i, lanes)
@@ -194,47 +217,15 @@ def sweep_rows(ctx, rows, arena, adj, adj_off, touched, top, total, lanes):
                 binary_vjp(ctx, i)
             elif REDUCE_FIRST <= op <= REDUCE_LAST:
                 if not reduce_vjp(ctx, i):
-                    return i
+                    return UNKNOWN_OP, adj_off, i
             elif op == MATMUL:
                 if done != 3:
                     matmul_vjp(ctx, i, 3 & ~done)
             elif LINALG_FIRST <= op <= LINALG_LAST:
                 if not linalg_vjp(ctx, i):
-                    return i
+                    return UNKNOWN_OP, adj_off, i
             else:
-                return i
-    return -1
-
-
-@cached_njit()
-def reverse_sweep(rows, ipool, shape_ndim, shape_start, shape_dims, shape_size,
-                  arena_addr, arena_size, big_addr, released, retain,
-                  seed_rows, seed_vals, seed_off, lanes, adj, row_addr, dgemm, read):
-    """Returns (status, adjoint offset per row, lane stride or the unknown row).
-    ``adj`` is scratch space at least ``lanes`` times as long as the sizes of all rows
-    together; seed j's values for all lanes are ``seed_vals[seed_off[j]:seed_off[j +
-    1]]``, lane-major. ``row_addr[row]``, where nonzero, is the address of a row's own
-    adjoint buffer (one lane only; see kernels/context.py). ``dgemm`` is the address of
-    a CBLAS dgemm, or 0 for none (kernels/blas.py). ``read``: the rows whose adjoints
-    the caller reads (every row when empty); those come back written in every lane,
-    zeros included."""
-    n = rows.shape[0]
-    adj_off = np.full(n, -1, np.int64)
-    reached, top = reach(rows, ipool, seed_rows)
-    total = allocate(rows, ipool, shape_size, released, reached, top, seed_rows, read,
-                     adj_off)
-    if total < 0:
-        return RELEASED, adj_off, 0
-    touched = np.zeros((lanes, n), np.bool_)   # per lane: a lane never written is zero
-    lane = np.array([0, total])               # [lane being swept, lane stride]
-    ctx = sweep_context(rows, ipool, shape_ndim, shape_start, shape_dims, shape_size,
-                        arena_addr, big_addr, adj.ctypes.data, adj_off, row_addr, touched,
-                        lane, dgemm)
-    arena = carray(f64_pointer(arena_addr), arena_size)
-    seed(ctx, rows, shape_size, touched, seed_rows, seed_vals, seed_off, lanes)
-    unknown = sweep_rows(ctx, rows, arena, adj, adj_off, touched, top, total, lanes)
-    if unknown >= 0:
-        return UNKNOWN_OP, adj_off, unknown
+                return UNKNOWN_OP, adj_off, i
     for k in range(lanes):                     # read by the caller: never left unwritten
         ctx.lane[0] = k
         for j in range(read.size if read.size else top + 1):
