@@ -60,8 +60,14 @@ def var(x, axis=None, ddof=0, keepdims=False):
 
 
 def std(x, axis=None, ddof=0, keepdims=False):
-    """Standard deviation, sqrt(var); the gradient is nan where it is 0, as in torch."""
-    return sqrt(var(x, axis=axis, ddof=ddof, keepdims=keepdims))
+    """Standard deviation, sqrt(var); the gradient is 0 where it is 0 (equal values), as
+    in torch.
+
+    >>> x = at.tensor([2.0, 2.0, 2.0], requires_grad=True)
+    >>> at.grad(at.std(x), x)
+    (tensor([0., 0., 0.]),)
+    """
+    return _safe_sqrt(var(x, axis=axis, ddof=ddof, keepdims=keepdims))
 
 
 def average(a, axis=None, weights=None, keepdims=False):
@@ -96,6 +102,16 @@ def _safe_sqrt(s):
     return where(positive, sqrt(where(positive, s, 1.0)), 0.0)
 
 
+def _p_norm(x, p, axes, keepdims):
+    """sum(|x| ** p) ** (1 / p), with gradient 0 (not nan) where the norm is 0: there
+    x is replaced by ones on a branch that ``where`` then leaves untaken."""
+    zero = observe(lambda v: np.all(v == 0, axis=axes, keepdims=True), x)
+    safe = where(zero, 1.0, abs(x))
+    out = where(zero, 0.0, sum(safe ** p, axis=axes, keepdims=True) ** (1.0 / p))
+    return out if keepdims else reshape(out, tuple(n for d, n in enumerate(out.shape)
+                                                   if d not in axes))
+
+
 def norm(x, ord=None, axis=None, keepdims=False):
     """numpy.linalg.norm: vectors (ord None/2, 1, inf, -inf, 0 < p) and matrices
     ('fro', 1, inf, -1, -inf). The gradient at a zero vector is 0 (torch's rule)."""
@@ -113,7 +129,7 @@ def norm(x, ord=None, axis=None, keepdims=False):
         if ord == 1:
             return sum(abs(x), axis=axes, keepdims=keepdims)
         if isinstance(ord, (int, float)) and ord > 0:
-            return sum(abs(x) ** ord, axis=axes, keepdims=keepdims) ** (1.0 / ord)
+            return _p_norm(x, ord, axes, keepdims)
         raise ValueError(f"autotape's norm does not support ord={ord!r} for vectors")
     if len(axes) == 2:
         rows, cols = axes

@@ -49,6 +49,12 @@ def power(x, p):
 
 
 @register_jitable
+def _over(a, b):
+    """a / b, or 0 where b is 0 (arctan2's partials at the origin, as torch's)."""
+    return a / b if b != 0.0 else 0.0
+
+
+@register_jitable
 def _round_half_even(x):
     if not abs(x) < 4503599627370496.0:          # 2**52: already an integer (or nan, inf)
         return x
@@ -197,7 +203,7 @@ def _more_binary_value(op, x, y):
 def _more_binary_partial_x(op, x, y, z):
     if op == MAXIMUM: return 0.5 if x == y else (0.0 if x < y else 1.0)
     if op == MINIMUM: return 0.5 if x == y else (0.0 if x > y else 1.0)
-    if op == ARCTAN2: return y / (x * x + y * y)
+    if op == ARCTAN2: return _over(y, x * x + y * y)
     if op == HYPOT:   return x / z
     if op == LOGADDEXP: return math.exp(x - z)
     if op == FMOD:    return 1.0
@@ -209,12 +215,31 @@ def _more_binary_partial_x(op, x, y, z):
 def _more_binary_partial_y(op, x, y, z):
     if op == MAXIMUM: return 0.5 if x == y else (0.0 if y < x else 1.0)
     if op == MINIMUM: return 0.5 if x == y else (0.0 if y > x else 1.0)
-    if op == ARCTAN2: return -x / (x * x + y * y)
+    if op == ARCTAN2: return _over(-x, x * x + y * y)
     if op == HYPOT:   return y / z
     if op == LOGADDEXP: return math.exp(y - z)
     if op == FMOD:    return -math.trunc(x / y)
     if op == MOD:     return -math.floor(x / y)
     return math.nan
+
+
+@register_jitable
+def selects(op):
+    """Whether op's derivative selects rather than scales: relu, maximum / minimum and
+    the step functions (sign, floor, ceil, round), whose partials are masks."""
+    return (op == RELU or op == MAXIMUM or op == MINIMUM or op == SIGN or op == FLOOR
+            or op == CEIL or op == ROUND)
+
+
+@register_jitable
+def times(op, g, d):
+    """g * d, the chain rule's product, except that where op's derivative selects, a
+    zero partial passes 0 even when g is inf or nan (torch's masks do the same:
+    sqrt(relu(x)) has gradient 0, not nan, at x <= 0). With op a constant the test
+    folds away."""
+    if d == 0.0 and selects(op):
+        return 0.0
+    return g * d
 
 
 # ---- forward kernels: the compiled replay of a row ------------------------------------------
@@ -279,10 +304,10 @@ def _unary_loops(code):
             op = code
         if assign:
             for k in range(z.size):
-                ga[k] = g[k] * unary_partial(op, x[k], z[k])
+                ga[k] = times(op, g[k], unary_partial(op, x[k], z[k]))
         else:
             for k in range(z.size):
-                ga[k] += g[k] * unary_partial(op, x[k], z[k])
+                ga[k] += times(op, g[k], unary_partial(op, x[k], z[k]))
     return loops
 
 
@@ -329,20 +354,22 @@ def _same_shape_loops(code):
             if sx == 1 and first_write(ctx, a):
                 ga = adjoint(ctx, a)
                 for k in range(n):
-                    ga[k] = g[k] * binary_partial_x(op, x[k], y[k * sy], z[k])
+                    ga[k] = times(op, g[k], binary_partial_x(op, x[k], y[k * sy], z[k]))
             else:
                 ga = accumulator(ctx, a)
                 for k in range(n):
-                    ga[k * sx] += g[k] * binary_partial_x(op, x[k * sx], y[k * sy], z[k])
+                    ga[k * sx] += times(op, g[k], binary_partial_x(op, x[k * sx], y[k * sy],
+                                                                   z[k]))
         if has_adjoint(ctx, b):
             if sy == 1 and first_write(ctx, b):
                 gb = adjoint(ctx, b)
                 for k in range(n):
-                    gb[k] = g[k] * binary_partial_y(op, x[k * sx], y[k], z[k])
+                    gb[k] = times(op, g[k], binary_partial_y(op, x[k * sx], y[k], z[k]))
             else:
                 gb = accumulator(ctx, b)
                 for k in range(n):
-                    gb[k * sy] += g[k] * binary_partial_y(op, x[k * sx], y[k * sy], z[k])
+                    gb[k * sy] += times(op, g[k], binary_partial_y(op, x[k * sx], y[k * sy],
+                                                                   z[k]))
     return loops
 
 
@@ -434,11 +461,11 @@ def binary_vjp(ctx, i):
     if has_adjoint(ctx, a):
         ga = accumulator(ctx, a)
         for k in range(n):
-            ga[ma[k]] += g[k] * binary_partial_x(op, x[ma[k]], y[mb[k]], z[k])
+            ga[ma[k]] += times(op, g[k], binary_partial_x(op, x[ma[k]], y[mb[k]], z[k]))
     if has_adjoint(ctx, b):
         gb = accumulator(ctx, b)
         for k in range(n):
-            gb[mb[k]] += g[k] * binary_partial_y(op, x[ma[k]], y[mb[k]], z[k])
+            gb[mb[k]] += times(op, g[k], binary_partial_y(op, x[ma[k]], y[mb[k]], z[k]))
 
 
 @register_jitable
@@ -478,18 +505,18 @@ def elementwise_vjp_lanes(ctx, i, lanes):
                     continue
                 s = 0.0
                 for k in range(n):
-                    s += g[lane * stride + k] * partial[k]
+                    s += times(op, g[lane * stride + k], partial[k])
                 fresh = first_write_lane(ctx, r, lane)
                 gr[lane * stride] = s if fresh else gr[lane * stride] + s
         else:
-            _times_partial_lanes(ctx, i, r, gr, g, partial, lanes, stride)
+            _times_partial_lanes(ctx, i, r, gr, g, partial, lanes, stride, selects(op))
     return True
 
 
 @register_jitable
-def _times_partial_lanes(ctx, i, r, gr, g, partial, lanes, stride):
+def _times_partial_lanes(ctx, i, r, gr, g, partial, lanes, stride, select):
     """gr = g * partial (or +=) in every live lane; each lane a contiguous slice, so the
-    element loop vectorises."""
+    element loop vectorises. ``select``: a zero partial passes 0 (see ``times``)."""
     n = partial.size
     for lane in range(lanes):
         if not live(ctx, i, lane):
@@ -497,7 +524,11 @@ def _times_partial_lanes(ctx, i, r, gr, g, partial, lanes, stride):
         fresh = first_write_lane(ctx, r, lane)
         src = g[lane * stride:lane * stride + n]
         dst = gr[lane * stride:lane * stride + n]
-        if fresh:
+        if select:                         # a mask: its zeros stay zeros (0 * inf is nan)
+            for k in range(n):
+                v = src[k] * partial[k] if partial[k] != 0.0 else 0.0
+                dst[k] = v if fresh else dst[k] + v
+        elif fresh:
             for k in range(n):
                 dst[k] = src[k] * partial[k]
         else:

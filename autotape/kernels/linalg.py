@@ -326,7 +326,10 @@ def linalg_vjp(ctx, i):
             _gemm(ctx, True, False, n, n, n, 1.0, z + op_, n, g + op_, n, 0.0, p1, n)
             for r in range(n):
                 for c in range(n):
-                    t1[r * n + c] = g_w[r] if r == c else t1[r * n + c] / (w[c] - w[r])
+                    if r == c:
+                        t1[r * n + c] = g_w[r]
+                    elif t1[r * n + c] != 0.0:     # (V^T G_V) o F: 0 where V^T G_V is,
+                        t1[r * n + c] /= w[c] - w[r]   # also at repeated eigenvalues
             _gemm(ctx, False, False, n, n, n, 1.0, z + op_, n, p1, n, 0.0, p2, n)
             _gemm(ctx, False, True, n, n, n, 1.0, p2, n, z + op_, n, 0.0, p1, n)
             _add_to_triangle(ga, m * nn, t1, n, eigh_upper(ctx.ipool, aux(ctx, i)))

@@ -23,7 +23,8 @@ from ..tape_format import A, B, OP, SHAPE, VLOC, operand, operand_count, reach
 from .cache import cached_njit
 from .context import adjoint, f64_pointer, first_write, sweep_context
 from .elementwise import (binary_partial_x, binary_partial_y, binary_vjp,
-                          elementwise_vjp_lanes, unary_partial, unary_vjp, where_vjp)
+                          elementwise_vjp_lanes, times, unary_partial, unary_vjp,
+                          where_vjp)
 from .indexing import indexing_vjp
 from .linalg import linalg_vjp, matmul_vjp, matmul_vjp_lanes
 from .reduce import reduce_vjp
@@ -33,11 +34,12 @@ OK, RELEASED, UNKNOWN_OP = 0, 1, 2
 
 
 @register_jitable
-def _pass_scalar(adj, adj_off, touched, i, r, d, total, lanes):
-    """0-d rows: r's adjoint += d * i's adjoint, in every lane where i's is written."""
+def _pass_scalar(adj, adj_off, touched, op, i, r, d, total, lanes):
+    """0-d rows: r's adjoint += d * i's adjoint (``times``), in every lane where i's is
+    written."""
     for k in range(lanes):
         if touched[k, i]:
-            v = adj[k * total + adj_off[i]] * d
+            v = times(op, adj[k * total + adj_off[i]], d)
             if touched[k, r]:
                 adj[k * total + adj_off[r]] += v
             else:
@@ -182,17 +184,17 @@ def reverse_sweep(rows, ipool, shape_ndim, shape_start, shape_dims, shape_size,
             x, z = arena[rows[a, VLOC]], arena[rows[i, VLOC]]
             if UNARY_FIRST <= op <= UNARY_LAST:
                 if adj_off[a] >= 0:
-                    _pass_scalar(adj, adj_off, touched, i, a, unary_partial(op, x, z),
+                    _pass_scalar(adj, adj_off, touched, op, i, a, unary_partial(op, x, z),
                                  total, lanes)
                 continue
             if BINARY_FIRST <= op <= BINARY_LAST:
                 y = arena[rows[b, VLOC]]
                 if adj_off[a] >= 0:
-                    _pass_scalar(adj, adj_off, touched, i, a, binary_partial_x(op, x, y, z),
-                                 total, lanes)
+                    _pass_scalar(adj, adj_off, touched, op, i, a,
+                                 binary_partial_x(op, x, y, z), total, lanes)
                 if adj_off[b] >= 0:
-                    _pass_scalar(adj, adj_off, touched, i, b, binary_partial_y(op, x, y, z),
-                                 total, lanes)
+                    _pass_scalar(adj, adj_off, touched, op, i, b,
+                                 binary_partial_y(op, x, y, z), total, lanes)
                 continue
         # kernels that take every lane at once (a row's partials or index map are
         # computed once); the others run once per lane

@@ -134,7 +134,7 @@ unary_ops = {op.code: op for op in [
       d=lambda at, g, r: g * (r.z * (1.0 - r.z))),
     U(RELU, "relu", _relu_scalar, _relu_array,
       "max(x, 0). Gradient 0 at x = 0.",
-      d=lambda at, g, r: g * observe(_positive, r.z)),
+      d=lambda at, g, r: at.where(observe(_positive, r.z), g, 0.0)),
     U(LOG1P, "log1p", math.log1p, np.log1p,
       "log(1 + x), accurate near 0.",
       d=lambda at, g, r: g / (1.0 + r.x)),
@@ -223,16 +223,17 @@ binary_ops = {op.code: op for op in [
       dy=lambda at, g, r: _pow_rule_y(at, g, r)),
     U(MAXIMUM, "maximum", _maximum, np.maximum,
       "Elementwise maximum; on ties the gradient is split evenly.",
-      dx=lambda at, g, r: g * _share(r.x, r.y, np.greater),
-      dy=lambda at, g, r: g * _share(r.y, r.x, np.greater)),
+      dx=lambda at, g, r: _select(at, g, _share(r.x, r.y, np.greater)),
+      dy=lambda at, g, r: _select(at, g, _share(r.y, r.x, np.greater))),
     U(MINIMUM, "minimum", _minimum, np.minimum,
       "Elementwise minimum; on ties the gradient is split evenly.",
-      dx=lambda at, g, r: g * _share(r.x, r.y, np.less),
-      dy=lambda at, g, r: g * _share(r.y, r.x, np.less)),
+      dx=lambda at, g, r: _select(at, g, _share(r.x, r.y, np.less)),
+      dy=lambda at, g, r: _select(at, g, _share(r.y, r.x, np.less))),
     U(ARCTAN2, "arctan2", math.atan2, np.arctan2,
-      "The angle of the point (y, x) for arctan2(x1=y, x2=x); nan gradient at (0, 0).",
-      dx=lambda at, g, r: g * r.y / (r.x * r.x + r.y * r.y),
-      dy=lambda at, g, r: -g * r.x / (r.x * r.x + r.y * r.y)),
+      "The angle of the point (y, x) for arctan2(x1=y, x2=x); gradient 0 at (0, 0), as in "
+      "torch.",
+      dx=lambda at, g, r: _over(at, g * r.y, r.x * r.x + r.y * r.y),
+      dy=lambda at, g, r: _over(at, -g * r.x, r.x * r.x + r.y * r.y)),
     U(HYPOT, "hypot", math.hypot, np.hypot,
       "sqrt(x**2 + y**2). nan gradient at (0, 0), as in torch.",
       dx=lambda at, g, r: g * r.x / r.z,
@@ -262,6 +263,18 @@ def _zero(at, g):
 def _share(u, v, wins):
     """1 where u wins over v, 1/2 on ties, 0 elsewhere (a constant)."""
     return observe(lambda a, b: np.where(a == b, 0.5, np.where(wins(a, b), 1.0, 0.0)), u, v)
+
+
+def _select(at, g, share):
+    """g times a constant 0 / 1/2 / 1 mask, exactly 0 where the mask is (not nan where g
+    is inf: the compiled tier's ``times`` does the same)."""
+    return at.where(share != 0, g * share, 0.0)
+
+
+def _over(at, a, b):
+    """a / b, exactly 0 where b is 0 (as the compiled tier's ``_over``)."""
+    zero = observe(lambda v: v == 0, b)
+    return at.where(zero, 0.0, a / at.where(zero, 1.0, b))
 
 
 def _positive(z):

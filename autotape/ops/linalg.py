@@ -170,9 +170,10 @@ def cholesky(a):
 def eigh(a, UPLO="L"):
     """Eigenvalues (ascending) and eigenvectors of each symmetric matrix, as
     numpy.linalg.eigh, which reads the ``UPLO`` triangle of A only; the gradient is
-    that function's (zero in the other triangle). It assumes distinct eigenvalues (it
-    divides by their gaps). Functions of the eigenvectors should not depend on their
-    signs, which are arbitrary.
+    that function's (zero in the other triangle). The eigenvalues' gradient is defined
+    at repeated eigenvalues too; the eigenvectors' needs distinct ones (it divides by
+    their gaps). Functions of the eigenvectors should not depend on their signs,
+    which are arbitrary.
 
     >>> at.linalg.eigh(at.tensor([[2.0, 0.0], [0.0, 1.0]])).eigenvalues
     tensor([1., 2.])
@@ -254,8 +255,10 @@ def _eigh_rule(at, g, r, k):
     v, w = r.z[..., :n, :], r.z[..., n, :]
     g_v, g_w = g[..., :n, :], g[..., n, :]
     eye = np.eye(n, dtype=bool)
-    gap = at.where(eye, 1.0, w[..., None, :] - w[..., :, None])   # w_j - w_i
-    inner = at.where(eye, 0.0, (_t(at, v) @ g_v) / gap) + g_w[..., None, :] * np.eye(n)
+    vg = _t(at, v) @ g_v                  # 0 where V^T G_V is: eigenvalues alone have a
+    skip = eye | observe(lambda m: m == 0, vg)     # gradient at repeated ones too
+    gap = at.where(skip, 1.0, w[..., None, :] - w[..., :, None])   # w_j - w_i
+    inner = at.where(skip, 0.0, vg / gap) + g_w[..., None, :] * np.eye(n)
     return _triangle(at, v @ inner @ _t(at, v), eigh_upper(r.params, 0))
 
 
