@@ -26,7 +26,7 @@ from . import engine, guards
 from .errstate import ignore_fp_errors
 from .executor import executor_for
 from .func import flatten
-from .grad_mode import enable_grad
+from .grad_mode import enable_grad, is_grad_enabled
 from .opcodes import CONST, LINALG_LAST, MATMUL, opcode_name
 from .ops.indexing import reshape
 from .ops.linalg import values_of
@@ -74,7 +74,7 @@ class Compiled:
         self.f = f
         self.traces = 0
         self._programs = {}
-        self._get("value", _arguments(example_args))
+        self._get("value", _arguments(example_args, example=True))
 
     def __repr__(self):
         return f"<autotape.Compiled {getattr(self.f, '__name__', self.f)!r}: " \
@@ -142,6 +142,10 @@ class Compiled:
         return p
 
     def _record(self, kind, args):
+        if guards.current_trace() is not None:
+            raise RuntimeError("compile: a function is being compiled inside another one's "
+                               "recording; call the inner function directly (its ops are "
+                               "recorded into the outer program)")
         close_open_tape()                     # the recording gets a tape of its own
         tape = open_tape()
         leaves = [new_leaf(a.copy() if a.ndim else float(a), a.shape, F64).requires_grad_()
@@ -152,6 +156,9 @@ class Compiled:
         with guards.tracing(trace), enable_grad():
             result = self.f(*leaves)
             outs, rebuild = flatten(result)
+            if not outs or any(o is None for o in outs):
+                raise TypeError("compile: f must return a Tensor, an array, or a tuple / "
+                                f"list / dict of them, but returned {result!r}")
             outs = [_output(o, leaves) for o in outs]
             grads = None
             if kind == "hessian":
@@ -186,14 +193,22 @@ class Compiled:
         return p
 
 
-def _arguments(args):
-    """The arguments as float64 arrays."""
+def _arguments(args, example=False):
+    """The arguments as float64 arrays. A call's argument that requires grad is refused
+    (grad mode on): a compiled function is not a differentiable op, and its result would
+    silently not depend on it."""
     out = []
     for k, a in enumerate(args):
         if type(a) is np.ndarray and a.dtype == F64 and a.flags.c_contiguous:
             out.append(a)                      # the common case, as is
             continue
         if isinstance(a, Tensor):
+            if not example and a.requires_grad and is_grad_enabled():
+                raise TypeError(
+                    f"compile: argument {k} requires grad, but a compiled function is not "
+                    "a differentiable op: its result would not depend on the argument. Take "
+                    "derivatives with .grad / .jacobian / .hessian, pass a .detach()ed "
+                    "value, or call f itself to record it")
             a = a._value
         if isinstance(a, (bool, np.bool_)) or not isinstance(
                 a, (int, float, np.number, np.ndarray)):

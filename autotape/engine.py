@@ -157,7 +157,19 @@ def _batch_size(outputs, given):
 
 
 def _tensor_tuple(outputs):
-    return (outputs,) if isinstance(outputs, Tensor) else tuple(outputs)
+    """``outputs`` as a tuple of Tensors, or a TypeError that names what it got."""
+    if isinstance(outputs, Tensor):
+        return (outputs,)
+    if not isinstance(outputs, (list, tuple)):
+        raise TypeError(f"outputs must be Tensors or a sequence of Tensors, but got "
+                        f"{type(outputs).__name__}: did a conversion (float(), .item(), "
+                        ".numpy()) drop the graph?")
+    for i, t in enumerate(outputs):
+        if not isinstance(t, Tensor):
+            raise TypeError(f"outputs must be Tensors, but element {i} is "
+                            f"{type(t).__name__}: did a conversion (float(), .item(), "
+                            ".numpy()) drop the graph?")
+    return tuple(outputs)
 
 
 def _grads_tuple(grads, n):
@@ -205,10 +217,7 @@ def _make_grads(outputs, grads, batched=False):
 def _check_outputs(outputs, grads):
     if len(grads) < len(outputs):
         raise RuntimeError(f"got {len(outputs)} tensors and {len(grads)} gradients")
-    for i, t in enumerate(outputs):
-        if not isinstance(t, Tensor):
-            raise TypeError(f"outputs must be Tensors, but element {i} is "
-                            f"{type(t).__name__}")
+    for i, t in enumerate(outputs):              # (all Tensors: _tensor_tuple)
         if not t.requires_grad:
             raise RuntimeError(f"element {i} of tensors does not require grad and does not "
                                "have a grad_fn")

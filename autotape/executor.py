@@ -23,6 +23,7 @@ RELEASED_MSG = (
     "calling backward.")
 
 NO_ROWS = np.zeros(0, np.int64)
+KEEP_SCRATCH_BYTES = 16 << 20       # scratch kept between sweeps; a larger one is given back
 
 
 class Executor:
@@ -56,11 +57,15 @@ class CpuExecutor(Executor):
         self._scratch = np.zeros(0)
 
     def scratch(self, size):
-        """Adjoint space for a sweep, reused from call to call: fresh pages cost more to
-        touch than the arithmetic done in them (a 70 MB buffer: ~0.1 s of page faults)."""
-        if self._scratch.size < size:
-            self._scratch = np.empty(max(size, int(self._scratch.size * 1.5)))
-        return self._scratch
+        """Adjoint space for a sweep, reused from call to call up to KEEP_SCRATCH_BYTES
+        (fresh pages cost more to touch than small sweeps' arithmetic). A larger one is
+        given back after its sweep: the caller's reference keeps it until the results
+        are copied out, then the memory returns to the system."""
+        buf = self._scratch
+        if buf.size < size:
+            buf = np.empty(max(size, int(buf.size * 1.5)))
+            self._scratch = buf if buf.nbytes <= KEEP_SCRATCH_BYTES else self._scratch
+        return buf
 
     def sweep(self, tape, seed_rows, seed_vals, seed_off, lanes, retain, row_addr=NO_ROWS,
               read=NO_ROWS):

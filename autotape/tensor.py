@@ -94,8 +94,11 @@ class Tensor(Traced):
         return self
 
     def _set_requires_grad(self, flag):
-        if self._requires_grad and not flag and type(self._value) is np.ndarray:
-            self._value = self._value.copy()   # tapes keep the old array, unwritten
+        if self._requires_grad != flag and type(self._value) is np.ndarray:
+            # off: tapes keep the old array, unwritten; on: views handed out before
+            # (numpy(), np.asarray, detach()) stay writable, so they must not be what a
+            # tape records
+            self._value = self._value.copy()
         self._requires_grad = flag
         self._cache = None
 

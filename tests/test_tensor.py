@@ -235,8 +235,9 @@ def test_non_tensor_inputs_and_outputs():
     with pytest.raises(RuntimeError, match="^all inputs have to be Tensors or GradientEdges, "
                                            "but got float$"):
         at.grad((x * 2).sum(), [x, 1.0])
-    with pytest.raises(TypeError, match="'float' object is not iterable"):
-        at.grad(1.0, x)
+    with pytest.raises(TypeError, match="outputs must be Tensors or a sequence of Tensors, "
+                                        "but got float: did a conversion"):
+        at.grad(1.0, x)                   # (torch: "'float' object is not iterable")
 
 
 def test_grad_mode_decorators_without_parentheses():

@@ -113,13 +113,14 @@ def roll(a, shift, axis=None):
         return reshape(roll(ravel(a), shift, 0), a.shape)
     shifts = (shift,) if isinstance(shift, (int, np.integer)) else tuple(shift)
     axes = normalize_axis_tuple(axis, a.ndim, allow_duplicate=True)
+    out = a
     for s, d in zip(np.broadcast_to(shifts, len(axes)), axes):
-        k = int(s) % a.shape[d] if a.shape[d] else 0
+        k = int(s) % out.shape[d] if out.shape[d] else 0
         if k:
             lead = (slice(None),) * d
-            a = concatenate([a[lead + (slice(-k, None),)], a[lead + (slice(None, -k),)]],
-                            axis=d)
-    return a
+            out = concatenate([out[lead + (slice(-k, None),)],
+                               out[lead + (slice(None, -k),)]], axis=d)
+    return out if out is not a else a.copy()       # a new tensor, never an alias of a
 
 
 def tile(a, reps):

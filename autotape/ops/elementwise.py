@@ -549,6 +549,8 @@ def clip(x, a_min, a_max):
     (tensor([0., 1., 0.]),)
     """
     x = as_tensor(x)
+    if a_min is None and a_max is None:
+        return x.copy()                            # a new tensor, never an alias of x
     out = x
     if a_min is not None:
         out = where(observe(np.less, x, a_min), a_min, out)
