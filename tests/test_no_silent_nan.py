@@ -20,6 +20,9 @@ CASES = {
     "sqrt(minimum) unselected": (
         lambda x: at.sqrt(at.minimum(x[:2], x[2:])).sum(), np.array([4.0, 0.0, 1.0, 2.0]),
         [0.0, np.inf, 0.5, 0.0]),
+    "sqrt(maximum), a broadcast row unselected": (          # the trailing-broadcast kernel
+        lambda x: at.sqrt(at.maximum(x[:4].reshape(2, 2), x[4:])).sum(),
+        np.array([0.0, 4.0, 0.0, 1.0, -1.0, 0.5]), [np.inf, 0.25, np.inf, 0.5, 0.0, 0.0]),
     "sqrt(floor)": (lambda x: at.sqrt(at.floor(x)).sum(), np.array([0.5, 1.5]), [0.0, 0.0]),
     "sqrt(ceil)": (lambda x: at.sqrt(at.ceil(x)).sum(), np.array([-0.5, 1.5]), [0.0, 0.0]),
     "sqrt(round)": (lambda x: at.sqrt(at.round(x)).sum(), np.array([0.2, 1.2]), [0.0, 0.0]),
@@ -100,6 +103,8 @@ def test_against_torch(name):
         "log(relu)": lambda t: torch.log(torch.relu(t)).sum(),
         "sqrt(maximum) unselected": lambda t: torch.sqrt(torch.maximum(t[:2], t[2:])).sum(),
         "sqrt(minimum) unselected": lambda t: torch.sqrt(torch.minimum(t[:2], t[2:])).sum(),
+        "sqrt(maximum), a broadcast row unselected": lambda t: torch.sqrt(
+            torch.maximum(t[:4].reshape(2, 2), t[4:])).sum(),
         "sqrt(floor)": lambda t: torch.sqrt(torch.floor(t)).sum(),
         "sqrt(ceil)": lambda t: torch.sqrt(torch.ceil(t)).sum(),
         "sqrt(round)": lambda t: torch.sqrt(torch.round(t)).sum(),

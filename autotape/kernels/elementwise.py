@@ -36,7 +36,7 @@ TWO_OVER_SQRT_PI = 2.0 / math.sqrt(math.pi)
 @register_jitable
 def power(x, p):
     """x ** p; by repeated squaring when p is a small integer (libm pow costs ~40 ns)."""
-    if p == math.floor(p) and abs(p) <= 64:
+    if p == np.floor(p) and abs(p) <= 64:
         n = int(abs(p))
         r = 1.0
         while n:
@@ -49,6 +49,19 @@ def power(x, p):
 
 
 @register_jitable
+def _remainder(x, y):
+    """numpy's remainder: the sign of y, a zero signed as y (numba's np.remainder on
+    floats is not numpy's there, and 1 / -0 is -inf)."""
+    r = np.fmod(x, y)
+    if r != 0.0:
+        if (r < 0.0) != (y < 0.0):
+            r += y
+    else:
+        r = math.copysign(0.0, y)
+    return r
+
+
+@register_jitable
 def _over(a, b):
     """a / b, or 0 where b is 0 (arctan2's partials at the origin, as torch's)."""
     return a / b if b != 0.0 else 0.0
@@ -58,7 +71,7 @@ def _over(a, b):
 def _round_half_even(x):
     if not abs(x) < 4503599627370496.0:          # 2**52: already an integer (or nan, inf)
         return x
-    r = math.floor(x)
+    r = np.floor(x)
     d = x - r
     if d > 0.5 or (d == 0.5 and r % 2 != 0):
         r += 1.0
@@ -79,7 +92,7 @@ def unary_value(op, x):
     if op == TANH:    return math.tanh(x)
     if op == SIGMOID: return 1.0 / (1.0 + math.exp(-x)) if x >= 0 else \
                              math.exp(x) / (1.0 + math.exp(x))
-    if op == RELU:    return x if x > 0 else 0.0
+    if op == RELU:    return 0.0 if x <= 0 else x   # (nan stays nan, as torch's)
     return _more_unary_value(op, x)
 
 
@@ -87,7 +100,7 @@ def unary_value(op, x):
 def unary_partial(op, x, z):
     """dz/dx."""
     if op == NEG:     return -1.0
-    if op == ABS:     return 1.0 if x > 0 else (-1.0 if x < 0 else (0.0 if x == 0 else x))
+    if op == ABS:     return 1.0 if x > 0 else (-1.0 if x < 0 else 0.0)   # 0 at 0, nan
     if op == EXP:     return z
     if op == LOG:     return 1.0 / x
     if op == SQRT:    return 1.0 / (2.0 * z)
@@ -96,7 +109,7 @@ def unary_partial(op, x, z):
     if op == TAN:     return 1.0 + z * z
     if op == TANH:    return 1.0 - z * z
     if op == SIGMOID: return z * (1.0 - z)
-    if op == RELU:    return 1.0 if z > 0 else 0.0
+    if op == RELU:    return 0.0 if z <= 0 else 1.0   # (nan passes, as torch's)
     return _more_unary_partial(op, x, z)
 
 
@@ -121,8 +134,8 @@ def _more_unary_value(op, x):
     if op == SOFTPLUS: return (x if x > 0 else 0.0) + math.log1p(math.exp(-abs(x)))
     if op == ERF:     return math.erf(x)
     if op == SIGN:    return 1.0 if x > 0 else (-1.0 if x < 0 else x)
-    if op == FLOOR:   return math.floor(x)
-    if op == CEIL:    return math.ceil(x)
+    if op == FLOOR:   return np.floor(x)          # (numba's math.floor is an int64:
+    if op == CEIL:    return np.ceil(x)           # garbage at inf, nan, 1e20)
     if op == ROUND:   return _round_half_even(x)
     return math.nan
 
@@ -192,10 +205,12 @@ def _more_binary_value(op, x, y):
     if op == ARCTAN2: return math.atan2(x, y)
     if op == HYPOT:   return math.hypot(x, y)
     if op == LOGADDEXP:
+        if x == y:                                 # (inf, inf): inf, not inf - inf
+            return x + LN2
         m = x if x > y else y
         return m if m == -math.inf else m + math.log1p(math.exp(-abs(x - y)))
     if op == FMOD:    return np.fmod(x, y)
-    if op == MOD:     return np.remainder(x, y)
+    if op == MOD:     return _remainder(x, y)
     return math.nan
 
 
@@ -205,7 +220,7 @@ def _more_binary_partial_x(op, x, y, z):
     if op == MINIMUM: return 0.5 if x == y else (0.0 if x > y else 1.0)
     if op == ARCTAN2: return _over(y, x * x + y * y)
     if op == HYPOT:   return x / z
-    if op == LOGADDEXP: return math.exp(x - z)
+    if op == LOGADDEXP: return 1.0 / (1.0 + math.exp(y - x))   # (torch's form: no inf - inf)
     if op == FMOD:    return 1.0
     if op == MOD:     return 1.0
     return math.nan
@@ -217,18 +232,19 @@ def _more_binary_partial_y(op, x, y, z):
     if op == MINIMUM: return 0.5 if x == y else (0.0 if y > x else 1.0)
     if op == ARCTAN2: return _over(-x, x * x + y * y)
     if op == HYPOT:   return y / z
-    if op == LOGADDEXP: return math.exp(y - z)
-    if op == FMOD:    return -math.trunc(x / y)
-    if op == MOD:     return -math.floor(x / y)
+    if op == LOGADDEXP: return 1.0 / (1.0 + math.exp(x - y))
+    if op == FMOD:    return -np.trunc(x / y)
+    if op == MOD:     return -np.floor(x / y)
     return math.nan
 
 
 @register_jitable
 def selects(op):
-    """Whether op's derivative selects rather than scales: relu, maximum / minimum and
-    the step functions (sign, floor, ceil, round), whose partials are masks."""
+    """Whether a zero partial of op is a mask (torch selects there): relu, maximum /
+    minimum, the step functions (sign, floor, ceil, round), and power, whose
+    derivatives torch masks where the exponent is 0 (d/dx) or the base is 0 (d/dy)."""
     return (op == RELU or op == MAXIMUM or op == MINIMUM or op == SIGN or op == FLOOR
-            or op == CEIL or op == ROUND)
+            or op == CEIL or op == ROUND or op == POW)
 
 
 @register_jitable
@@ -401,20 +417,20 @@ def _trailing_loops(code):
                 base = row * period
                 if operand == 0 and fresh:
                     for j in range(period):
-                        gr[ox + j] = g[base + j] * binary_partial_x(
-                            op, x[ox + j], y[oy + j * sy], z[base + j])
+                        gr[ox + j] = times(op, g[base + j], binary_partial_x(
+                            op, x[ox + j], y[oy + j * sy], z[base + j]))
                 elif operand == 0:
                     for j in range(period):
-                        gr[ox + j * sx] += g[base + j] * binary_partial_x(
-                            op, x[ox + j * sx], y[oy + j * sy], z[base + j])
+                        gr[ox + j * sx] += times(op, g[base + j], binary_partial_x(
+                            op, x[ox + j * sx], y[oy + j * sy], z[base + j]))
                 elif fresh:
                     for j in range(period):
-                        gr[oy + j] = g[base + j] * binary_partial_y(
-                            op, x[ox + j * sx], y[oy + j], z[base + j])
+                        gr[oy + j] = times(op, g[base + j], binary_partial_y(
+                            op, x[ox + j * sx], y[oy + j], z[base + j]))
                 else:
                     for j in range(period):
-                        gr[oy + j * sy] += g[base + j] * binary_partial_y(
-                            op, x[ox + j * sx], y[oy + j * sy], z[base + j])
+                        gr[oy + j * sy] += times(op, g[base + j], binary_partial_y(
+                            op, x[ox + j * sx], y[oy + j * sy], z[base + j]))
     return loops
 
 
@@ -538,7 +554,8 @@ def _times_partial_lanes(ctx, i, r, gr, g, partial, lanes, stride, select):
 
 @register_jitable
 def where_vjp(ctx, i, lanes=1):
-    """z = where(c, x, y): the gradient goes to x where c holds, to y elsewhere."""
+    """z = where(c, x, y): the gradient goes to x where c holds, to y elsewhere (zeros
+    there, as torch's masked gradient: both branches are on the graph)."""
     a, b, c = ctx.rows[i, A], ctx.rows[i, B], where_condition(ctx.ipool, ctx.rows[i, AUX])
     ctx.lane[0] = 0
     g, cond, stride = lane_block(ctx, i, lanes), value(ctx, c), ctx.lane[1]

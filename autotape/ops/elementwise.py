@@ -47,6 +47,8 @@ class Elementwise:
 
 
 def _sigmoid_scalar(x):
+    if x != x:
+        return x                                   # nan, as numpy and torch
     if x >= 0:
         return 1.0 / (1.0 + math.exp(-x))
     e = math.exp(x) if x > -745.2 else 0.0
@@ -58,7 +60,7 @@ def _relu_scalar(x):
 
 
 def _relu_array(x):
-    return np.where(x > 0, x, np.zeros((), x.dtype)) if x.size else x.copy()
+    return np.where(x <= 0, np.zeros((), x.dtype), x) if x.size else x.copy()   # nan stays
 
 
 def _softplus_scalar(x):
@@ -86,6 +88,8 @@ def _sign(x):
 
 
 def _logaddexp(x, y):
+    if x == y:                                     # (inf, inf): inf, not inf - inf
+        return x + LN2
     m = x if x > y else y
     if m == -math.inf:
         return -math.inf
@@ -106,8 +110,8 @@ unary_ops = {op.code: op for op in [
       "-x.",
       d=lambda at, g, r: -g),
     U(ABS, "abs", builtins.abs, np.abs,
-      "|x|. Gradient sign(x); 0 at x = 0.",
-      d=lambda at, g, r: g * observe(np.sign, r.x)),
+      "|x|. Gradient sign(x); 0 at x = 0 and at nan (torch's sgn).",
+      d=lambda at, g, r: g * observe(_sign_or_zero, r.x)),
     U(EXP, "exp", math.exp, np.exp,
       "e**x.",
       d=lambda at, g, r: g * r.z),
@@ -223,12 +227,12 @@ binary_ops = {op.code: op for op in [
       dy=lambda at, g, r: _pow_rule_y(at, g, r)),
     U(MAXIMUM, "maximum", _maximum, np.maximum,
       "Elementwise maximum; on ties the gradient is split evenly.",
-      dx=lambda at, g, r: _select(at, g, _share(r.x, r.y, np.greater)),
-      dy=lambda at, g, r: _select(at, g, _share(r.y, r.x, np.greater))),
-    U(MINIMUM, "minimum", _minimum, np.minimum,
-      "Elementwise minimum; on ties the gradient is split evenly.",
       dx=lambda at, g, r: _select(at, g, _share(r.x, r.y, np.less)),
       dy=lambda at, g, r: _select(at, g, _share(r.y, r.x, np.less))),
+    U(MINIMUM, "minimum", _minimum, np.minimum,
+      "Elementwise minimum; on ties the gradient is split evenly.",
+      dx=lambda at, g, r: _select(at, g, _share(r.x, r.y, np.greater)),
+      dy=lambda at, g, r: _select(at, g, _share(r.y, r.x, np.greater))),
     U(ARCTAN2, "arctan2", math.atan2, np.arctan2,
       "The angle of the point (y, x) for arctan2(x1=y, x2=x); gradient 0 at (0, 0), as in "
       "torch.",
@@ -240,8 +244,8 @@ binary_ops = {op.code: op for op in [
       dy=lambda at, g, r: g * r.y / r.z),
     U(LOGADDEXP, "logaddexp", _logaddexp, np.logaddexp,
       "log(e**x + e**y), without overflow.",
-      dx=lambda at, g, r: g * at.exp(r.x - r.z),
-      dy=lambda at, g, r: g * at.exp(r.y - r.z)),
+      dx=lambda at, g, r: g / (1.0 + at.exp(r.y - r.x)),
+      dy=lambda at, g, r: g / (1.0 + at.exp(r.x - r.y))),
     U(FMOD, "fmod", math.fmod, np.fmod,
       "Remainder with the sign of x. d/dy = -trunc(x / y).",
       dx=lambda at, g, r: g,
@@ -256,13 +260,16 @@ binary_ops = {op.code: op for op in [
 # ---- helpers of the derivative rules ---------------------------------------------------------
 
 def _zero(at, g):
-    """An exact zero gradient of g's shape, still on the graph."""
-    return at.where(np.zeros(g.shape, bool), g, 0.0)
+    """An exact zero gradient of g's shape, connected to nothing (torch's zeros_like): a
+    later sweep sends nothing into g's graph, where 0 * inf would make nan. The engine
+    keeps a gradient that ends up constant connected to its input."""
+    return at.zeros(g.shape)
 
 
-def _share(u, v, wins):
-    """1 where u wins over v, 1/2 on ties, 0 elsewhere (a constant)."""
-    return observe(lambda a, b: np.where(a == b, 0.5, np.where(wins(a, b), 1.0, 0.0)), u, v)
+def _share(u, v, loses):
+    """0 where u loses to v, 1/2 on ties, 1 elsewhere, nan included (a constant: the
+    compiled partials' rule, and torch's masked_fill)."""
+    return observe(lambda a, b: np.where(a == b, 0.5, np.where(loses(a, b), 0.0, 1.0)), u, v)
 
 
 def _select(at, g, share):
@@ -277,8 +284,12 @@ def _over(at, a, b):
     return at.where(zero, 0.0, a / at.where(zero, 1.0, b))
 
 
+def _sign_or_zero(x):
+    return np.where(np.isnan(x), 0.0, np.sign(x))
+
+
 def _positive(z):
-    return z > 0
+    return ~(z <= 0)                           # (nan passes, as torch's relu)
 
 
 def _pow_rule_x(at, g, r):
