@@ -8,6 +8,8 @@ implements the same three methods with ``numba.cuda`` kernels built from the sam
 ``register_jitable`` op math (kernels/elementwise.py and its peers), and
 ``executor_for`` is where a tape would be matched to its device.
 """
+import abc
+
 import numpy as np
 
 from .kernels.blas import DGEMM
@@ -26,26 +28,26 @@ NO_ROWS = np.zeros(0, np.int64)
 KEEP_SCRATCH_BYTES = 16 << 20       # scratch kept between sweeps; a larger one is given back
 
 
-class Executor:
+class Executor(abc.ABC):
     """What a backend implements (see the module's docstring)."""
 
+    @abc.abstractmethod
     def sweep(self, tape, seed_rows, seed_vals, seed_off, lanes, retain, row_addr=NO_ROWS,
               read=NO_ROWS):
         """The reverse sweep of ``tape`` from the seeds. Returns ``(adj, adj_off,
         stride)``: lane k of row r's adjoint is ``adj[k * stride + adj_off[r]:][:size]``
         (``adj_off[r] < 0``: no gradient reached r). ``read``: the rows the caller
         reads (all when empty); ``row_addr``: rows with a buffer of their own."""
-        raise NotImplementedError
 
+    @abc.abstractmethod
     def replay(self, tape, in_rows, in_vals, python_row):
         """Write ``in_vals`` into the rows ``in_rows`` and recompute every other row;
         ``python_row(row)`` computes a row no kernel can (numpy.linalg)."""
-        raise NotImplementedError
 
+    @abc.abstractmethod
     def replay_and_sweep(self, tape, in_rows, in_vals, seeds, lanes, out):
         """replay, then sweep, in one call, for a tape whose rows all have kernels; the
         input rows' adjoints land in ``out[lane, columns of that input]``."""
-        raise NotImplementedError
 
 
 class CpuExecutor(Executor):

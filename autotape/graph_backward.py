@@ -139,8 +139,7 @@ def run(outputs, seeds, retain):
                     if tape.op(operand) == CONST:
                         continue
                     c = rule(OPS, g, r, k)
-                    if c is not None:              # None: no gradient flows to it
-                        _add(adj, tape.id, operand, sum_to(c, tape.shape(operand)))
+                    _add(adj, tape.id, operand, sum_to(c, tape.shape(operand)))
             if not retain:
                 tape.released[visited] = 1
                 tape.open = False

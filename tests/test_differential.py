@@ -131,6 +131,15 @@ def _torch_array(t):
     return t.detach().numpy(force=True)
 
 
+def _compare_gradients(y, yt, xs, ts, steps, what):
+    """d y / d xs by autotape against d yt / d ts by torch."""
+    got = at.grad(y, xs, allow_unused=True, materialize_grads=True)
+    want = torch.autograd.grad(yt, ts, allow_unused=True, materialize_grads=True)
+    for g, w in zip(got, want):
+        _compare(g.numpy(), _torch_array(w), f"{what} of {steps}",
+                 extremes=_has_extremes(steps))
+
+
 def _pair(inputs):
     xs = [at.tensor(v, requires_grad=True) for v in inputs]
     ts = [torch.tensor(v, requires_grad=True) for v in inputs]
@@ -146,11 +155,7 @@ def test_value_and_gradient_match_torch(program):
     _compare(y.numpy(), yt.detach().numpy(), f"value of {steps}", gradient=False)
     if not yt.requires_grad:
         return
-    got = at.grad(y, xs, allow_unused=True, materialize_grads=True)
-    want = torch.autograd.grad(yt, ts, allow_unused=True, materialize_grads=True)
-    for g, w in zip(got, want):
-        _compare(g.numpy(), _torch_array(w), f"gradient of {steps}",
-                 extremes=_has_extremes(steps))
+    _compare_gradients(y, yt, xs, ts, steps, "gradient")
 
 
 @SETTINGS
@@ -172,11 +177,7 @@ def test_second_derivative_matches_torch(program):
     zt = sum((gi * torch.tensor(d)).sum() for gi, d in zip(gt, directions))
     if not zt.requires_grad:
         return
-    got = at.grad(z, xs, allow_unused=True, materialize_grads=True)
-    want = torch.autograd.grad(zt, ts, allow_unused=True, materialize_grads=True)
-    for h, w in zip(got, want):
-        _compare(h.numpy(), _torch_array(w), f"Hessian-vector product of {steps}",
-                 extremes=_has_extremes(steps))
+    _compare_gradients(z, zt, xs, ts, steps, "Hessian-vector product")
 
 
 @SETTINGS

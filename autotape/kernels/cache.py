@@ -31,8 +31,9 @@ _PACKAGE = pathlib.Path(__file__).resolve().parent.parent
 KERNEL_SOURCES = ("kernels/*.py", "opcodes.py", "tape_format.py")
 
 
+@functools.cache
 def kernel_source_paths():
-    return sorted(path for pattern in KERNEL_SOURCES for path in _PACKAGE.glob(pattern))
+    return tuple(sorted(path for pattern in KERNEL_SOURCES for path in _PACKAGE.glob(pattern)))
 
 
 def code_of(source):

@@ -179,12 +179,6 @@ def aux(ctx, r):
 
 
 @register_jitable
-def param(ctx, r, k):
-    """The k-th int parameter of row r."""
-    return ctx.ipool[ctx.rows[r, AUX] + k]
-
-
-@register_jitable
 def strided_map(shape, offset, strides):
     """Flat source index of every element of a strided view of ``shape``, C order."""
     n = 1
