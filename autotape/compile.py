@@ -175,6 +175,7 @@ class Compiled:
                                "recorded more than a tape holds); such an f cannot be "
                                "replayed")
         tape.open = False
+        tape.own_values()                     # replays must not rewrite f's own tensors
         for t in outs + (grads or []):
             if isinstance(t, Tensor) and t._tape is not None and t._tape is not tape:
                 raise RuntimeError("compile: an output of f was recorded outside f's own "

@@ -257,6 +257,15 @@ class Tape:
     def value(self, i):
         return self.read(i)[2]
 
+    def own_values(self):
+        """Give the tape private copies of its array values: a replay rewrites them in
+        place, and the tensors recorded on it (which a traced function may keep) must
+        keep theirs. The tape is closed; its columns are decoded again."""
+        assert not self.open
+        self.arrays = [a.copy() for a in self.arrays]
+        self.big_addr = [address_of(a) for a in self.arrays]
+        self._columns = self._kernel_args = None
+
     def has_ops(self, first, last):
         """Whether any row's opcode is in [first, last]."""
         ops = self.columns().rows[:, OP]

@@ -71,3 +71,18 @@ def test_non_tensor_outputs_are_named(call, got):
     x = at.tensor([1.0, 2.0], requires_grad=True)
     with pytest.raises(TypeError, match=got):
         call(x)
+
+
+def test_tensors_a_compiled_function_keeps_are_not_rewritten_by_replays():
+    kept = []
+
+    def f(x):
+        y = at.sin(x) * 2.0
+        kept.append(y)                             # f keeps an intermediate
+        return (y * x).sum()
+    c = at.compile(f, np.array([0.5, 1.0]))
+    recorded = kept[0].tolist()
+    c(np.array([2.0, 3.0]))
+    c.grad(np.array([-1.0, 4.0]))                  # the fused replay-and-sweep too
+    assert kept[0].tolist() == recorded
+    assert c(np.array([0.5, 1.0])).item() == pytest.approx(f(at.tensor([0.5, 1.0])).item())
