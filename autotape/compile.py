@@ -53,13 +53,26 @@ def compile(f, *example_args):
 
 
 class _Program:
-    """One recording of f: the tape (closed to new rows), its input rows, its outputs
-    (rows, or constants) and the guards taken while recording."""
-    __slots__ = ("tape", "executor", "inputs", "input_rows", "shapes", "sizes", "fused",
-                 "total_in", "outputs", "rebuild", "guards", "grads", "plans")
+    """One recording of f: the tape (closed to new rows, never written again), its input
+    rows, its outputs (rows, or constants) and the guards taken while recording. A call
+    replays into a twin of the tape (the same rows, values of its own) taken from
+    ``twins`` and put back after: concurrent calls each have their own, and a thread's
+    next call reuses one."""
+    __slots__ = ("tape", "twins", "executor", "inputs", "input_rows", "shapes", "sizes",
+                 "fused", "total_in", "outputs", "rebuild", "guards", "grads", "plans")
 
-    def row_value(self, row):
-        return np.asarray(self.tape.value(row))
+    def acquire(self):
+        try:
+            return self.twins.pop()            # (list.pop and append are atomic)
+        except IndexError:
+            return self.tape.twin()
+
+    def release(self, tape):
+        self.twins.append(tape)
+
+
+def _row_value(tape, row):
+    return np.asarray(tape.value(row))
 
 
 class Compiled:
@@ -74,7 +87,8 @@ class Compiled:
         self.f = f
         self.traces = 0
         self._programs = {}
-        self._get("value", _arguments(example_args, example=True))
+        p, tape = self._at("value", _arguments(example_args, example=True))
+        p.release(tape)
 
     def __repr__(self):
         return f"<autotape.Compiled {getattr(self.f, '__name__', self.f)!r}: " \
@@ -84,18 +98,24 @@ class Compiled:
 
     def __call__(self, *args):
         """f(*args), from the replayed tape (Tensors in f's output structure)."""
-        p = self._get("value", _arguments(args))
-        return p.rebuild([_plain_copy(p, o) for o in p.outputs])
+        p, tape = self._at("value", _arguments(args))
+        try:
+            return p.rebuild([_plain_copy(tape, o) for o in p.outputs])
+        finally:
+            p.release(tape)
 
     def value_and_grad(self, *args):
         """``(f(*args), gradient)`` for a scalar f; the gradient has the structure of
         the arguments (one Tensor, or a tuple for several)."""
         args = _arguments(args)
-        p = self._get("value", args, fused=True)
-        out = _scalar_output(p, "value_and_grad")
-        g = [new_leaf(g if g.ndim else float(g), g.shape, F64)
-             for g in _sweep(p, [out], 1, args)]
-        return _plain_copy(p, out), (g[0] if len(g) == 1 else tuple(g))
+        p, tape = self._at("value", args, fused=True)
+        try:
+            out = _scalar_output(p, "value_and_grad")
+            g = [new_leaf(g if g.ndim else float(g), g.shape, F64)
+                 for g in _sweep(p, tape, [out], 1, args)]
+            return _plain_copy(tape, out), (g[0] if len(g) == 1 else tuple(g))
+        finally:
+            p.release(tape)
 
     def grad(self, *args):
         """The gradient of a scalar f with respect to every argument.
@@ -110,8 +130,11 @@ class Compiled:
         compiled sweep with a lane per output element. Nested as (outputs, then
         arguments) where f returns several or takes several."""
         args = _arguments(args)
-        p = self._get("value", args, fused=True)
-        jac = _jacobian(p, p.outputs, args)
+        p, tape = self._at("value", args, fused=True)
+        try:
+            jac = _jacobian(p, tape, p.outputs, args)
+        finally:
+            p.release(tape)
         return p.rebuild([_per_argument(per_input) for per_input in jac])
 
     def hessian(self, *args):
@@ -124,22 +147,33 @@ class Compiled:
                 [2., 0.]])
         """
         args = _arguments(args)
-        p = self._get("hessian", args, fused=True)
-        jac = _jacobian(p, p.grads, args)
+        p, tape = self._at("hessian", args, fused=True)
+        try:
+            jac = _jacobian(p, tape, p.grads, args)
+        finally:
+            p.release(tape)
         return _per_argument([_per_argument(row) for row in jac])
 
     # -- recording and replay -------------------------------------------------------------
 
-    def _get(self, kind, args, fused=False):
-        """The program for these arguments' shapes, replayed at them; with ``fused``,
-        a program without guards or numpy.linalg rows is returned as it is (the caller
-        replays it in the same compiled call as its sweep)."""
+    def _at(self, kind, args, fused=False):
+        """The program for these arguments' shapes and a twin of its tape replayed at
+        them, which the caller releases; with ``fused``, a program without guards or
+        numpy.linalg rows is not replayed here (the caller replays it in the same
+        compiled call as its sweep)."""
         key = (kind,) + tuple(a.shape for a in args)
         p = self._programs.get(key)
-        if p is not None and ((fused and p.fused) or _replay(p, args)):
-            return p
+        if p is not None:
+            tape = p.acquire()
+            try:
+                if (fused and p.fused) or _replay(p, tape, args):
+                    return p, tape
+            except BaseException:
+                p.release(tape)
+                raise
+            p.release(tape)
         p = self._programs[key] = self._record(kind, args)
-        return p
+        return p, p.acquire()
 
     def _record(self, kind, args):
         if guards.current_trace() is not None:
@@ -174,14 +208,14 @@ class Compiled:
                                "ran a backward or grad without create_graph=True, or "
                                "recorded more than a tape holds); such an f cannot be "
                                "replayed")
-        tape.open = False
+        tape.close()
         tape.own_values()                     # replays must not rewrite f's own tensors
         for t in outs + (grads or []):
             if isinstance(t, Tensor) and t._tape is not None and t._tape is not tape:
                 raise RuntimeError("compile: an output of f was recorded outside f's own "
                                    "tape and cannot be replayed")
         p = _Program()
-        p.tape, p.executor = tape, executor_for(tape)
+        p.tape, p.twins, p.executor = tape, [], executor_for(tape)
         p.inputs = [trace.leaf_rows[id(leaf)] for leaf in leaves]
         p.shapes = [a.shape for a in args]
         p.input_rows = np.array(p.inputs, np.int64)
@@ -251,11 +285,12 @@ def _target(t):
     return ("const", t, t.shape)
 
 
-def _replay(p, args):
-    """Re-evaluate the program at ``args``; False when a guard says to record again."""
-    p.executor.replay(p.tape, p.input_rows, _joined(args), lambda i: _replay_linalg(p, i))
+def _replay(p, tape, args):
+    """Re-evaluate the program at ``args`` in ``tape`` (a twin of its own); False when a
+    guard says to record again."""
+    p.executor.replay(tape, p.input_rows, _joined(args), lambda i: _replay_linalg(tape, i))
     for fn, operands, expected in p.guards:
-        values = [p.row_value(v) if kind == "row" else v for kind, v in operands]
+        values = [_row_value(tape, v) if kind == "row" else v for kind, v in operands]
         try:
             with ignore_fp_errors():
                 if not guards.same(fn(*values), expected):
@@ -271,14 +306,14 @@ def _joined(args):
         [a.reshape(-1) for a in args])
 
 
-def _replay_linalg(p, i):
+def _replay_linalg(tape, i):
     """A numpy.linalg row recomputed by numpy, and the values its VJP reads."""
-    tape = p.tape
     code, operands, params, _ = tape.row(i)
     if code not in values_of:
         raise RuntimeError(f"autotape internal error: op {opcode_name(code)} has neither a "
                            "compiled forward nor a numpy one; please report this")
-    value, saved = values_of[code](p.row_value(operands[0]), p.row_value(operands[1])
+    value, saved = values_of[code](_row_value(tape, operands[0]),
+                                   _row_value(tape, operands[1])
                                    if len(operands) > 1 else None, params)
     tape.write(i, value)
     if saved is not None:
@@ -286,9 +321,9 @@ def _replay_linalg(p, i):
         tape.write(int(saved_row(params, 0)), saved)
 
 
-def _plain_copy(p, target):
+def _plain_copy(tape, target):
     kind, v, shape = target
-    data = (p.row_value(v) if kind == "row" else v).copy()
+    data = (_row_value(tape, v) if kind == "row" else v).copy()
     return new_leaf(data if data.ndim else float(data), shape, F64)
 
 
@@ -298,7 +333,7 @@ def _scalar_output(p, name):
     return p.outputs[0]
 
 
-def _sweep(p, targets, lanes, args):
+def _sweep(p, tape, targets, lanes, args):
     """One compiled sweep of the program's tape seeded on the target rows: with one
     lane, ones; with ``lanes`` = the targets' total size, the identity (lane k seeds
     element k). Returns each argument's adjoint, ``(lanes, *shape)`` or ``shape``. A
@@ -312,16 +347,16 @@ def _sweep(p, targets, lanes, args):
     lead = (lanes,) if lanes > 1 else ()
     if not seed_rows.size:
         if p.fused:
-            _replay(p, args)                   # (the value may still be read)
+            _replay(p, tape, args)             # (the value may still be read)
         return [np.zeros(lead + s) for s in p.shapes]
     if p.fused:
         out = np.empty((lanes, p.total_in))
-        p.executor.replay_and_sweep(p.tape, p.input_rows, _joined(args), plan, lanes, out)
+        p.executor.replay_and_sweep(tape, p.input_rows, _joined(args), plan, lanes, out)
         if len(args) == 1:
             return [out.reshape(lead + p.shapes[0])]
         cols = np.cumsum([0] + p.sizes)
         return [out[:, a:b].reshape(lead + s) for a, b, s in zip(cols, cols[1:], p.shapes)]
-    adj, adj_off, stride = p.executor.sweep(p.tape, seed_rows, seed_vals, seed_off, lanes,
+    adj, adj_off, stride = p.executor.sweep(tape, seed_rows, seed_vals, seed_off, lanes,
                                             True, read=p.input_rows)
     lanes_view = adj[:lanes * stride].reshape(lanes, stride)
     out = []
@@ -355,15 +390,15 @@ def _seeds(targets, lanes):
             np.array(offsets, np.int64))
 
 
-def _jacobian(p, targets, args):
+def _jacobian(p, tape, targets, args):
     """For every target i and argument j, d target_i / d argument_j with shape
     ``target_i.shape + argument_j.shape``, from one sweep with a lane per element of
     the targets."""
     sizes = [math.prod(shape) for _, _, shape in targets]
     total = sum(sizes)
     if not total and p.fused:
-        _replay(p, args)
-    rows = _sweep(p, targets, total, args) if total else [np.zeros((0,) + s)
+        _replay(p, tape, args)
+    rows = _sweep(p, tape, targets, total, args) if total else [np.zeros((0,) + s)
                                                           for s in p.shapes]
     if len(targets) == 1 and len(rows) == 1:   # the common case, without the slicing
         g = rows[0].reshape(targets[0][2] + p.shapes[0])

@@ -7,6 +7,7 @@ cotangents, swept together as K lanes of one compiled sweep.
 Checks and messages follow torch.autograd so that code and searches carry over.
 """
 import heapq
+import threading
 import warnings
 
 import numpy as np
@@ -16,6 +17,7 @@ from .executor import NO_ROWS, executor_for
 from .kernels.staging import address_of
 from .ops.indexing import astype, stack
 from .tensor import F64, Tensor, new_leaf
+from .thread_state import here
 
 
 def grad(outputs, inputs, grad_outputs=None, retain_graph=None, create_graph=False,
@@ -247,7 +249,9 @@ def _run_recorded(outputs, given, inputs, retain, accumulate=False):
         for leaf, g in leaf_grads.values():
             if leaf._requires_grad:
                 g = _recorded_grad(g, leaf)
-                leaf._grad = g if getattr(leaf, "_grad", None) is None else leaf._grad + g
+                with ACCUMULATE_LOCK:
+                    leaf._grad = g if getattr(leaf, "_grad", None) is None else \
+                        leaf._grad + g
     return None if inputs is None else _input_grads(inputs, leaf_grads, adj, _recorded_grad)
 
 
@@ -292,30 +296,34 @@ def _run(outputs, grads, inputs, retain, accumulate=False, lanes=0):
     found = {}                  # (tape id, row) -> gradient of a wanted non-leaf
     queue = [(-tape.id, tape) for tape in seeds]
     heapq.heapify(queue)
+    state = here()
     while queue:
         _, tape = heapq.heappop(queue)
         adj, adj_off = _sweep(tape, seeds.pop(tape), retain, lanes)
-        for row, (parent, prow) in tape.imports.items():
-            if adj_off[row] >= 0:
+        swept = adj_off.size    # another thread may still be recording past these rows:
+        for row, (parent, prow) in list(tape.imports.items()):   # (one C call: a copy)
+            if row < swept and adj_off[row] >= 0:
                 if parent not in seeds:
                     heapq.heappush(queue, (-parent.id, parent))
                     seeds[parent] = []
                 seeds[parent].append((prow, adj(row).reshape(-1)))
-        for row, leaf in tape.leaves.items():
-            if adj_off[row] >= 0:
+        for row, leaf in list(tape.leaves.items()):
+            if row < swept and adj_off[row] >= 0:
                 _add_grad(leaf_grads, leaf, adj(row))
         for row, ref in list(tape.retained.items()):
             t = ref()
             if t is None:
-                del tape.retained[row]
-            elif adj_off[row] >= 0 and t._tape is tape and t._row == row and not batched:
+                tape.retained.pop(row, None)
+            elif row < swept and adj_off[row] >= 0 and t._tape is tape and t._row == row and not batched:
                 _accumulate(t, adj(row).reshape(t.shape))
         for (tid, row), ks in wanted.items():
             if tid == tape.id and adj_off[row] >= 0:
                 found[(tid, row)] = adj(row)
         # Later ops go to a new tape (importing what they use from this one), so the
-        # next sweep never walks or decodes the rows of this one again.
-        tape.open = False
+        # next sweep never walks or decodes the rows of this one again. Only the thread
+        # recording on it closes it (it may be between the two halves of an append).
+        if tape.owner is state:
+            tape.close()
     if accumulate:
         for leaf, g in leaf_grads.values():
             if leaf._requires_grad:
@@ -400,8 +408,18 @@ def _as_grad(g, t, shape=None):
     return new_leaf(g.astype(t.dtype, copy=False).reshape(shape), shape, t.dtype)
 
 
+# Two threads may sweep into the same leaf (a shared parameter): its .grad is read,
+# added to and written back under this lock, as torch's AccumulateGrad does.
+ACCUMULATE_LOCK = threading.Lock()
+
+
 def _accumulate(t, g):
     """t.grad += g, in place after the first time (torch's AccumulateGrad)."""
+    with ACCUMULATE_LOCK:
+        _accumulate_unlocked(t, g)
+
+
+def _accumulate_unlocked(t, g):
     cur = getattr(t, "_grad", None)
     if cur is None:
         t._grad = _as_grad(g, t)

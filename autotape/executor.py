@@ -16,6 +16,7 @@ from .kernels.blas import DGEMM
 from .kernels.replay import forward_replay, replay_and_sweep
 from .kernels.sweep import OK, RELEASED, UNKNOWN_OP, reverse_sweep
 from .opcodes import opcode_name
+from .thread_state import here
 
 RELEASED_MSG = (
     "Trying to backward through the graph a second time (or directly access saved tensors "
@@ -56,31 +57,37 @@ class CpuExecutor(Executor):
 
     def __init__(self):
         self.dgemm = DGEMM
-        self._scratch = np.zeros(0)
 
-    def scratch(self, size):
-        """Adjoint space for a sweep, reused from call to call up to KEEP_SCRATCH_BYTES
-        (fresh pages cost more to touch than small sweeps' arithmetic). A larger one is
-        given back after its sweep: the caller's reference keeps it until the results
-        are copied out, then the memory returns to the system."""
-        buf = self._scratch
-        if buf.size < size:
-            buf = np.empty(max(size, int(buf.size * 1.5)))
-            self._scratch = buf if buf.nbytes <= KEEP_SCRATCH_BYTES else self._scratch
+    @staticmethod
+    def scratch(size):
+        """Adjoint space for a sweep, the calling thread's own (the kernels run without
+        the GIL, so threads sweep at once), reused from call to call up to
+        KEEP_SCRATCH_BYTES (fresh pages cost more to touch than small sweeps'
+        arithmetic). A larger one is given back after its sweep: the caller's reference
+        keeps it until the results are copied out, then the memory returns to the
+        system."""
+        state = here()
+        buf = state.scratch
+        if buf is None or buf.size < size:
+            old = 0 if buf is None else buf.size
+            buf = np.empty(max(size, int(old * 1.5)))
+            if buf.nbytes <= KEEP_SCRATCH_BYTES:
+                state.scratch = buf
         return buf
 
     def sweep(self, tape, seed_rows, seed_vals, seed_off, lanes, retain, row_addr=NO_ROWS,
               read=NO_ROWS):
         adj = self.scratch(lanes * tape.columns().total_size)
-        status, adj_off, stride = reverse_sweep(*tape.kernel_args(), retain, seed_rows,
-                                                seed_vals, seed_off, lanes, adj, row_addr,
-                                                self.dgemm, read)
+        args, held = tape.kernel_args()        # held: what args' addresses point into
+        status, adj_off, stride = reverse_sweep(*args, retain, seed_rows, seed_vals,
+                                                seed_off, lanes, adj, row_addr, self.dgemm,
+                                                read)
         if status != OK:
             self._raise(tape, status, stride)
         return adj, adj_off, stride
 
     def replay(self, tape, in_rows, in_vals, python_row):
-        rows, ipool, ndim, start, dims, size, arena, _, big, _ = tape.kernel_args()
+        (rows, ipool, ndim, start, dims, size, arena, _, big, _), held = tape.kernel_args()
         i, stop = 0, tape.nrows
         while i < stop:
             i = forward_replay(rows, ipool, ndim, start, dims, size, arena, big, in_rows,
@@ -93,8 +100,9 @@ class CpuExecutor(Executor):
     def replay_and_sweep(self, tape, in_rows, in_vals, seeds, lanes, out):
         seed_rows, seed_vals, seed_off = seeds
         adj = self.scratch(lanes * tape.columns().total_size)
-        status, detail = replay_and_sweep(*tape.kernel_args(), in_rows, in_vals, seed_rows,
-                                          seed_vals, seed_off, lanes, adj, out, self.dgemm)
+        args, held = tape.kernel_args()        # held: what args' addresses point into
+        status, detail = replay_and_sweep(*args, in_rows, in_vals, seed_rows, seed_vals,
+                                          seed_off, lanes, adj, out, self.dgemm)
         if status < 0:
             raise RuntimeError(f"autotape internal error: a fused replay met op "
                                f"{opcode_name(tape.op(detail))}, which needs Python; "

@@ -1,15 +1,15 @@
-"""Grad mode: whether ops record. Context managers that are also decorators."""
+"""Grad mode: whether ops record. Context managers that are also decorators.
+
+Grad mode is per thread (thread_state.py), as in torch: ``no_grad`` in one thread
+leaves every other thread recording."""
 import functools
 
-
-class GradMode:
-    """Whether ops record (read on every op, so a class attribute: no call)."""
-    enabled = True        # process-wide, like the current tape (tape.py)
+from .thread_state import here
 
 
 def is_grad_enabled():
-    """True when ops on tensors that require grad are recorded."""
-    return GradMode.enabled
+    """True when ops on tensors that require grad are recorded (in this thread)."""
+    return here().grad_enabled
 
 
 class _GradModeContext:
@@ -21,11 +21,12 @@ class _GradModeContext:
         return super().__new__(cls)
 
     def __enter__(self):
-        self._saved = GradMode.enabled
-        GradMode.enabled = self._mode
+        state = here()
+        self._saved = state.grad_enabled
+        state.grad_enabled = self._mode
 
     def __exit__(self, *exc):
-        GradMode.enabled = self._saved
+        here().grad_enabled = self._saved
 
     def __call__(self, fn):
         @functools.wraps(fn)
@@ -57,16 +58,17 @@ class set_grad_enabled(_GradModeContext):
     on exit."""
 
     def __init__(self, mode):
-        self._saved = GradMode.enabled
+        state = here()
+        self._saved = state.grad_enabled
         self._mode = bool(mode)
-        GradMode.enabled = self._mode
+        state.grad_enabled = self._mode
 
     def __enter__(self):
         pass
 
     def __call__(self, fn):
         mode = self._mode
-        GradMode.enabled = self._saved
+        here().grad_enabled = self._saved
 
         @functools.wraps(fn)
         def wrapper(*args, **kwargs):

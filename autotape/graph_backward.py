@@ -19,6 +19,7 @@ from .opcodes import CONST, IMPORT, LEAF, SOURCE_LAST, WHERE, opcode_name
 from .ops import elementwise, indexing, linalg as linalg_ops, reduce
 from .tape_format import where_condition
 from .tensor import F64, Tensor, new_leaf, new_result
+from .thread_state import here
 
 GRAPH_VJPS = {**elementwise.graph_vjps, **reduce.graph_vjps, **indexing.graph_vjps,
               **linalg_ops.graph_vjps}
@@ -142,7 +143,8 @@ def run(outputs, seeds, retain):
                     _add(adj, tape.id, operand, sum_to(c, tape.shape(operand)))
             if not retain:
                 tape.released[visited] = 1
-                tape.open = False
+                if tape.owner is here():       # (only the recording thread closes it)
+                    tape.close()
     return leaf_grads, adj, tapes
 
 

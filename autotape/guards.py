@@ -16,6 +16,8 @@ import contextlib
 
 import numpy as np
 
+from .thread_state import here
+
 
 class Traced:
     """The base of autotape.Tensor: what guards read from a tensor (its ``_value``,
@@ -42,23 +44,20 @@ class Trace:
         return None
 
 
-class _Current:
-    trace = None                       # the Trace being recorded, if any
-
-
 def current_trace():
-    """The Trace being recorded, or None."""
-    return _Current.trace
+    """The Trace this thread is recording, or None."""
+    return here().trace
 
 
 @contextlib.contextmanager
 def tracing(trace):
-    """Record guards into ``trace`` inside the block (compile.py)."""
-    saved, _Current.trace = _Current.trace, trace
+    """Record guards into ``trace`` inside the block (compile.py); per thread."""
+    state = here()
+    saved, state.trace = state.trace, trace
     try:
         yield trace
     finally:
-        _Current.trace = saved
+        state.trace = saved
 
 
 def observe(fn, *operands):
@@ -67,7 +66,7 @@ def observe(fn, *operands):
     its recorded values. The result must not depend on anything but the operands."""
     values = [_value(v) for v in operands]
     result = fn(*values)
-    trace = _Current.trace
+    trace = here().trace
     if trace is not None:
         rows = [trace.row(v) if isinstance(v, Traced) else None for v in operands]
         if any(r is not None for r in rows):
@@ -80,7 +79,7 @@ def observe(fn, *operands):
 def observe_value(t):
     """t's value read out of the graph (``.numpy()``, ``.item()``): under a trace the
     guard is the values themselves."""
-    trace = _Current.trace
+    trace = here().trace
     if trace is not None and trace.row(t) is not None:
         observe(_identity, t)
 

@@ -9,6 +9,14 @@ live in a float64 arena; array values stay in their own float64 buffers, which t
 tape keeps alive and hands to compiled code by address. Every shape used is interned
 once in a shape table.
 
+Threads. Each thread records on its own open tape (``Tape.owner`` is its
+ThreadState): only the owner appends, and an op in another thread on a tensor of that
+tape imports it into its own tape. Another thread may still sweep or read a tape
+whose owner keeps appending (a graph shared between threads), so the structures it
+reads only grow, the staged rows are published as one tuple (``rows_log``) read first,
+and a sweep from another thread gets a private copy of the arena (``kernel_args``):
+compiled code never reads a buffer that an append may move.
+
 Lifetime. A result Tensor holds its tape; a tape holds the leaves it snapshotted and
 the older tapes it imported values from, never the results recorded on it, so a tape
 is freed as soon as no result on it is alive. Recording goes to the open tape. A tape
@@ -26,6 +34,7 @@ from collections import namedtuple
 
 import numpy as np
 
+from .thread_state import here
 from .kernels.staging import address_of, decode_rows
 from .opcodes import CONST, IMPORT, LEAF
 from .tape_format import NO_ROW, OP, SHAPE, VLOC, array_index, operand_list
@@ -50,15 +59,15 @@ FLUSH_ROWS = 4096
 
 
 class Tape:
-    __slots__ = ("id", "staged", "chunks", "flushed", "checkpoint", "extra", "arena", "arrays", "big_addr", "shape_ids", "shapes",
+    __slots__ = ("id", "staged", "rows_log", "flushed", "checkpoint", "extra", "arena", "arrays", "big_addr", "shape_ids", "shapes",
                  "shape_ndim", "shape_dims", "shape_size", "released", "leaves",
-                 "retained", "imports", "import_rows", "consts", "open", "nrows",
+                 "retained", "imports", "import_rows", "consts", "owner", "nrows",
                  "array_bytes", "ipool", "_columns", "_kernel_args", "__weakref__")
 
-    def __init__(self):
+    def __init__(self, owner=None):
         self.id = next(_tape_ids)
         self.staged = []                 # staged rows: opcode, operand a, operand b, ...
-        self.chunks = []                 # flushed rows: (n, 3) int64 arrays
+        self.rows_log = ((), self.staged)   # (flushed (n, 3) int64 chunks, staged list)
         self.flushed = 0
         self.checkpoint = self._next_checkpoint()   # row at which to flush, check size
         self.extra = []                  # row, shape id, aux, array index: 4 ints per row
@@ -78,14 +87,23 @@ class Tape:
         self.imports = {}                # IMPORT row -> (older tape, row there)
         self.import_rows = {}            # (older tape id, row there) -> IMPORT row
         self.consts = {}                 # Python number -> CONST row
-        self.open = True
+        self.owner = owner               # the ThreadState recording here; None: closed
         self.nrows = 0
         self.array_bytes = 0
         self._columns = None
         self._kernel_args = None
 
     def __repr__(self):
-        return f"<Tape {self.id}: {self.nrows} rows{'' if self.open else ', closed'}>"
+        return f"<Tape {self.id}: {self.nrows} rows{'' if self.owner else ', closed'}>"
+
+    @property
+    def open(self):
+        """Whether rows are still appended here (by the owner thread)."""
+        return self.owner is not None
+
+    def close(self):
+        """No more rows (called by the owner thread, or on a tape no thread records)."""
+        self.owner = None
 
     def shape_id(self, shape):
         sid = self.shape_ids.get(shape)
@@ -114,13 +132,14 @@ class Tape:
 
     def reached_checkpoint(self):
         """Flush the staged rows; close the tape if one expression has made it huge."""
-        i64 = np.int64
-        self.chunks.append(np.array(self.staged, i64).reshape(-1, 3))
-        self.flushed += len(self.staged) // 3
-        self.staged.clear()
+        chunk = np.array(self.staged, np.int64).reshape(-1, 3)
+        fresh = []                       # (the old list is never cleared: a reader may
+        self.rows_log = (self.rows_log[0] + (chunk,), fresh)   # hold it; one store
+        self.staged = fresh              # publishes the chunk and the new list at once)
+        self.flushed += chunk.shape[0]
         self.checkpoint = self._next_checkpoint()
         if self.flushed >= HARD_ROWS_FACTOR * MAX_ROWS:
-            self.open = False
+            self.owner = None
 
     def _next_checkpoint(self):
         return min(self.flushed + FLUSH_ROWS, HARD_ROWS_FACTOR * MAX_ROWS) - 1
@@ -137,7 +156,7 @@ class Tape:
             self.big_addr.append(address_of(value))
             self.array_bytes += value.nbytes
             if self.array_bytes > HARD_ROWS_FACTOR * MAX_ARRAY_BYTES:
-                self.open = False
+                self.owner = None
         sid = self.shape_ids.get(shape)
         if sid is None:
             sid = self.shape_id(shape)
@@ -153,9 +172,10 @@ class Tape:
 
     def opcode(self, row):
         """A row's opcode, without assembling the columns."""
-        if row >= self.flushed:
-            return self.staged[3 * (row - self.flushed)]
-        return int(self.chunks[row // FLUSH_ROWS][row % FLUSH_ROWS, 0])
+        chunks, staged = self.rows_log
+        if row >= len(chunks) * FLUSH_ROWS:
+            return staged[3 * (row - len(chunks) * FLUSH_ROWS)]
+        return int(chunks[row // FLUSH_ROWS][row % FLUSH_ROWS, 0])
 
     # -- rows that bring values onto the tape ---------------------------------------------
 
@@ -184,21 +204,28 @@ class Tape:
     # -- the tape as compiled code reads it -------------------------------------------------
 
     def columns(self):
-        """The tape as int64 columns for the compiled sweep (decoded once per length)."""
+        """The tape as int64 columns for the compiled sweep (decoded once per length).
+
+        Safe while the owner thread appends: the staged rows are read first, in one
+        store's snapshot, and every list read after them only grew since, so it holds
+        all that those rows name (push writes a row's staged entry last)."""
         cols = self._columns
-        n = self.nrows
-        if cols is not None and cols.nrows == n:
+        if cols is not None and cols.nrows == self.nrows:
             return cols
-        if self.released.size < n:
-            grown = np.zeros(max(n, 2 * self.released.size), np.uint8)
-            grown[:self.released.size] = self.released
+        chunks, staged = self.rows_log
+        staged = np.array(list(staged), np.int64).reshape(-1, 3)
+        if chunks:
+            staged = np.concatenate(chunks + (staged,))
+        n = staged.shape[0]
+        released = self.released
+        if released.size < n:
+            grown = np.zeros(max(n, 2 * released.size), np.uint8)
+            grown[:released.size] = released
             self.released = grown
         i64 = np.int64
+        extra = np.array(self.extra, i64)
         size, ndim = np.array(self.shape_size, i64), np.array(self.shape_ndim, i64)
-        staged = np.array(self.staged, i64).reshape(-1, 3)
-        if self.chunks:
-            staged = np.concatenate(self.chunks + [staged])
-        rows, start, total = decode_rows(staged, np.array(self.extra, i64), size, ndim)
+        rows, start, total = decode_rows(staged, extra, size, ndim)
         ipool, dims = np.array(self.ipool or [0], i64), np.array(self.shape_dims or [0], i64)
         cols = self._columns = Columns(
             n, rows, ipool, ndim, start, dims, size, np.array(self.big_addr or [0], i64),
@@ -206,17 +233,26 @@ class Tape:
         return cols
 
     def kernel_args(self):
-        """The tape as every compiled kernel takes it: (rows, ipool, shape_ndim,
-        shape_start, shape_dims, shape_size, arena address, arena length, array
-        addresses, released marks)."""
+        """``(args, arena)``: the tape as every compiled kernel takes it (rows, ipool,
+        shape_ndim, shape_start, shape_dims, shape_size, arena address, arena length,
+        array addresses, released marks) and the arena those addresses point into,
+        which the caller holds until the kernel returns. Called from a thread other than
+        the one still recording here, that arena is a private copy: an append may move
+        the live one."""
+        owner = self.owner
+        if owner is not None and owner is not here():
+            c = self.columns()
+            arena = self.arena[:]               # one C call: a consistent copy
+            return c.kernel_prefix + (arena.buffer_info()[0], len(arena), c.big_addr,
+                                      self.released), arena
         cached = self._kernel_args
         if cached is not None and cached[0] == self.nrows and cached[1] == len(self.arena):
-            return cached[2]                   # (the arena moves only when it grows)
+            return cached[2], self.arena        # (the arena moves only when it grows)
         c = self.columns()
         args = c.kernel_prefix + (self.arena.buffer_info()[0], len(self.arena), c.big_addr,
                                   self.released)
         self._kernel_args = (self.nrows, len(self.arena), args)
-        return args
+        return args, self.arena
 
     # -- one row, for the Python side ------------------------------------------------------
     # A row never changes once written (only its value, in a replay), so the columns
@@ -261,10 +297,23 @@ class Tape:
         """Give the tape private copies of its array values: a replay rewrites them in
         place, and the tensors recorded on it (which a traced function may keep) must
         keep theirs. The tape is closed; its columns are decoded again."""
-        assert not self.open
+        assert self.owner is None
         self.arrays = [a.copy() for a in self.arrays]
         self.big_addr = [address_of(a) for a in self.arrays]
         self._columns = self._kernel_args = None
+
+    def twin(self):
+        """A closed tape's twin: the same rows, values of its own. Concurrent replays of
+        one recording each take a twin (compile.py), so none rewrites values another
+        is reading."""
+        assert self.owner is None
+        twin = Tape.__new__(Tape)
+        for name in _SLOTS:
+            setattr(twin, name, getattr(self, name))
+        twin.arena = self.arena[:]
+        twin.released = self.released.copy()
+        twin.own_values()
+        return twin
 
     def has_ops(self, first, last):
         """Whether any row's opcode is in [first, last]."""
@@ -275,6 +324,7 @@ class Tape:
         """Those of ``rows`` whose value is an array of at least ``min_size`` elements,
         and their sizes (numpy, one pass)."""
         c = self.columns()
+        rows = rows[rows < c.nrows]            # (leaves another thread added since)
         sizes = c.shape_size[c.rows[rows, SHAPE]]
         big = (c.rows[rows, VLOC] < 0) & (sizes >= min_size)
         return rows[big], sizes[big]
@@ -289,35 +339,34 @@ class Tape:
             self.arrays[array_index(loc)][:] = data
 
 
+_SLOTS = [name for name in Tape.__slots__ if name != "__weakref__"]
 Row = namedtuple("Row", "op operands params shape")
 Columns = namedtuple("Columns", "nrows rows ipool shape_ndim shape_start shape_dims "
                                 "shape_size big_addr total_size kernel_prefix")
 
 
-class _Current:
-    """The open tape that new recordings go to (process-wide, held weakly)."""
-    ref = None
-
-
 def close_open_tape():
-    """Close the open tape: the next op starts a new one (a compiled recording gets a
-    tape of its own)."""
-    current = _Current.ref() if _Current.ref is not None else None
+    """Close this thread's open tape: its next op starts a new one (a compiled
+    recording gets a tape of its own)."""
+    state = here()
+    current = state.tape() if state.tape is not None else None
     if current is not None:
-        current.open = False
+        current.close()
 
 
 def open_tape(*tapes):
-    """The tape to record on, given the tapes the operands live on (None for leaves).
+    """The tape this thread records on, given the tapes the operands live on (None for
+    leaves); held weakly, so it dies with its results.
 
-    The current open tape, unless an operand lives on a newer one (then it starts a
+    The thread's open tape, unless an operand lives on a newer one (then it starts a
     new tape, so IMPORT rows always point to older tapes)."""
-    current = _Current.ref() if _Current.ref is not None else None
-    if current is None or not current.open or current.nrows >= MAX_ROWS or \
+    state = here()
+    current = state.tape() if state.tape is not None else None
+    if current is None or current.owner is not state or current.nrows >= MAX_ROWS or \
             current.array_bytes >= MAX_ARRAY_BYTES or any(
                 t is not None and t.id > current.id for t in tapes):
-        if current is not None:
-            current.open = False       # one open tape at a time: it is the newest
-        current = Tape()
-        _Current.ref = weakref.ref(current)
+        if current is not None and current.owner is state:
+            current.close()            # one open tape per thread: its newest
+        current = Tape(state)
+        state.tape = weakref.ref(current)
     return current

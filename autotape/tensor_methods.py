@@ -9,7 +9,7 @@ import numpy as np
 from .engine import backward
 from .errstate import ignore_fp_errors
 from .functions import products, shaping, statistics
-from .grad_mode import GradMode
+from .grad_mode import is_grad_enabled
 from .numpy_dispatch import array_function, array_ufunc
 from .opcodes import (ADD, CHOLESKY, CONCAT, CUMPROD, CUMSUM, DIV, EIGH, INV, MATMUL, MAX,
                       MEAN, MIN, MUL, PROD, PUT_ADD, RESHAPE, SCATTER, SETITEM, SLOGDET, SOLVE,
@@ -65,16 +65,16 @@ def tensor_backward(self, gradient=None, retain_graph=None, create_graph=False, 
 def inplace(self, op, other):
     """``self op= other`` (``+=`` and its peers): in place on a plain array; otherwise
     self takes the recorded result's value and place in the graph."""
-    if self._tape is None and self._requires_grad and GradMode.enabled:
+    if self._tape is None and self._requires_grad and is_grad_enabled():
         raise RuntimeError(LEAF_INPLACE_MSG)
     other_requires = type(other) is Tensor and other.requires_grad
-    if not self.requires_grad and not (other_requires and GradMode.enabled) \
+    if not self.requires_grad and not (other_requires and is_grad_enabled()) \
             and type(self._value) is np.ndarray and self._value.flags.writeable:
         other_value = array_of(other) if type(other) is Tensor else other
         with ignore_fp_errors():
             op.array(self._value, other_value, out=self._value)
         return self
-    if self._tape is not None and not GradMode.enabled:
+    if self._tape is not None and not is_grad_enabled():
         raise RuntimeError(NONLEAF_NO_GRAD_INPLACE_MSG)
     result = elementwise.binary(op, self, other)
     if result._shape != self._shape:
@@ -92,7 +92,7 @@ def inplace(self, op, other):
 
 def zero_(self):
     """Fill with zeros in place; returns self."""
-    if self._tape is None and self._requires_grad and GradMode.enabled:
+    if self._tape is None and self._requires_grad and is_grad_enabled():
         raise RuntimeError(LEAF_INPLACE_MSG)
     self[...] = 0
     return self

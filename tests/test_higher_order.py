@@ -254,7 +254,7 @@ def test_create_graph_across_tapes(monkeypatch):
     import importlib
     tape_module = importlib.import_module("autotape.tape")
     monkeypatch.setattr(tape_module, "MAX_ROWS", 7)
-    tape_module._Current.ref = None
+    tape_module.close_open_tape()
     x = at.tensor(0.4, requires_grad=True)
     y = x
     for i in range(30):
@@ -263,7 +263,7 @@ def test_create_graph_across_tapes(monkeypatch):
     g, = at.grad(y, x, create_graph=True)
     h, = at.grad(g, x)
     monkeypatch.setattr(tape_module, "MAX_ROWS", 1 << 18)
-    tape_module._Current.ref = None
+    tape_module.close_open_tape()
     x1 = at.tensor(0.4, requires_grad=True)
     y1 = x1
     for i in range(30):

@@ -8,6 +8,7 @@ import numpy as np
 import pytest
 
 import autotape as at
+from autotape.thread_state import here
 from autotape import executor
 
 pytestmark = pytest.mark.skipif(not os.path.exists("/proc/self/statm"),
@@ -37,6 +38,6 @@ def test_rss_returns_after_a_large_backward():
 
 def test_small_scratch_is_kept_between_sweeps():
     large_backward(1000)
-    kept = executor.cpu._scratch
+    kept = here().scratch
     large_backward(1000)
-    assert executor.cpu._scratch is kept and kept.nbytes <= executor.KEEP_SCRATCH_BYTES
+    assert here().scratch is kept and kept.nbytes <= executor.KEEP_SCRATCH_BYTES

@@ -17,7 +17,7 @@ def small_tapes(monkeypatch):
     """Tapes that close after a few rows, so graphs span many of them."""
     def set_rows(n):
         monkeypatch.setattr(tape_module, "MAX_ROWS", n)
-        tape_module._Current.ref = None
+        tape_module.close_open_tape()
     return set_rows
 
 

@@ -17,7 +17,8 @@ def decode_rows(staged, extra, shape_size, shape_ndim):
     """Assemble staged rows (see tape.py) into the int64 columns of the tape format; returns the
     columns, where each shape's dims start in the shape table, and the total size of
     all rows' values. ``staged`` is (opcode, operand a, operand b) per row; ``extra`` is
-    flat: (row, shape id, aux, array index) per entry."""
+    flat: (row, shape id, aux, array index) per entry, in row order; entries past the
+    staged rows are ignored."""
     n = staged.shape[0]
     rows = np.empty((n, ROW_WIDTH), np.int64)
     big = np.full(n, -1, np.int64)
@@ -29,6 +30,8 @@ def decode_rows(staged, extra, shape_size, shape_ndim):
         rows[i, AUX] = NO_ROW
     for e in range(0, extra.size, 4):
         r = extra[e]
+        if r >= n:                 # read after the staged rows, from a tape still growing
+            break
         rows[r, SHAPE] = extra[e + 1]
         rows[r, AUX] = extra[e + 2]
         big[r] = extra[e + 3]

@@ -18,7 +18,6 @@ import operator
 import numpy as np
 
 from ..errstate import ignore_fp_errors
-from ..grad_mode import GradMode
 from ..guards import observe
 from ..kernels import vmath
 from ..kernels.elementwise import LN2, LN10, TWO_OVER_SQRT_PI, unary_into
@@ -30,6 +29,7 @@ from ..opcodes import (ABS, ADD, ARCCOS, ARCCOSH, ARCSIN, ARCSINH, ARCTAN, ARCTA
 from ..tape import open_tape
 from ..tape_format import NO_ROW, where_params
 from ..tensor import F32, F64, Tensor, array_of, canonical, new_leaf, round_f32
+from ..thread_state import per_thread
 from .indexing import as_tensor
 from .recording import record, row_of
 
@@ -353,10 +353,11 @@ def _unary_function(op):
         dtype = x._dtype
         if dtype is F32:
             z = round_f32(z)
-        if not GradMode.enabled:
+        state = per_thread.state                   # (thread_state.here(), inlined)
+        if not state.grad_enabled:
             return new_leaf(z, (), dtype)
         tape = x._tape
-        if tape is not None and tape.open:
+        if tape is not None and tape.owner is state:
             a = x._row
         elif tape is None and not x._requires_grad:
             return new_leaf(z, (), dtype)
@@ -424,13 +425,14 @@ def _binary_function(op):
             z = _scalar_fallback(op, xv, yv)
         if dtype is F32:
             z = round_f32(z)
-        if not GradMode.enabled:
+        state = per_thread.state                   # (thread_state.here(), inlined)
+        if not state.grad_enabled:
             return new_leaf(z, (), dtype)
-        # the tape: that of an operand recorded on an open tape, else the open one
+        # the tape: an operand's, if this thread records on it, else the thread's own
         tape = x._tape if tx else None
-        if tape is None or not tape.open:
+        if tape is None or tape.owner is not state:
             tape = y._tape if ty else None
-            if tape is None or not tape.open:
+            if tape is None or tape.owner is not state:
                 if not ((tx and (x._tape is not None or x._requires_grad)) or
                         (ty and (y._tape is not None or y._requires_grad))):
                     return new_leaf(z, (), dtype)

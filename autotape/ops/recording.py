@@ -10,11 +10,11 @@ import weakref
 
 import numpy as np
 
-from ..grad_mode import GradMode
 from ..tape import open_tape
 from ..tape_format import NO_ROW
 from ..tensor import (F32, F64, Tensor, canonical, new_leaf, new_result, round_f32,
                       tape_value)
+from ..thread_state import here
 
 
 def row_of(t, tape):
@@ -51,9 +51,11 @@ def snapshot(v):
 
 
 def tape_for(*operands):
-    """The open tape of a non-leaf operand, else the current open tape."""
+    """The tape of a non-leaf operand that this thread is recording on, else this
+    thread's open tape."""
+    state = here()
     for t in operands:
-        if type(t) is Tensor and t._tape is not None and t._tape.open:
+        if type(t) is Tensor and t._tape is not None and t._tape.owner is state:
             return t._tape
     return open_tape()
 
@@ -61,7 +63,7 @@ def tape_for(*operands):
 def recording(*operands):
     """Whether an op on these operands is recorded: grad mode is on and one of them
     requires grad."""
-    if not GradMode.enabled:
+    if not here().grad_enabled:
         return False
     for t in operands:
         if type(t) is Tensor and (t._tape is not None or t._requires_grad):

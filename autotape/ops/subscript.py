@@ -7,7 +7,7 @@ import numbers
 
 import numpy as np
 
-from ..grad_mode import GradMode
+from ..grad_mode import is_grad_enabled
 from ..opcodes import SETITEM
 from ..tape_format import setitem_params
 from ..tensor import LEAF_VIEW_INPLACE_MSG, NONLEAF_NO_GRAD_INPLACE_MSG, Tensor, array_of
@@ -39,9 +39,9 @@ def setitem(x, index, value):
     advanced = not _is_basic(index)
     index = _numpy_index(index) if advanced else _basic_index(index)
     value_requires = type(value) is Tensor and value.requires_grad
-    if x._tape is None and x._requires_grad and GradMode.enabled:
+    if x._tape is None and x._requires_grad and is_grad_enabled():
         raise RuntimeError(LEAF_VIEW_INPLACE_MSG)
-    if not (GradMode.enabled and (x.requires_grad or value_requires)):
+    if not (is_grad_enabled() and (x.requires_grad or value_requires)):
         if x._tape is not None:
             raise RuntimeError(NONLEAF_NO_GRAD_INPLACE_MSG)
         a = array_of(x)
