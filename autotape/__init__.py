@@ -22,9 +22,10 @@ from .grad_mode import enable_grad, is_grad_enabled, no_grad, set_grad_enabled
 from .gradcheck import GradcheckError, gradcheck, gradgradcheck
 from .ops.elementwise import (abs, add, arccos, arccosh, arcsin, arcsinh, arctan, arctan2,
                               arctanh, binary_ops as _binary_ops, ceil, clip, cos, cosh,
-                              divide, erf, exp, exp2, expm1, floor, fmod, hypot, log, log1p,
-                              log2, log10, logaddexp, maximum, minimum, mod, multiply,
-                              negative, power, reciprocal, relu, round, sigmoid, sign, sin,
+                              divide, equal, erf, exp, exp2, expm1, floor, fmod, greater,
+                              greater_equal, hypot, less, less_equal, log, log1p, log2,
+                              log10, logaddexp, maximum, minimum, mod, multiply, negative,
+                              not_equal, power, reciprocal, relu, round, sigmoid, sign, sin,
                               sinh, softplus, sqrt, square, subtract, tan, tanh,
                               unary_ops as _unary_ops, where)
 from .ops.indexing import (as_tensor, astype, broadcast_to, concatenate, reshape, stack,

@@ -19,6 +19,7 @@ recordings. A new argument shape is recorded once and kept.
 tensor([ 3., 12.])
 """
 import math
+import warnings
 
 import numpy as np
 
@@ -36,6 +37,8 @@ from .tape_format import saved_row
 from .tensor import F64, Tensor, new_leaf
 
 __all__ = ["compile", "Compiled"]
+
+WARN_AFTER_RECORDINGS = 8      # recordings forced by guards before the warning
 
 
 def compile(f, *example_args):
@@ -87,6 +90,7 @@ class Compiled:
         self.f = f
         self.traces = 0
         self._programs = {}
+        self._guard_failures = 0
         p, tape = self._at("value", _arguments(example_args, example=True))
         p.release(tape)
 
@@ -166,14 +170,29 @@ class Compiled:
         if p is not None:
             tape = p.acquire()
             try:
-                if (fused and p.fused) or _replay(p, tape, args):
+                failed = None if fused and p.fused else _replay(p, tape, args)
+                if failed is None:
                     return p, tape
             except BaseException:
                 p.release(tape)
                 raise
             p.release(tape)
+            self._guard_failed(failed)
         p = self._programs[key] = self._record(kind, args)
         return p, p.acquire()
+
+    def _guard_failed(self, guard):
+        """Count a recording forced by a guard; warn once when they keep coming."""
+        self._guard_failures += 1
+        if self._guard_failures == WARN_AFTER_RECORDINGS:
+            warnings.warn(
+                f"at.compile: {getattr(self.f, '__name__', 'f')} has been recorded again "
+                f"{WARN_AFTER_RECORDINGS} times because a decision taken in Python from "
+                f"traced values changed, last at {guard[3]}. Each call that decides "
+                "differently records f again. Conditions written with where / clip / "
+                "maximum / comparisons are data and replay without recording; a Python "
+                "if, .item() or bool() on a traced value is not.",
+                RuntimeWarning, stacklevel=4)
 
     def _record(self, kind, args):
         if guards.current_trace() is not None:
@@ -286,18 +305,19 @@ def _target(t):
 
 
 def _replay(p, tape, args):
-    """Re-evaluate the program at ``args`` in ``tape`` (a twin of its own); False when a
-    guard says to record again."""
+    """Re-evaluate the program at ``args`` in ``tape`` (a twin of its own); returns the
+    first guard that says to record again, or None."""
     p.executor.replay(tape, p.input_rows, _joined(args), lambda i: _replay_linalg(tape, i))
-    for fn, operands, expected in p.guards:
+    for guard in p.guards:
+        fn, operands, expected, _ = guard
         values = [_row_value(tape, v) if kind == "row" else v for kind, v in operands]
         try:
             with ignore_fp_errors():
                 if not guards.same(fn(*values), expected):
-                    return False
+                    return guard
         except Exception:                      # recording again raises it, if it must
-            return False
-    return True
+            return guard
+    return None
 
 
 def _joined(args):

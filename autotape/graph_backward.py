@@ -64,7 +64,7 @@ class RowView:
     @property
     def cond(self):
         assert self.op == WHERE
-        return handle(self.tape, int(where_condition(self.params, 0))).numpy() != 0
+        return handle(self.tape, int(where_condition(self.params, 0))) != 0
 
 
 def handle(tape, row):

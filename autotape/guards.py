@@ -6,13 +6,20 @@ a comparison feeding ``where``, the sign mask in abs's second derivative, a floa
 pulled out with ``.item()`` and used in an ``if``. Each place that reads recorded
 values to decide something calls ``observe(fn, *tensors)`` instead of reading them
 directly. Outside a trace that is just ``fn(*values)``; inside one it also keeps
-``(fn, rows, result)``, and the replay recomputes ``fn`` on the new values and
+``(fn, rows, result, the user's line)``, and the replay recomputes ``fn`` on the new values and
 compares: a replay whose decisions would differ is re-traced, never silently wrong.
 
 Reading a recorded tensor's numbers with ``.numpy()``, ``.item()``, ``float()`` and
 the like keeps the strictest guard, the values themselves.
+
+Conditions are data, not guards: a comparison of recorded values is also recorded, as
+a row of 1.0 / 0.0 that the replay recomputes (ops/elementwise.py, ``compare``), and
+where / clip / masks read that row. Its guard is taken but kept only if the result is
+read from Python too (``decide`` and ``Pending``).
 """
 import contextlib
+import os
+import sys
 
 import numpy as np
 
@@ -64,6 +71,17 @@ def observe(fn, *operands):
     """``fn`` applied to the operands' values (Tensors as numpy arrays, anything else
     as given), kept as a guard when a trace is being recorded and an operand is one of
     its recorded values. The result must not depend on anything but the operands."""
+    result, pending = decide(fn, *operands)
+    if pending is not None:
+        pending.keep()
+    return result
+
+
+def decide(fn, *operands):
+    """``(fn(values), pending)``: observe's result, its guard not yet kept. ``pending``
+    is None outside a trace or when no operand is recorded; else ``pending.keep()``
+    keeps the guard, which a decision that ends up read from Python must do (a
+    comparison whose result a replay recomputes as a row need not)."""
     values = [_value(v) for v in operands]
     result = fn(*values)
     trace = here().trace
@@ -72,8 +90,37 @@ def observe(fn, *operands):
         if any(r is not None for r in rows):
             args = [("row", r) if r is not None else ("value", v)
                     for r, v in zip(rows, values)]
-            trace.guards.append((fn, args, np.array(result, copy=True)))
-    return result
+            return result, Pending(trace, (fn, args, np.array(result, copy=True),
+                                           caller_line()))
+    return result, None
+
+
+_PACKAGE_DIR = os.path.dirname(os.path.abspath(__file__))
+
+
+def caller_line():
+    """"file:line" of the innermost frame outside autotape: where the user's f took a
+    decision (named in compile's warning about recording again and again)."""
+    frame = sys._getframe(1)
+    while frame is not None and (os.path.abspath(frame.f_code.co_filename) + os.sep) \
+            .startswith(_PACKAGE_DIR + os.sep):
+        frame = frame.f_back
+    if frame is None:
+        return "<unknown>"
+    return f"{frame.f_code.co_filename}:{frame.f_lineno}"
+
+
+class Pending:
+    """A guard taken but not yet kept (see ``decide``)."""
+    __slots__ = ("trace", "guard")
+
+    def __init__(self, trace, guard):
+        self.trace, self.guard = trace, guard
+
+    def keep(self):
+        if self.guard is not None:
+            self.trace.guards.append(self.guard)
+            self.guard = None
 
 
 def observe_value(t):

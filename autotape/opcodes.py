@@ -18,6 +18,10 @@ UNARY_FIRST, UNARY_LAST = 100, 299
 # Elementwise binary with numpy broadcasting, z = f(x, y).
 ADD, SUB, MUL, DIV, POW, MAXIMUM, MINIMUM = range(300, 307)
 ARCTAN2, HYPOT, LOGADDEXP, FMOD, MOD = range(307, 312)
+# Comparisons as values, 1.0 or 0.0, gradient 0: the condition rows that where, clip and
+# masks read inside a compiled recording, so a replay recomputes them (compare()).
+LESS, LESS_EQUAL, GREATER, GREATER_EQUAL, EQUAL, NOT_EQUAL = range(312, 318)
+COMPARE_FIRST, COMPARE_LAST = 312, 317
 BINARY_FIRST, BINARY_LAST = 300, 399
 
 # where(cond, x, y): cond is a CONST row named in the int pool.

@@ -189,11 +189,55 @@ def test_arguments_are_copied_in_and_results_are_the_callers():
 
 # ---- guards: Python decisions taken while recording ------------------------------------
 
-def test_comparison_guard_records_again_when_the_mask_changes():
+def test_conditions_are_data_not_guards():
+    """where's condition is a recorded comparison: points that flip it replay."""
     cf = at.compile(lambda x: at.where(x > 0, x, -2.0 * x).sum(), np.array([1.0, -1.0]))
     assert cf(np.array([2.0, -3.0])).item() == 8.0 and cf.traces == 1
-    assert cf(np.array([-2.0, 3.0])).item() == 7.0 and cf.traces == 2
+    assert cf(np.array([-2.0, 3.0])).item() == 7.0 and cf.traces == 1
     assert cf.grad(np.array([-2.0, 3.0])).tolist() == [-2.0, 1.0]
+    assert cf.grad(np.array([2.0, -3.0])).tolist() == [1.0, -2.0] and cf.traces == 1
+
+
+@pytest.mark.parametrize("name, f", [
+    ("where", lambda x: at.where(x > 0.5, x * x, 3.0 * x).sum()),
+    ("where both constant", lambda x: (at.where(x < 0, 1.0, 2.0) * x).sum()),
+    ("clip", lambda x: (at.clip(x, -0.5, 0.5) ** 2).sum()),
+    ("clip one side", lambda x: (at.clip(x * 2, None, 0.3) * x).sum()),
+    ("maximum", lambda x: (at.maximum(x, 0.2) * x).sum()),
+    ("minimum", lambda x: (at.minimum(x, x[::-1]) ** 3).sum()),
+    ("abs", lambda x: (at.abs(x) ** 3).sum()),
+    ("relu", lambda x: (at.relu(x) ** 3).sum()),
+    ("sign", lambda x: (at.sign(x) * x ** 3).sum()),
+    ("pow", lambda x: (at.abs(x) ** x).sum()),
+    ("mod", lambda x: (at.mod(x * x, x + 3.0) * x).sum()),
+    ("comparison chain", lambda x: at.where(x > 0, at.where(x > 1, x ** 3, x ** 2), -x).sum()),
+    ("mask arithmetic", lambda x: (x ** 3 * (x > 0) + (x <= 0.5) * 2.0 * x).sum()),
+])
+def test_flipping_conditions_records_once(name, f):
+    """Value, gradient and Hessian at points on both sides of every condition: each
+    is what a fresh recording at that point gives, from one recording per kind."""
+    rng = np.random.default_rng(0)
+    cf = at.compile(f, np.array([0.7, -0.4, 1.3]))
+    for _ in range(6):
+        x = rng.uniform(-2, 2, 3)
+        fresh = at.compile(f, x)
+        assert cf(x).item() == fresh(x).item()
+        np.testing.assert_array_equal(cf.grad(x).numpy(), fresh.grad(x).numpy())
+        np.testing.assert_array_equal(cf.hessian(x).numpy(), fresh.hessian(x).numpy())
+    assert cf.traces == 2, name                # the value and the Hessian, once each
+
+
+def test_a_comparison_read_from_python_is_still_a_guard():
+    def f(x):
+        positive = x.sum() > 0
+        return x * 2.0 if positive.item() else x * 3.0
+    cf = at.compile(f, np.ones(2))
+    assert cf(np.array([-1.0, -2.0])).tolist() == [-3.0, -6.0] and cf.traces == 2
+    def g(x):
+        mask = x > 0
+        return at.where(mask, x, 0.0) + (1.0 if bool(mask[0]) else 2.0)
+    cg = at.compile(g, np.ones(2))
+    assert cg(np.array([-1.0, 5.0])).tolist() == [2.0, 7.0] and cg.traces == 2
 
 
 def test_python_branch_on_a_value_is_guarded():
@@ -206,15 +250,15 @@ def test_python_branch_on_a_value_is_guarded():
     assert cf.grad(np.array([-1.0, -2.0])).tolist() == [3.0, 3.0]
 
 
-def test_second_derivative_masks_are_guarded():
-    """abs's recorded derivative multiplies by sign(x), taken while recording."""
+def test_second_derivative_masks_are_data():
+    """abs's recorded derivative multiplies by a mask of recorded comparisons."""
     f = lambda x: (at.abs(x) ** 3).sum()            # noqa: E731
     cf = at.compile(f, np.array([1.0, -1.0]))
     h1 = cf.hessian(np.array([2.0, -1.0]))
     h2 = cf.hessian(np.array([2.0, -3.0]))          # same signs: no new recording
     assert cf.traces == 2
-    h3 = cf.hessian(np.array([-2.0, 1.0]))          # signs flip: the derivative changes
-    assert cf.traces == 3
+    h3 = cf.hessian(np.array([-2.0, 1.0]))          # signs flip: the masks are data
+    assert cf.traces == 2
     for h, x in ((h1, [2.0, -1.0]), (h2, [2.0, -3.0]), (h3, [-2.0, 1.0])):
         np.testing.assert_allclose(h.numpy(), np.diag(6 * np.abs(x)))
     g = at.compile(lambda x: at.maximum(x, 0.5).sum(), np.array([1.0, 0.0]))
@@ -271,3 +315,17 @@ def test_recording_does_not_disturb_open_recordings():
     (y * y).sum().backward()
     assert x.grad.tolist() == [18.0, 36.0]
     assert cf(np.full(2, 3.0)).tolist() == [9.0, 9.0]     # and the recording still replays
+
+
+def test_recording_again_and_again_warns_once_naming_the_line():
+    def f(x):
+        return x * 2.0 if float(x.sum()) > 0 else x * 3.0     # the guard's line
+    cf = at.compile(f, np.ones(2))
+    with pytest.warns(RuntimeWarning) as caught:
+        for k in range(20):
+            cf(np.full(2, (-1.0) ** k))
+    messages = [str(w.message) for w in caught if "recorded again" in str(w.message)]
+    assert len(messages) == 1
+    assert "test_compile.py:" in messages[0] and "float(x.sum())" not in messages[0]
+    line = f.__code__.co_firstlineno + 1
+    assert f"test_compile.py:{line}" in messages[0]

@@ -15,10 +15,11 @@ from numba.extending import register_jitable
 
 from . import vmath
 from ..opcodes import (ABS, ADD, ARCCOS, ARCCOSH, ARCSIN, ARCSINH, ARCTAN, ARCTAN2, ARCTANH,
-                       CEIL, COS, COSH, DIV, ERF, EXP, EXP2, EXPM1, FLOOR, FMOD, HYPOT, LOG,
-                       LOG1P, LOG2, LOG10, LOGADDEXP, MAXIMUM, MINIMUM, MOD, MUL, NEG, POW,
-                       RECIPROCAL, RELU, ROUND, SIGMOID, SIGN, SIN, SINH, SOFTPLUS, SQRT,
-                       SQUARE, SUB, TAN, TANH, UNARY_LAST)
+                       CEIL, COMPARE_FIRST, COMPARE_LAST, COS, COSH, DIV, EQUAL, ERF, EXP,
+                       EXP2, EXPM1, FLOOR, FMOD, GREATER, GREATER_EQUAL, HYPOT, LESS,
+                       LESS_EQUAL, LOG, LOG1P, LOG2, LOG10, LOGADDEXP, MAXIMUM, MINIMUM, MOD,
+                       MUL, NEG, NOT_EQUAL, POW, RECIPROCAL, RELU, ROUND, SIGMOID, SIGN, SIN,
+                       SINH, SOFTPLUS, SQRT, SQUARE, SUB, TAN, TANH, UNARY_LAST)
 from ..tape_format import A, AUX, B, OP, where_condition
 from .cache import cached_njit
 from .context import (accumulator, adjoint, first_write, first_write_lane, has_adjoint,
@@ -211,6 +212,12 @@ def _more_binary_value(op, x, y):
         return m if m == -math.inf else m + math.log1p(math.exp(-abs(x - y)))
     if op == FMOD:    return np.fmod(x, y)
     if op == MOD:     return _remainder(x, y)
+    if op == LESS:    return 1.0 if x < y else 0.0
+    if op == LESS_EQUAL: return 1.0 if x <= y else 0.0
+    if op == GREATER: return 1.0 if x > y else 0.0
+    if op == GREATER_EQUAL: return 1.0 if x >= y else 0.0
+    if op == EQUAL:   return 1.0 if x == y else 0.0
+    if op == NOT_EQUAL: return 1.0 if x != y else 0.0
     return math.nan
 
 
@@ -223,6 +230,8 @@ def _more_binary_partial_x(op, x, y, z):
     if op == LOGADDEXP: return 1.0 / (1.0 + math.exp(y - x))   # (torch's form: no inf - inf)
     if op == FMOD:    return 1.0
     if op == MOD:     return 1.0
+    if COMPARE_FIRST <= op <= COMPARE_LAST:
+        return 0.0
     return math.nan
 
 
@@ -235,6 +244,8 @@ def _more_binary_partial_y(op, x, y, z):
     if op == LOGADDEXP: return 1.0 / (1.0 + math.exp(x - y))
     if op == FMOD:    return -np.trunc(x / y)
     if op == MOD:     return -np.floor(x / y)
+    if COMPARE_FIRST <= op <= COMPARE_LAST:
+        return 0.0
     return math.nan
 
 
@@ -244,7 +255,8 @@ def selects(op):
     minimum, the step functions (sign, floor, ceil, round), and power, whose
     derivatives torch masks where the exponent is 0 (d/dx) or the base is 0 (d/dy)."""
     return (op == RELU or op == MAXIMUM or op == MINIMUM or op == SIGN or op == FLOOR
-            or op == CEIL or op == ROUND or op == POW)
+            or op == CEIL or op == ROUND or op == POW
+            or (COMPARE_FIRST <= op <= COMPARE_LAST))
 
 
 @register_jitable

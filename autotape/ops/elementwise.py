@@ -18,12 +18,13 @@ import operator
 import numpy as np
 
 from ..errstate import ignore_fp_errors
-from ..guards import observe
+from ..guards import current_trace, decide, observe
 from ..kernels import vmath
 from ..kernels.elementwise import LN2, LN10, TWO_OVER_SQRT_PI, unary_into
 from ..opcodes import (ABS, ADD, ARCCOS, ARCCOSH, ARCSIN, ARCSINH, ARCTAN, ARCTAN2, ARCTANH,
-                       CEIL, COS, COSH, DIV, ERF, EXP, EXP2, EXPM1, FLOOR, FMOD, HYPOT, LOG,
-                       LOG1P, LOG2, LOG10, LOGADDEXP, MAXIMUM, MINIMUM, MOD, MUL, NEG, POW,
+                       CEIL, COS, COSH, DIV, EQUAL, ERF, EXP, EXP2, EXPM1, FLOOR, FMOD,
+                       GREATER, GREATER_EQUAL, HYPOT, LESS, LESS_EQUAL, LOG, LOG1P, LOG2,
+                       LOG10, LOGADDEXP, MAXIMUM, MINIMUM, MOD, MUL, NEG, NOT_EQUAL, POW,
                        RECIPROCAL, RELU, ROUND, SIGMOID, SIGN, SIN, SINH, SOFTPLUS, SQRT,
                        SQUARE, SUB, TAN, TANH, WHERE, opcode_name)
 from ..tape import open_tape
@@ -111,7 +112,7 @@ unary_ops = {op.code: op for op in [
       d=lambda at, g, r: -g),
     U(ABS, "abs", builtins.abs, np.abs,
       "|x|. Gradient sign(x); 0 at x = 0 and at nan (torch's sgn).",
-      d=lambda at, g, r: g * observe(_sign_or_zero, r.x)),
+      d=lambda at, g, r: g * at.where(r.x > 0, 1.0, at.where(r.x < 0, -1.0, 0.0))),
     U(EXP, "exp", math.exp, np.exp,
       "e**x.",
       d=lambda at, g, r: g * r.z),
@@ -138,7 +139,7 @@ unary_ops = {op.code: op for op in [
       d=lambda at, g, r: g * (r.z * (1.0 - r.z))),
     U(RELU, "relu", _relu_scalar, _relu_array,
       "max(x, 0). Gradient 0 at x = 0.",
-      d=lambda at, g, r: at.where(observe(_positive, r.z), g, 0.0)),
+      d=lambda at, g, r: at.where(r.z <= 0, 0.0, g)),    # (nan passes, as torch's)
     U(LOG1P, "log1p", math.log1p, np.log1p,
       "log(1 + x), accurate near 0.",
       d=lambda at, g, r: g / (1.0 + r.x)),
@@ -249,11 +250,20 @@ binary_ops = {op.code: op for op in [
     U(FMOD, "fmod", math.fmod, np.fmod,
       "Remainder with the sign of x. d/dy = -trunc(x / y).",
       dx=lambda at, g, r: g,
-      dy=lambda at, g, r: -g * observe(lambda x, y: np.trunc(x / y), r.x, r.y)),
+      dy=lambda at, g, r: -g * _trunc(at, r.x / r.y)),
     U(MOD, "mod", operator.mod, np.mod,
       "Remainder with the sign of y (Python's %). d/dy = -floor(x / y).",
       dx=lambda at, g, r: g,
-      dy=lambda at, g, r: -g * observe(lambda x, y: np.floor(x / y), r.x, r.y)),
+      dy=lambda at, g, r: -g * at.floor(r.x / r.y)),
+    *(U(code, name, (lambda f: lambda x, y: 1.0 if f(x, y) else 0.0)(getattr(operator, op)),
+        (lambda f: lambda x, y: f(x, y).astype(np.float64))(getattr(np, name)),
+        f"x {symbol} y as 1.0 or 0.0, gradient 0: the row a comparison of recorded values "
+        "adds inside at.compile, so that replays recompute it (see compare).",
+        dx=lambda at, g, r: _zero(at, g), dy=lambda at, g, r: _zero(at, g))
+      for code, name, op, symbol in (
+          (LESS, "less", "lt", "<"), (LESS_EQUAL, "less_equal", "le", "<="),
+          (GREATER, "greater", "gt", ">"), (GREATER_EQUAL, "greater_equal", "ge", ">="),
+          (EQUAL, "equal", "eq", "=="), (NOT_EQUAL, "not_equal", "ne", "!="))),
 ]}
 
 
@@ -267,9 +277,10 @@ def _zero(at, g):
 
 
 def _share(u, v, loses):
-    """0 where u loses to v, 1/2 on ties, 1 elsewhere, nan included (a constant: the
-    compiled partials' rule, and torch's masked_fill)."""
-    return observe(lambda a, b: np.where(a == b, 0.5, np.where(loses(a, b), 0.0, 1.0)), u, v)
+    """0 where u loses to v, 1/2 on ties, 1 elsewhere, nan included (the compiled
+    partials' rule, and torch's masked_fill); a function of conditions, so that
+    replays recompute it."""
+    return where(compare(np.equal, u, v), 0.5, where(compare(loses, u, v), 0.0, 1.0))
 
 
 def _select(at, g, share):
@@ -280,16 +291,13 @@ def _select(at, g, share):
 
 def _over(at, a, b):
     """a / b, exactly 0 where b is 0 (as the compiled tier's ``_over``)."""
-    zero = observe(lambda v: v == 0, b)
+    zero = b == 0
     return at.where(zero, 0.0, a / at.where(zero, 1.0, b))
 
 
-def _sign_or_zero(x):
-    return np.where(np.isnan(x), 0.0, np.sign(x))
-
-
-def _positive(z):
-    return ~(z <= 0)                           # (nan passes, as torch's relu)
+def _trunc(at, q):
+    """numpy's trunc from recorded ops (gradient 0, as trunc's)."""
+    return at.where(q < 0, at.ceil(q), at.floor(q))
 
 
 def _pow_rule_x(at, g, r):
@@ -300,14 +308,16 @@ def _pow_rule_x(at, g, r):
         c = r.y.item()                         # (g * c) first: a constant g folds into it
         return g * 0.0 if c == 0 else (g * 2.0) * r.x if c == 2 else \
             (g * c) * r.x ** (c - 1.0)
-    flat = observe(lambda y: y == 0, r.y)
+    flat = r.y == 0
     return at.where(flat, 0.0, g * r.y * r.x ** at.where(flat, 1.0, r.y - 1.0))
 
 
 def _pow_rule_y(at, g, r):
     """x^y log x, 0 where x == 0 <= y (x^y is 0 or 1 there for every such y)."""
-    zero = observe(lambda x, y: (x == 0) & (y >= 0), r.x, r.y)
-    return at.where(zero, 0.0, g * r.z * at.log(at.where(zero, 1.0, r.x)))
+    at_zero, nonnegative = r.x == 0, r.y >= 0       # zero: both (as conditions, data)
+    base = at.where(at_zero, at.where(nonnegative, 1.0, r.x), r.x)
+    d = g * r.z * at.log(base)
+    return at.where(at_zero, at.where(nonnegative, 0.0, d), d)
 
 
 def _where_x(at, g, r):
@@ -480,6 +490,8 @@ _NUMBER_TYPES = (float, int, bool)
 
 
 def _binary_arrays(op, x, y):
+    if type(x) is Condition or type(y) is Condition:
+        x, y = _mask_as_data(x, y), _mask_as_data(y, x)
     if type(x) is not Tensor and type(x) not in _NUMBER_TYPES:
         x = as_tensor(x)
     if type(y) is not Tensor and type(y) not in _NUMBER_TYPES:
@@ -520,11 +532,83 @@ def binary(op, x, y):
     return binary_functions[op.code](x, y)
 
 
+class Condition(Tensor):
+    """A comparison's result inside a compile trace: a bool Tensor that is also data on
+    the tape. ``_link`` is the comparison recorded as 1.0 / 0.0 (a condition row the
+    replay recomputes); where, clip and masks read that row instead of the values. Any
+    other read of the values (an ``if``, ``.item()``, numpy) goes through ``_value``,
+    which keeps the comparison's guard first, as a plain comparison keeps it."""
+    __slots__ = ("_data", "_link", "_pending")
+
+    @property
+    def _value(self):
+        pending = self._pending
+        if pending is not None:
+            self._pending = None
+            pending.keep()
+        return self._data
+
+    @_value.setter
+    def _value(self, v):
+        self._value                            # (a write after a read: the guard holds)
+        self._data = v
+
+
+_COMPARISONS = {np.less: LESS, np.less_equal: LESS_EQUAL, np.greater: GREATER,
+                np.greater_equal: GREATER_EQUAL, np.equal: EQUAL, np.not_equal: NOT_EQUAL}
+
+
 def compare(np_fn, x, y):
-    """A comparison (np.less, ...): a bool Tensor, never recorded, and a decision
-    (guards.py)."""
+    """A comparison (np.less, ...): a bool Tensor, never differentiable. Inside a
+    compile trace, comparing recorded values also records the comparison as a
+    condition row, and the result is a ``Condition``: where / clip / masks built on it
+    are recomputed by replays (no guard), any other use of it is a guard."""
     with ignore_fp_errors():
-        return new_leaf(*canonical(observe(np_fn, x, y)))
+        result, pending = decide(np_fn, x, y)
+        if pending is not None:
+            link = binary_functions[_COMPARISONS[np_fn]](x, y)
+            if link._tape is current_trace().tape:
+                c = _new(Condition)
+                c._data, c._shape, c._dtype = canonical(result)
+                c._tape, c._row, c._requires_grad, c._cache = None, -1, False, None
+                c._link, c._pending = link, pending
+                return c
+            pending.keep()                     # (no row: recorded under no_grad)
+    return new_leaf(*canonical(result))
+
+
+def _comparison(np_fn):
+    def comparison(x, y):
+        return compare(np_fn, x if type(x) is Tensor else as_tensor(x), y)
+    comparison.__name__ = comparison.__qualname__ = np_fn.__name__
+    comparison.__doc__ = (f"numpy.{np_fn.__name__} on Tensors: a bool Tensor (no gradient). "
+                          "Inside at.compile it is recomputed per call (see compare).")
+    return comparison
+
+
+less, less_equal, greater, greater_equal, equal, not_equal = map(_comparison, _COMPARISONS)
+
+
+def _mask_as_data(mask, other):
+    """Arithmetic with a mask (``x * (x > 0)``) inside a trace: the Condition's 1.0 / 0.0
+    row in its place, where that gives numpy's dtype (the other operand a float of the
+    row's dtype); otherwise the mask as it is, whose values are then read (a guard)."""
+    if type(mask) is not Condition:
+        return mask
+    link, trace = mask._link, current_trace()
+    if trace is None or link._tape is not trace.tape:
+        return mask
+    if type(other) is float or (isinstance(other, Tensor) and other._dtype is link._dtype):
+        return link
+    return mask
+
+
+def _condition_row(condition, tape):
+    """The row of a Condition's comparison on ``tape``, or None (then its values are
+    read, and its guard kept)."""
+    if type(condition) is Condition and condition._link._tape is tape:
+        return condition._link._row
+    return None
 
 
 def where(condition, x, y):
@@ -537,15 +621,29 @@ def where(condition, x, y):
     >>> at.where(x > 0, x, 0.0).sum().backward(); x.grad
     tensor([0., 1.])
     """
-    c = np.asarray(observe(_as_bool, condition) if type(condition) is Tensor else condition)
+    link = condition._link if type(condition) is Condition else None
+    if link is not None:
+        c = condition._data                    # (read by the row, not from Python)
+    else:
+        c = np.asarray(observe(_as_bool, condition) if type(condition) is Tensor
+                       else condition)
     c = c.astype(bool, copy=False)
     x = as_tensor(x) if type(x) in (list, tuple) else x
     y = as_tensor(y) if type(y) in (list, tuple) else y
     xa = array_of(x) if type(x) is Tensor else x
     ya = array_of(y) if type(y) is Tensor else y
-    condition_value = np.array(c, F64)
-    return record(WHERE, np.where(c, xa, ya), as_tensor(x), as_tensor(y),
-                  lambda tape: where_params(tape.const(condition_value.reshape(-1), c.shape)))
+
+    def params(tape):
+        row = _condition_row(condition, tape)
+        if row is None:
+            if link is not None:
+                condition._value               # read as a constant: the guard holds
+            row = tape.const(np.array(c, F64).reshape(-1), c.shape)
+        return where_params(row)
+    out = record(WHERE, np.where(c, xa, ya), as_tensor(x), as_tensor(y), params, link)
+    if link is not None and out._tape is None:
+        condition._value                       # a constant result: the guard holds
+    return out
 
 
 def _as_bool(c):
@@ -566,7 +664,7 @@ def clip(x, a_min, a_max):
         return x.copy()                            # a new tensor, never an alias of x
     out = x
     if a_min is not None:
-        out = where(observe(np.less, x, a_min), a_min, out)
+        out = where(compare(np.less, x, a_min), a_min, out)
     if a_max is not None:
-        out = where(observe(np.greater, as_tensor(out), a_max), a_max, out)
+        out = where(compare(np.greater, as_tensor(out), a_max), a_max, out)
     return out

@@ -71,16 +71,17 @@ def recording(*operands):
     return False
 
 
-def record(code, value, x, y=None, params=None):
+def record(code, value, x, y=None, params=None, depends=None):
     """``value`` (the op's result, as numpy computed it) as a Tensor; recorded as one
     row with opcode ``code`` and operands x (and y) when it is a float and
-    ``recording(x, y)``. Operands are Tensors, numbers or arrays. ``params``: the row's
-    int parameters (a tape_format layout), or a function ``tape -> params`` for
-    parameters that name rows made on the tape (a saved value, a condition)."""
+    ``recording(x, y, depends)``. Operands are Tensors, numbers or arrays. ``params``:
+    the row's int parameters (a tape_format layout), or a function ``tape -> params``
+    for parameters that name rows made on the tape (a saved value, a condition);
+    ``depends``: a recorded tensor such a parameter names (a condition row)."""
     z, shape, dtype = canonical(value)
-    if dtype.kind != "f" or not recording(x, y):
+    if dtype.kind != "f" or not recording(x, y, depends):
         return new_leaf(z, shape, dtype)
-    tape = tape_for(x, y)
+    tape = tape_for(x, y, depends)
     a = row_of(x, tape)
     b = NO_ROW if y is None else row_of(y, tape)
     if params is not None and callable(params):
