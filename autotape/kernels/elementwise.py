@@ -63,6 +63,23 @@ def _remainder(x, y):
 
 
 @register_jitable
+def _floor_divide(x, y):
+    """Python's x // y on floats, which numpy's mod pairs with (mod(x, y) = x - (x // y)
+    * y), so d mod / dy = -(x // y). Not floor(x / y): -0.5 // inf is -1, while
+    floor(-0.5 / inf) is -0. CPython's algorithm, through fmod."""
+    if y == 0.0:
+        return x / y
+    m = np.fmod(x, y)
+    d = (x - m) / y
+    if m != 0.0 and ((y < 0.0) != (m < 0.0)):
+        d -= 1.0
+    if d != 0.0:
+        f = np.floor(d)
+        return f + 1.0 if d - f > 0.5 else f
+    return math.copysign(0.0, x / y)
+
+
+@register_jitable
 def _over(a, b):
     """a / b, or 0 where b is 0 (arctan2's partials at the origin, as torch's)."""
     return a / b if b != 0.0 else 0.0
@@ -243,7 +260,7 @@ def _more_binary_partial_y(op, x, y, z):
     if op == HYPOT:   return y / z
     if op == LOGADDEXP: return 1.0 / (1.0 + math.exp(x - y))
     if op == FMOD:    return -np.trunc(x / y)
-    if op == MOD:     return -np.floor(x / y)
+    if op == MOD:     return -_floor_divide(x, y)
     if COMPARE_FIRST <= op <= COMPARE_LAST:
         return 0.0
     return math.nan
@@ -256,6 +273,16 @@ def selects(op):
     derivatives torch masks where the exponent is 0 (d/dx) or the base is 0 (d/dy)."""
     return (op == RELU or op == MAXIMUM or op == MINIMUM or op == SIGN or op == FLOOR
             or op == CEIL or op == ROUND or op == POW
+            or (COMPARE_FIRST <= op <= COMPARE_LAST))
+
+
+@register_jitable
+def passes_nothing(op):
+    """The ops whose derivative is zero everywhere (step functions, comparisons): their
+    VJP writes nothing, so an operand reached only through them stays untouched and
+    passes nothing on (0 * inf further down would make nan; torch's rounding division
+    and comparisons pass nothing either)."""
+    return (op == SIGN or op == FLOOR or op == CEIL or op == ROUND
             or (COMPARE_FIRST <= op <= COMPARE_LAST))
 
 
@@ -347,7 +374,7 @@ _unary_tanh, _unary_exp, _unary_sigmoid, _unary_relu, _unary_square, _unary_any 
 def unary_vjp(ctx, i):
     op = ctx.rows[i, OP]
     a = ctx.rows[i, A]
-    if not has_adjoint(ctx, a):
+    if not has_adjoint(ctx, a) or passes_nothing(op):
         return
     x, z, g, ga = value(ctx, a), value(ctx, i), adjoint(ctx, i), adjoint(ctx, a)
     assign = first_write(ctx, a)
@@ -453,6 +480,8 @@ _trailing_add, _trailing_sub, _trailing_mul, _trailing_div, _trailing_any = (
 @register_jitable
 def binary_vjp(ctx, i):
     op = ctx.rows[i, OP]
+    if passes_nothing(op):
+        return
     a, b = ctx.rows[i, A], ctx.rows[i, B]
     x, y, z, g = value(ctx, a), value(ctx, b), value(ctx, i), adjoint(ctx, i)
     n = z.size

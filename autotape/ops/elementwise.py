@@ -98,11 +98,25 @@ def _logaddexp(x, y):
 
 
 def _maximum(x, y):
-    return x if (x >= y or x != x) else y
+    return x if (x >= y or x != x) else y      # x on ties (0.0 vs -0.0), as torch's
 
 
 def _minimum(x, y):
     return x if (x <= y or x != x) else y
+
+
+def _maximum_array(x, y):
+    """np.maximum, but x on ties, as the 0-d and compiled forwards (numpy returns y, so
+    maximum(0.0, -0.0) would differ in the sign of its zero between them)."""
+    dtype = np.result_type(x, y)               # (before asarray: a float stays weak)
+    x, y = np.asarray(x), np.asarray(y)
+    return np.where((x >= y) | (x != x), x, y).astype(dtype, copy=False)
+
+
+def _minimum_array(x, y):
+    dtype = np.result_type(x, y)               # (before asarray: a float stays weak)
+    x, y = np.asarray(x), np.asarray(y)
+    return np.where((x <= y) | (x != x), x, y).astype(dtype, copy=False)
 
 
 U = Elementwise
@@ -226,11 +240,11 @@ binary_ops = {op.code: op for op in [
       "x ** y. d/dx is 0 where y == 0; d/dy is 0 where x == 0 and y >= 0.",
       dx=lambda at, g, r: _pow_rule_x(at, g, r),
       dy=lambda at, g, r: _pow_rule_y(at, g, r)),
-    U(MAXIMUM, "maximum", _maximum, np.maximum,
+    U(MAXIMUM, "maximum", _maximum, _maximum_array,
       "Elementwise maximum; on ties the gradient is split evenly.",
       dx=lambda at, g, r: _select(at, g, _share(r.x, r.y, np.less)),
       dy=lambda at, g, r: _select(at, g, _share(r.y, r.x, np.less))),
-    U(MINIMUM, "minimum", _minimum, np.minimum,
+    U(MINIMUM, "minimum", _minimum, _minimum_array,
       "Elementwise minimum; on ties the gradient is split evenly.",
       dx=lambda at, g, r: _select(at, g, _share(r.x, r.y, np.greater)),
       dy=lambda at, g, r: _select(at, g, _share(r.y, r.x, np.greater))),
@@ -252,9 +266,9 @@ binary_ops = {op.code: op for op in [
       dx=lambda at, g, r: g,
       dy=lambda at, g, r: -g * _trunc(at, r.x / r.y)),
     U(MOD, "mod", operator.mod, np.mod,
-      "Remainder with the sign of y (Python's %). d/dy = -floor(x / y).",
+      "Remainder with the sign of y (Python's %). d/dy = -(x // y).",
       dx=lambda at, g, r: g,
-      dy=lambda at, g, r: -g * at.floor(r.x / r.y)),
+      dy=lambda at, g, r: -g * _floor_divide(at, r.x, r.y)),
     *(U(code, name, (lambda f: lambda x, y: 1.0 if f(x, y) else 0.0)(getattr(operator, op)),
         (lambda f: lambda x, y: f(x, y).astype(np.float64))(getattr(np, name)),
         f"x {symbol} y as 1.0 or 0.0, gradient 0: the row a comparison of recorded values "
@@ -293,6 +307,15 @@ def _over(at, a, b):
     """a / b, exactly 0 where b is 0 (as the compiled tier's ``_over``)."""
     zero = b == 0
     return at.where(zero, 0.0, a / at.where(zero, 1.0, b))
+
+
+def _floor_divide(at, x, y):
+    """Python's x // y from recorded ops (gradient 0), as the compiled tier's
+    ``_floor_divide``: through fmod, so that -0.5 // inf is -1."""
+    m = at.fmod(x, y)
+    d = (x - m) / y
+    d = at.where(m * y < 0, d - 1.0, d)          # m and y of opposite signs
+    return at.round(at.where(y == 0, x / y, d))  # (round passes nothing back)
 
 
 def _trunc(at, q):
