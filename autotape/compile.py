@@ -32,6 +32,7 @@ from .opcodes import CONST, LINALG_LAST, MATMUL, opcode_name
 from .ops.indexing import reshape
 from .ops.linalg import values_of
 from .ops.recording import row_of
+from .program import LeanProgram
 from .tape import close_open_tape, open_tape
 from .tape_format import saved_row
 from .tensor import F64, Tensor, new_leaf
@@ -62,7 +63,8 @@ class _Program:
     ``twins`` and put back after: concurrent calls each have their own, and a thread's
     next call reuses one."""
     __slots__ = ("tape", "twins", "executor", "inputs", "input_rows", "shapes", "sizes",
-                 "fused", "total_in", "outputs", "rebuild", "guards", "grads", "plans")
+                 "fused", "total_in", "outputs", "rebuild", "guards", "grads", "plans",
+                 "lean")
 
     def acquire(self):
         try:
@@ -102,7 +104,12 @@ class Compiled:
 
     def __call__(self, *args):
         """f(*args), from the replayed tape (Tensors in f's output structure)."""
-        p, tape = self._at("value", _arguments(args))
+        args = _arguments(args)
+        p = self._lean("value", args)
+        if p is not None:
+            values, _ = p.lean.run(_joined(args)[None])
+            return p.rebuild(_lean_values(p.outputs, values[0]))
+        p, tape = self._at("value", args)
         try:
             return p.rebuild([_plain_copy(tape, o) for o in p.outputs])
         finally:
@@ -112,6 +119,13 @@ class Compiled:
         """``(f(*args), gradient)`` for a scalar f; the gradient has the structure of
         the arguments (one Tensor, or a tuple for several)."""
         args = _arguments(args)
+        p = self._lean("value", args)
+        if p is not None:
+            out = _scalar_output(p, "value_and_grad")
+            values, jac = p.lean.run(_joined(args)[None], jacobian=True)
+            (value,), (grads,) = (_lean_values(p.outputs, values[0]),
+                                  _lean_jacobian(p, p.outputs, jac[0]))
+            return value, grads
         p, tape = self._at("value", args, fused=True)
         try:
             out = _scalar_output(p, "value_and_grad")
@@ -134,6 +148,10 @@ class Compiled:
         compiled sweep with a lane per output element. Nested as (outputs, then
         arguments) where f returns several or takes several."""
         args = _arguments(args)
+        p = self._lean("value", args)
+        if p is not None:
+            _, jac = p.lean.run(_joined(args)[None], jacobian=True)
+            return p.rebuild(_lean_jacobian(p, p.outputs, jac[0]))
         p, tape = self._at("value", args, fused=True)
         try:
             jac = _jacobian(p, tape, p.outputs, args)
@@ -151,6 +169,10 @@ class Compiled:
                 [2., 0.]])
         """
         args = _arguments(args)
+        p = self._lean("hessian", args)
+        if p is not None:
+            _, jac = p.lean.run(_joined(args)[None], jacobian=True)
+            return _per_argument(_lean_jacobian(p, p.grads, jac[0]))
         p, tape = self._at("hessian", args, fused=True)
         try:
             jac = _jacobian(p, tape, p.grads, args)
@@ -158,7 +180,57 @@ class Compiled:
             p.release(tape)
         return _per_argument([_per_argument(row) for row in jac])
 
+    # -- many points at once (autotape.func.vmap) ------------------------------------------
+
+    def map_points(self, method, args):
+        """``method`` ("__call__", "grad", "value_and_grad", "jacobian", "hessian") at B
+        points: every argument carries a leading axis of length B, and so does every
+        result. A recording the lean program runs evaluates all B points in one
+        compiled call, in chunks spread over numba's threads; any other is called once
+        per point. ``autotape.func.vmap(c.grad)(thetas)`` is the public spelling."""
+        kind = _METHOD_KINDS.get(method)
+        if kind is None:
+            raise ValueError(f"vmap: a compiled function maps __call__, grad, "
+                             f"value_and_grad, jacobian or hessian, not {method!r}")
+        batch = _arguments(args)
+        if any(a.ndim == 0 for a in batch):
+            raise ValueError("vmap: every argument needs a leading axis of points; "
+                             f"got shapes {[a.shape for a in batch]}")
+        B = batch[0].shape[0]
+        if any(a.shape[0] != B for a in batch):
+            raise ValueError("vmap: the arguments' leading axes differ: "
+                             f"{[a.shape[0] for a in batch]}")
+        p = self._lean(kind, [a[0] for a in batch]) if B else None
+        if p is None:
+            return _stacked([getattr(self, method)(*(a[k] for a in batch))
+                             for k in range(B)], method)
+        X = np.concatenate([a.reshape(B, -1) for a in batch], axis=1)
+        lead = (B,)
+        if method == "__call__":
+            values, _ = p.lean.run(X)
+            return p.rebuild(_lean_values(p.outputs, values, lead))
+        if method == "jacobian":
+            _, jac = p.lean.run(X, jacobian=True)
+            return p.rebuild(_lean_jacobian(p, p.outputs, jac, lead))
+        if method == "hessian":
+            _, jac = p.lean.run(X, jacobian=True)
+            return _per_argument(_lean_jacobian(p, p.grads, jac, lead))
+        _scalar_output(p, method)
+        values, jac = p.lean.run(X, jacobian=True)
+        (value,), (grads,) = (_lean_values(p.outputs, values, lead),
+                              _lean_jacobian(p, p.outputs, jac, lead))
+        return grads if method == "grad" else (value, grads)
+
     # -- recording and replay -------------------------------------------------------------
+
+    def _lean(self, kind, args):
+        """The program for these arguments' shapes when it runs as a lean program (no
+        guards, every row lowered), recording it first if need be; else None."""
+        p = self._programs.get((kind,) + tuple(a.shape for a in args))
+        if p is None:
+            p, tape = self._at(kind, args)
+            p.release(tape)
+        return p if p.lean is not None else None
 
     def _at(self, kind, args, fused=False):
         """The program for these arguments' shapes and a twin of its tape replayed at
@@ -243,6 +315,9 @@ class Compiled:
         p.rebuild, p.guards, p.plans = rebuild, trace.guards, {}
         p.fused = not p.guards and not tape.has_ops(MATMUL + 1, LINALG_LAST)
         p.total_in = sum(p.sizes)
+        targets = p.grads if kind == "hessian" else p.outputs
+        p.lean = LeanProgram.lower(tape, p.inputs, [v for k, v, _ in targets if k == "row"]) \
+            if not p.guards else None
         self.traces += 1
         return p
 
@@ -339,6 +414,58 @@ def _replay_linalg(tape, i):
     if saved is not None:
         assert tape.op(int(saved_row(params, 0))) == CONST
         tape.write(int(saved_row(params, 0)), saved)
+
+
+_METHOD_KINDS = {"__call__": "value", "grad": "value", "value_and_grad": "value",
+                 "jacobian": "value", "hessian": "hessian"}
+
+
+def _stacked(results, method):
+    """Per-point results of a method, stacked on a leading axis (vmap's fallback)."""
+    if not results:
+        raise ValueError(f"vmap: no points to evaluate {method} at")
+    leaves, rebuild = flatten(results[0])
+    per_point = [flatten(r)[0] for r in results]
+    return rebuild([new_leaf(np.stack([pt[k].numpy() for pt in per_point]),
+                             (len(results),) + leaves[k].shape, F64)
+                    for k in range(len(leaves))])
+
+
+def _lean_values(targets, values, lead=()):
+    """Each target's value as a Tensor, from a lean program's output values (the row
+    targets' elements one after another, on a leading axis of points when ``lead`` is
+    (B,); without one, ``values`` is one point's)."""
+    out, start = [], 0
+    for kind, v, shape in targets:
+        if kind == "row":
+            n = math.prod(shape)
+            data = values[..., start:start + n].reshape(lead + shape).copy()
+            start += n
+        else:
+            data = np.broadcast_to(v, lead + shape).copy()
+        out.append(new_leaf(data if data.ndim else float(data), data.shape, F64))
+    return out
+
+
+def _lean_jacobian(p, targets, jac, lead=()):
+    """For every target, its derivative with respect to each argument (one Tensor, or
+    a tuple for several), from a lean program's Jacobian (row targets' elements by the
+    arguments' elements; a leading axis of points as in ``_lean_values``)."""
+    cols = np.cumsum([0] + p.sizes)
+    out, start = [], 0
+    for kind, _, shape in targets:
+        n = math.prod(shape)
+        if kind == "row":
+            block = jac[..., start:start + n, :]
+            start += n
+        else:
+            block = np.zeros(lead + (n, p.total_in))
+        per_arg = []
+        for a, b, s in zip(cols, cols[1:], p.shapes):
+            g = block[..., a:b].reshape(lead + shape + s)
+            per_arg.append(new_leaf(g.copy() if g.ndim else float(g), g.shape, F64))
+        out.append(_per_argument(per_arg))
+    return out
 
 
 def _plain_copy(tape, target):

@@ -37,7 +37,7 @@ def reshape_vjp(ctx, i, lanes=1):
 
 
 @register_jitable
-def _pattern_map(ctx, i, shape):
+def pattern_map(ctx, i, shape):
     """The flat indices of a STRIDED or SCATTER row's view of ``shape``."""
     p = aux(ctx, i)
     return strided_map(shape, view_offset(ctx.ipool, p), view_strides(ctx.ipool, p, shape.size))
@@ -118,7 +118,7 @@ def strided_vjp(ctx, i, lanes=1):
     """z = gather(x, pattern): the VJP scatter-adds along the pattern."""
     a = ctx.rows[i, A]
     if has_adjoint(ctx, a):
-        _scatter_add_into(ctx, i, a, _pattern_map(ctx, i, shape_of(ctx, i)), lanes)
+        _scatter_add_into(ctx, i, a, pattern_map(ctx, i, shape_of(ctx, i)), lanes)
 
 
 @register_jitable
@@ -127,7 +127,7 @@ def scatter_vjp(ctx, i, lanes=1):
     VJP gathers."""
     a = ctx.rows[i, A]
     if has_adjoint(ctx, a):
-        _gather_into(ctx, i, a, _pattern_map(ctx, i, shape_of(ctx, a)), lanes)
+        _gather_into(ctx, i, a, pattern_map(ctx, i, shape_of(ctx, a)), lanes)
 
 
 @register_jitable
@@ -205,11 +205,11 @@ def indexing_forward(ctx, i):
         for k in range(z.size):                 # (the same memory when a view was kept)
             z[k] = x[k]
     elif op == STRIDED:
-        m = _pattern_map(ctx, i, shape_of(ctx, i))
+        m = pattern_map(ctx, i, shape_of(ctx, i))
         for k in range(z.size):
             z[k] = x[m[k]]
     elif op == SCATTER:
-        m = _pattern_map(ctx, i, shape_of(ctx, a))
+        m = pattern_map(ctx, i, shape_of(ctx, a))
         z[:] = 0.0
         for k in range(x.size):
             z[m[k]] += x[k]

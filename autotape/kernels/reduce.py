@@ -17,7 +17,7 @@ from .context import (accumulator, adjoint, aux, broadcast_map, first_write, has
 
 
 @register_jitable
-def _kept_map(ctx, i, a):
+def kept_map(ctx, i, a):
     """For each element of the operand, the flat index of its group's result."""
     kept = shape_of(ctx, a).copy()
     for d in range(kept.size):
@@ -30,7 +30,7 @@ def _kept_map(ctx, i, a):
 def extreme_vjp(ctx, i, a, g):
     """max / min: the gradient goes to the elements equal to the result, split evenly."""
     x, z = value(ctx, a), value(ctx, i)
-    m = _kept_map(ctx, i, a)
+    m = kept_map(ctx, i, a)
     ties = np.zeros(z.size)
     for k in range(x.size):
         if x[k] == z[m[k]]:
@@ -44,7 +44,7 @@ def extreme_vjp(ctx, i, a, g):
 @register_jitable
 def prod_vjp(ctx, i, a, g):
     x, z = value(ctx, a), value(ctx, i)
-    m = _kept_map(ctx, i, a)
+    m = kept_map(ctx, i, a)
     zeros = np.zeros(z.size)
     others = np.ones(z.size)                  # product of the non-zero elements
     for k in range(x.size):
@@ -126,7 +126,7 @@ def reduce_forward(ctx, i):
         return True
     start = 1.0 if op == PROD else (-np.inf if op == MAX else (np.inf if op == MIN else 0.0))
     z[:] = start
-    m = _kept_map(ctx, i, a)
+    m = kept_map(ctx, i, a)
     for k in range(x.size):
         j, v = m[k], x[k]
         if op == SUM or op == MEAN:
@@ -181,7 +181,7 @@ def _sum_vjp(ctx, i, a):
             for k in range(n):
                 ga[k] += v
         return
-    m = _kept_map(ctx, i, a)
+    m = kept_map(ctx, i, a)
     if assign:
         for k in range(n):
             ga[k] = g[m[k]] * scale

@@ -1,0 +1,70 @@
+"""A compiled function's tape as a lean program (kernels/program.py): lowered once,
+then evaluated at one point or at B points at once, on every core. compile.py uses it
+for every recording it can lower (``at.compile``, ``autotape.func.vmap``)."""
+import numba
+import numpy as np
+
+from .kernels.blas import DGEMM
+from .kernels.program import LOWERED, lower, producers, run_points, run_points_parallel
+
+CHUNK = 16                  # points per chunk when many points are evaluated at once
+
+
+class LeanProgram:
+    """Instructions over value slots for the rows ``out_rows`` of a closed tape, with
+    the slots of its inputs and outputs. Plain arrays: it pickles, and calls from many
+    threads share it (each call has scratch of its own)."""
+    __slots__ = ("instr", "pool", "divisor", "producer", "const_slots", "const_vals",
+                 "in_slots", "out_slots", "nslots")
+
+    @classmethod
+    def lower(cls, tape, in_rows, out_rows):
+        """The program, or None when a row has no lean form (the tape's interpreting
+        kernels then run it)."""
+        args, held = tape.kernel_args()
+        rows, ipool, ndim, start, dims, size, arena, _, big, _ = args
+        in_rows, out_rows = np.asarray(in_rows, np.int64), np.asarray(out_rows, np.int64)
+        (status, _, instr, pool, divisor, slot, nslots, const_slots,
+         const_vals) = lower(rows, ipool, ndim, start, dims, size, arena, big, in_rows,
+                             out_rows, DGEMM)
+        if status != LOWERED:
+            return None
+        p = cls.__new__(cls)
+        p.instr, p.pool, p.divisor, p.nslots = instr, pool, divisor, int(nslots)
+        p.const_slots, p.const_vals = const_slots, const_vals
+        p.in_slots = _slots(tape, slot, in_rows)
+        p.out_slots = _slots(tape, slot, out_rows)
+        p.producer = producers(instr, p.nslots)
+        return p
+
+    def __getstate__(self):
+        return {name: getattr(self, name) for name in self.__slots__}
+
+    def __setstate__(self, state):
+        for name, value in state.items():
+            setattr(self, name, value)
+
+    def run(self, X, jacobian=False):
+        """Values (B, outputs) at the points X (B, inputs) and, with ``jacobian``, d
+        output / d input (B, outputs, inputs), in X's dtype (float64 or float32)."""
+        B = X.shape[0]
+        values = np.empty((B, self.out_slots.size), X.dtype)
+        jac = np.empty((B, self.out_slots.size, self.in_slots.size) if jacobian
+                       else (0, 0, 0), X.dtype)
+        chunk = 1 if B == 1 else CHUNK
+        workers = min(numba.get_num_threads(), (B + chunk - 1) // chunk)
+        args = (self.instr, self.pool, self.divisor, self.producer, self.const_slots,
+                self.const_vals, self.in_slots, self.out_slots, X, values, jac, jacobian,
+                chunk)
+        if workers > 1:
+            run_points_parallel(*args, workers, self.nslots)
+        else:
+            scratch = np.empty(2 * self.nslots * chunk, X.dtype)
+            run_points(*args, scratch[:self.nslots * chunk], scratch[self.nslots * chunk:])
+        return values, (jac if jacobian else None)
+
+
+def _slots(tape, slot, rows):
+    """The slots of every element of ``rows``, one row after another."""
+    parts = [slot[r] + np.arange(tape.size(int(r)), dtype=np.int64) for r in rows]
+    return np.concatenate(parts) if parts else np.zeros(0, np.int64)

@@ -1,0 +1,127 @@
+"""The lean program (kernels/program.py) behind at.compile: every op it lowers gives the
+tape kernels' answers, B points at once give B separate calls' answers, and rows it
+cannot lower leave the recording on the tape path, still correct."""
+import numpy as np
+import pytest
+
+import autotape as at
+import autotape.func as F
+from autotape import opcodes
+from test_op_table import SAMPLES, _recorded_ops
+
+# the ops the lean program leaves to the tape's interpreting kernels
+NOT_LOWERED = {opcodes.MAX, opcodes.MIN, opcodes.PROD, opcodes.CUMSUM, opcodes.CUMPROD,
+               opcodes.MATMUL, opcodes.INV, opcodes.SOLVE, opcodes.SLOGDET,
+               opcodes.CHOLESKY, opcodes.EIGH}
+
+
+def _results(c, x):
+    value, g = c.value_and_grad(x)
+    return value.numpy(), g.numpy(), c.jacobian(x).numpy(), c.hessian(x).numpy()
+
+
+def _on_tape(c):
+    for p in c._programs.values():
+        p.lean = None
+
+
+@pytest.mark.parametrize("code", sorted(SAMPLES), ids=opcodes.opcode_name)
+def test_every_lowered_op_gives_the_tape_kernels_answers(code):
+    f, x = SAMPLES[code]
+    c = at.compile(f, x)
+    points = [x, x * 0.7 + 0.05]
+    lean = [_results(c, p) for p in points]
+    lowered = all(p.lean is not None for p in c._programs.values())
+    ops = _recorded_ops(f, x)
+    assert lowered == (not ops & NOT_LOWERED), opcodes.opcode_name(code)
+    _on_tape(c)
+    for p, got in zip(points, lean):
+        for g, want in zip(got, _results(c, p)):
+            np.testing.assert_allclose(g, want, rtol=1e-13, atol=1e-15, equal_nan=True)
+
+
+def pendulum(theta):
+    x, v = theta[0], theta[1]
+    for _ in range(40):
+        a = -theta[2] * at.sin(x) - theta[3] * v
+        x, v = x + 0.05 * v, v + 0.05 * a
+    return at.where(x > 0, x * x, at.clip(-x, 0.0, 0.3)) + v * v
+
+
+@pytest.mark.parametrize("points", [1, 5, 37])
+def test_vmap_equals_separate_calls(points):
+    rng = np.random.default_rng(points)
+    thetas = np.array([1.0, 0.0, 9.8, 0.1]) * rng.uniform(0.5, 1.5, (points, 4))
+    c = at.compile(pendulum, thetas[0])
+    value, grad = F.vmap(c.value_and_grad)(thetas)
+    hess = F.vmap(c.hessian)(thetas)
+    assert value.shape == (points,) and grad.shape == (points, 4)
+    assert hess.shape == (points, 4, 4)
+    for k, t in enumerate(thetas):
+        assert value.numpy()[k] == c(t).item()
+        np.testing.assert_array_equal(grad.numpy()[k], c.grad(t).numpy())
+        np.testing.assert_allclose(hess.numpy()[k], c.hessian(t).numpy(), rtol=1e-14)
+    np.testing.assert_array_equal(F.vmap(c)(thetas).numpy(), value.numpy())
+    np.testing.assert_array_equal(F.vmap(c.grad)(thetas).numpy(), grad.numpy())
+    assert c.traces == 2                       # the value and the Hessian: once each
+
+
+def test_vmap_of_several_arguments_and_outputs():
+    def f(x, y):
+        return {"a": x * y.sum(), "b": at.sin(x).sum()}
+    c = at.compile(f, np.ones(3), np.ones(2))
+    xs, ys = np.random.default_rng(0).normal(size=(6, 3)), np.random.default_rng(1).normal(
+        size=(6, 2))
+    out, jac = F.vmap(c)(xs, ys), F.vmap(c.jacobian)(xs, ys)
+    assert out["a"].shape == (6, 3) and out["b"].shape == (6,)
+    assert jac["a"][0].shape == (6, 3, 3) and jac["a"][1].shape == (6, 3, 2)
+    for k in range(6):
+        one = c.jacobian(xs[k], ys[k])
+        np.testing.assert_array_equal(out["a"].numpy()[k], c(xs[k], ys[k])["a"].numpy())
+        np.testing.assert_array_equal(jac["a"][1].numpy()[k], one["a"][1].numpy())
+        np.testing.assert_array_equal(jac["b"][0].numpy()[k], one["b"][0].numpy())
+
+
+def test_vmap_of_a_recording_on_the_tape_path_and_of_plain_functions():
+    c = at.compile(lambda x: (x.reshape(2, 2) @ x.reshape(2, 2)).sum(), np.ones(4))
+    xs = np.arange(12.0).reshape(3, 4)
+    np.testing.assert_array_equal(F.vmap(c.grad)(xs).numpy(),
+                                  np.stack([c.grad(x).numpy() for x in xs]))
+    assert all(p.lean is None for p in c._programs.values())
+    w = at.tensor([1.0, 2.0], requires_grad=True)
+    out = F.vmap(lambda x: (x * w).sum())(np.ones((3, 2)))
+    assert out.shape == (3,) and at.grad(out.sum(), w)[0].tolist() == [3.0, 3.0]
+
+
+def test_vmap_errors():
+    c = at.compile(lambda x: (x * x).sum(), np.ones(2))
+    with pytest.raises(ValueError, match="leading axis"):
+        F.vmap(c)(3.0)
+    with pytest.raises(ValueError, match="leading axes differ"):
+        at.compile(lambda x, y: (x * y).sum(), np.ones(2), np.ones(2)).map_points(
+            "grad", (np.ones((3, 2)), np.ones((4, 2))))
+    with pytest.raises(ValueError, match="in_axes"):
+        F.vmap(c, in_axes=1)
+    with pytest.raises(RuntimeError, match="single scalar"):
+        F.vmap(at.compile(lambda x: x * 2.0, np.ones(2)).grad)(np.ones((3, 2)))
+
+
+def test_dead_instructions_pass_nothing():
+    """A Jacobian row swept from one output never runs the instructions only another
+    output needs: sqrt'(0) = inf there must not make the first row nan. (Within one
+    output, as torch, a zero adjoint meets the inf: stack([2x, sqrt(x)]) gives nan.)"""
+    c = at.compile(lambda x: (x[0] * 2.0, at.sqrt(x[0])), np.ones(1))
+    first, second = c.jacobian(np.zeros(1))
+    assert first.tolist() == [2.0] and second.tolist() == [np.inf]
+    assert c._programs[("value", (1,))].lean is not None
+
+
+def test_masks_select_and_where_differentiates_both_branches():
+    """relu's mask passes 0 to sqrt's inf (torch's answer too); where sends a zero
+    adjoint into the untaken branch, which log'(0) = inf makes nan (as torch)."""
+    c = at.compile(lambda x: at.sqrt(at.relu(x)).sum() + at.where(x > 0, at.log(x), 0.0).sum(),
+                   np.ones(3))
+    g = c.grad(np.array([-1.0, 0.0, 4.0])).numpy()
+    np.testing.assert_array_equal(g, [0.0, np.nan, 0.25 + 0.25])
+    _on_tape(c)
+    np.testing.assert_array_equal(c.grad(np.array([-1.0, 0.0, 4.0])).numpy(), g)
