@@ -5,16 +5,28 @@ import numba
 import numpy as np
 
 from .kernels.blas import DGEMM
-from .kernels.program import LOWERED, lower, producers, run_points, run_points_parallel
+from .kernels.program import LOWERED, live_sets, lower, run_points, run_points_parallel
+from .thread_state import here
 
-CHUNK = 16                  # points per chunk when many points are evaluated at once
+
+KEEP_LIVE_BYTES = 16 << 20   # reach marks (outputs x instructions) kept between calls
+KEEP_SCRATCH_BYTES = 64 << 20
+
+
+def chunk_size(nslots):
+    """Points per chunk when many are evaluated at once: 32 (the per-instruction cost
+    spread over them), fewer where a chunk's values and adjoints would pass 16 MiB."""
+    c = 32
+    while c > 4 and 16 * nslots * c > 16 << 20:
+        c //= 2
+    return c
 
 
 class LeanProgram:
     """Instructions over value slots for the rows ``out_rows`` of a closed tape, with
     the slots of its inputs and outputs. Plain arrays: it pickles, and calls from many
     threads share it (each call has scratch of its own)."""
-    __slots__ = ("instr", "pool", "divisor", "producer", "const_slots", "const_vals",
+    __slots__ = ("instr", "pool", "divisor", "live", "const_slots", "const_vals",
                  "in_slots", "out_slots", "nslots")
 
     @classmethod
@@ -34,7 +46,7 @@ class LeanProgram:
         p.const_slots, p.const_vals = const_slots, const_vals
         p.in_slots = _slots(tape, slot, in_rows)
         p.out_slots = _slots(tape, slot, out_rows)
-        p.producer = producers(instr, p.nslots)
+        p.live = None
         return p
 
     def __getstate__(self):
@@ -51,17 +63,35 @@ class LeanProgram:
         values = np.empty((B, self.out_slots.size), X.dtype)
         jac = np.empty((B, self.out_slots.size, self.in_slots.size) if jacobian
                        else (0, 0, 0), X.dtype)
-        chunk = 1 if B == 1 else CHUNK
+        live = self.live
+        if live is None:
+            live = live_sets(self.instr, self.pool, self.nslots, self.out_slots) \
+                if jacobian else np.zeros((0, 0), np.uint8)
+            if jacobian and live.size <= KEEP_LIVE_BYTES:
+                self.live = live            # (a race computes it twice, both right)
+        chunk = 1 if B == 1 else chunk_size(self.nslots)
         workers = min(numba.get_num_threads(), (B + chunk - 1) // chunk)
-        args = (self.instr, self.pool, self.divisor, self.producer, self.const_slots,
+        args = (self.instr, self.pool, self.divisor, live, self.const_slots,
                 self.const_vals, self.in_slots, self.out_slots, X, values, jac, jacobian,
                 chunk)
         if workers > 1:
             run_points_parallel(*args, workers, self.nslots)
         else:
-            scratch = np.empty(2 * self.nslots * chunk, X.dtype)
-            run_points(*args, scratch[:self.nslots * chunk], scratch[self.nslots * chunk:])
+            scratch = _scratch(2 * self.nslots * chunk, X.dtype)
+            run_points(*args, scratch[:self.nslots * chunk],
+                       scratch[self.nslots * chunk:2 * self.nslots * chunk])
         return values, (jac if jacobian else None)
+
+
+def _scratch(size, dtype):
+    """The calling thread's scratch for one-thread runs, reused from call to call (fresh
+    pages cost more to touch than a small program's arithmetic) up to KEEP_SCRATCH_BYTES."""
+    state = here()
+    buf = state.program_scratch
+    if buf is None or buf.size < size or buf.dtype != dtype:
+        buf = np.empty(size, dtype)
+        state.program_scratch = buf if buf.nbytes <= KEEP_SCRATCH_BYTES else None
+    return buf
 
 
 def _slots(tape, slot, rows):

@@ -1,5 +1,5 @@
 """What is per thread, as in torch: grad mode, the tape being recorded, the compile
-trace being recorded, and the scratch space of compiled sweeps.
+trace being recorded, and the scratch space of compiled sweeps and programs.
 
 Every op reads grad mode and its tape, so the four live together on one plain object
 per thread: an op pays for one ``threading.local`` read (``here()``), then slot reads.
@@ -11,13 +11,15 @@ import threading
 
 class ThreadState:
     """One thread's recording state (see the module's docstring)."""
-    __slots__ = ("grad_enabled", "tape", "trace", "scratch", "__weakref__")
+    __slots__ = ("grad_enabled", "tape", "trace", "scratch", "program_scratch",
+                 "__weakref__")
 
     def __init__(self):
         self.grad_enabled = True
         self.tape = None          # the open tape this thread records on (tape.py)
         self.trace = None         # the compile Trace being recorded (guards.py)
         self.scratch = None       # the adjoint scratch of this thread's sweeps (executor.py)
+        self.program_scratch = None   # values and adjoints of lean programs (program.py)
 
 
 class _PerThread(threading.local):

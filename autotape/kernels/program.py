@@ -22,10 +22,9 @@ import numpy as np
 from numba import prange
 from numba.extending import register_jitable
 
-from ..opcodes import (BINARY_LAST, CONCAT, LEAF, MEAN, PUT_ADD, RESHAPE, SCATTER,
-                       SETITEM, SOURCE_LAST, STRIDED, SUM, TAKE, UNARY_LAST, WHERE, ADD,
-                       SUB, MUL, DIV)
-from ..tape_format import AUX, B, OP, VLOC, A, array_location, operand, operand_count, \
+from ..opcodes import (ADD, BINARY_LAST, CONCAT, DIV, MEAN, MUL, PUT_ADD, RESHAPE, SCATTER,
+                       SETITEM, SOURCE_LAST, STRIDED, SUB, SUM, TAKE, UNARY_LAST, WHERE)
+from ..tape_format import A, AUX, B, OP, VLOC, array_location, operand, operand_count, \
     where_condition
 from .cache import cached_njit
 from .context import operand_map, shape_of, size_of, sweep_context, value
@@ -34,11 +33,11 @@ from .elementwise import (binary_partial_x, binary_partial_y, binary_value, pass
 from .indexing import indexing_forward, pattern_map
 from .reduce import kept_map
 
-GATHER, SCATTER_ADD = -1, -2            # instruction kinds beside the tape's opcodes
+GATHER, SCATTER_ADD, COPY = -1, -2, -3  # instruction kinds beside the tape's opcodes
 # Instruction columns: kind or opcode, output slot, operand slots a / b / condition,
 # element count, the operands' strides (1 or 0), where a gather's slots start in the
-# pool. A SCATTER_ADD keeps its pair count in I_SA and its (source, output offset)
-# pairs in the pool, and divides by its divisor (a mean's count).
+# pool. A COPY moves n slots from a; a SCATTER_ADD keeps its pair count in I_SA and its
+# (source, output offset) pairs in the pool, and divides by its divisor (a mean's count).
 I_OP, I_OUT, I_A, I_B, I_C, I_N, I_SA, I_SB, I_SC, I_P = range(10)
 WIDTH = 10
 
@@ -127,11 +126,8 @@ def lower(rows, ipool, shape_ndim, shape_start, shape_dims, shape_size, arena_ad
                 if m == sz or m == 1:
                     at[t], strides[t] = slot[r], (1 if m == sz else 0)
                     continue
-                bmap = operand_map(real, r, i)           # broadcast: gather it first
-                _emit(code, GATHER, ns, -1, -1, -1, sz, 0, 0, 0, len(pool))
-                divisor.append(1.0)
-                for k in range(sz):
-                    pool.append(slot[r] + bmap[k])
+                src = operand_map(real, r, i) + slot[r]  # broadcast: gather it first
+                _emit_gather(code, pool, divisor, ns, src)
                 at[t], strides[t] = ns, 1
                 ns += sz
             _emit(code, op, out, at[0], at[1], at[2], sz, strides[0], strides[1],
@@ -144,10 +140,10 @@ def lower(rows, ipool, shape_ndim, shape_start, shape_dims, shape_size, arena_ad
                 for e in range(v.size):
                     track[slot[idx] + e] = v[e]
             indexing_forward(tracked, i)
-            _emit(code, GATHER, out, -1, -1, -1, sz, 0, 0, 0, len(pool))
-            divisor.append(1.0)
+            src = np.empty(sz, np.int64)
             for k in range(sz):
-                pool.append(np.int64(track[out + k]))
+                src[k] = np.int64(track[out + k])
+            _emit_gather(code, pool, divisor, out, src)
         elif op == SUM or op == MEAN or op == SCATTER or op == PUT_ADD:
             a = rows[i, A]
             m = size_of(real, a)
@@ -177,8 +173,99 @@ def lower(rows, ipool, shape_ndim, shape_start, shape_dims, shape_size, arena_ad
     for q in range(count):
         for c in range(WIDTH):
             instr[q, c] = code[q * WIDTH + c]
-    return (LOWERED, 0, instr, _ints(pool), _floats(divisor), slot, ns,
-            _ints(const_slots), _floats(const_vals))
+    pool_arr = _ints(pool)
+    keep = _used(instr, pool_arr, ns, out_slot_list(slot, out_rows, real))
+    instr, divisor_arr = instr[keep], _floats(divisor)[keep]
+    # Number again only the slots the kept instructions, inputs and outputs touch.
+    marked = np.zeros(ns + 1, np.bool_)
+    for r in in_rows:
+        marked[slot[r]:slot[r] + size_of(real, r)] = True
+    for r in out_rows:
+        marked[slot[r]:slot[r] + size_of(real, r)] = True
+    for q in range(instr.shape[0]):
+        op, count = instr[q, I_OP], instr[q, I_N]
+        marked[instr[q, I_OUT]:instr[q, I_OUT] + count] = True
+        if op == GATHER or op == SCATTER_ADD:
+            step = 1 if op == GATHER else 2
+            for k in range(count if op == GATHER else instr[q, I_SA]):
+                marked[pool_arr[instr[q, I_P] + step * k]] = True
+            continue
+        for t in range(3):
+            s0 = instr[q, I_A + t]
+            if s0 >= 0:
+                stride = 1 if op == COPY else instr[q, I_SA + t]
+                marked[s0:s0 + (count if stride else 1)] = True
+    renumber = np.cumsum(marked) - 1
+    for q in range(instr.shape[0]):
+        op = instr[q, I_OP]
+        instr[q, I_OUT] = renumber[instr[q, I_OUT]]
+        for t in range(3):
+            if instr[q, I_A + t] >= 0:
+                instr[q, I_A + t] = renumber[instr[q, I_A + t]]
+        if op == GATHER or op == SCATTER_ADD:
+            step = 1 if op == GATHER else 2
+            for k in range(instr[q, I_N] if op == GATHER else instr[q, I_SA]):
+                pool_arr[instr[q, I_P] + step * k] = renumber[pool_arr[instr[q, I_P] + step * k]]
+    cs, cv = _ints(const_slots), _floats(const_vals)
+    kept = 0
+    for k in range(cs.size):
+        if marked[cs[k]]:
+            cs[kept], cv[kept] = renumber[cs[k]], cv[k]
+            kept += 1
+    for i in range(slot.size):
+        if slot[i] >= 0:
+            slot[i] = renumber[slot[i]] if marked[slot[i]] else -1
+    return (LOWERED, 0, instr, pool_arr, divisor_arr, slot, np.int64(marked[:ns].sum()),
+            cs[:kept], cv[:kept])
+
+
+@register_jitable
+def out_slot_list(slot, out_rows, ctx):
+    n = 0
+    for r in out_rows:
+        n += size_of(ctx, r)
+    out = np.empty(n, np.int64)
+    n = 0
+    for r in out_rows:
+        for e in range(size_of(ctx, r)):
+            out[n] = slot[r] + e
+            n += 1
+    return out
+
+
+@register_jitable
+def _used(instr, pool, nslots, out_slots):
+    """The instructions whose values the outputs need: a gather reads its first source
+    directly, so the rows of a chain of reshapes and slices in between are dropped."""
+    producer = np.full(nslots, -1, np.int64)
+    for q in range(instr.shape[0]):
+        for k in range(instr[q, I_N]):
+            producer[instr[q, I_OUT] + k] = q
+    used = np.zeros(instr.shape[0], np.bool_)
+    for s in out_slots:
+        if producer[s] >= 0:
+            used[producer[s]] = True
+    for q in range(instr.shape[0] - 1, -1, -1):
+        if not used[q]:
+            continue
+        op, n = instr[q, I_OP], instr[q, I_N]
+        if op == GATHER or op == SCATTER_ADD:
+            step = 1 if op == GATHER else 2
+            for k in range(n if op == GATHER else instr[q, I_SA]):
+                r = producer[pool[instr[q, I_P] + step * k]]
+                if r >= 0:
+                    used[r] = True
+            continue
+        for t in range(3):
+            s = instr[q, I_A + t]
+            if s < 0:
+                continue
+            stride = 1 if op == COPY else instr[q, I_SA + t]
+            for k in range(n if stride else 1):
+                r = producer[s + k]
+                if r >= 0:
+                    used[r] = True
+    return used
 
 
 @register_jitable(inline="always")
@@ -193,6 +280,28 @@ def _emit(code, op, out, a, b, c, n, sa, sb, sc, p):
     code.append(sb)
     code.append(sc)
     code.append(p)
+
+
+@register_jitable
+def _emit_gather(code, pool, divisor, out, src):
+    """out[k] = src[k]: as COPY instructions where the sources run in few contiguous
+    stretches (a slice, a roll, a concatenation), else one GATHER through the pool."""
+    n, runs = src.size, 1
+    for k in range(1, n):
+        if src[k] != src[k - 1] + 1:
+            runs += 1
+    if runs <= max(2, n // 8):
+        start = 0
+        for k in range(1, n + 1):
+            if k == n or src[k] != src[k - 1] + 1:
+                _emit(code, COPY, out + start, src[start], -1, -1, k - start, 1, 0, 0, 0)
+                divisor.append(1.0)
+                start = k
+        return
+    _emit(code, GATHER, out, -1, -1, -1, n, 0, 0, 0, len(pool))
+    divisor.append(1.0)
+    for k in range(n):
+        pool.append(src[k])
 
 
 @register_jitable
@@ -212,202 +321,216 @@ def _floats(values):
 
 
 # ---- running the program ---------------------------------------------------------------
+# The forward and reverse loops are built twice from one source (``_kernels``): for one
+# point, where C is the constant 1 and every index is plain, and for chunks of C points.
 
-@register_jitable
-def _forward(instr, pool, divisor, V, C):
-    """Every instruction, in order, for the C points of V (slot-major)."""
-    for q in range(instr.shape[0]):
-        op, out, n = instr[q, I_OP], instr[q, I_OUT], instr[q, I_N]
-        if op == GATHER:
-            p = instr[q, I_P]
-            for k in range(n):
-                src, dst = pool[p + k] * C, (out + k) * C
-                for j in range(C):
-                    V[dst + j] = V[src + j]
-        elif op == SCATTER_ADD:
-            p, pairs, d = instr[q, I_P], instr[q, I_SA], divisor[q]
-            for k in range(n * C):
-                V[out * C + k] = 0.0
-            for k in range(pairs):
-                src, dst = pool[p + 2 * k] * C, (out + pool[p + 2 * k + 1]) * C
-                for j in range(C):
-                    V[dst + j] += V[src + j]
-            if d != 1.0:
+def _kernels(fixed_c):
+    """(forward, reverse, chunk) with C fixed to ``fixed_c``, or taken at run time (0)."""
+
+    @register_jitable
+    def forward(instr, pool, divisor, V, C):
+        """Every instruction, in order, for the C points of V (slot-major)."""
+        if fixed_c:
+            C = fixed_c
+        for q in range(instr.shape[0]):
+            op, out, n = instr[q, I_OP], instr[q, I_OUT], instr[q, I_N]
+            if op == COPY:
+                a = instr[q, I_A]
                 for k in range(n * C):
-                    V[out * C + k] = np.float64(V[out * C + k]) / d
-        elif op <= UNARY_LAST:
-            a, sa = instr[q, I_A], instr[q, I_SA]
-            for k in range(n):
-                x, z = (a + k * sa) * C, (out + k) * C
-                for j in range(C):
-                    V[z + j] = unary_value(op, np.float64(V[x + j]))
-        elif op <= BINARY_LAST:
-            a, b, sa, sb = instr[q, I_A], instr[q, I_B], instr[q, I_SA], instr[q, I_SB]
-            for k in range(n):
-                x, y, z = (a + k * sa) * C, (b + k * sb) * C, (out + k) * C
+                    V[out * C + k] = V[a * C + k]
+            elif op == GATHER:
+                p = instr[q, I_P]
+                for k in range(n):
+                    src, dst = pool[p + k] * C, (out + k) * C
+                    for j in range(C):
+                        V[dst + j] = V[src + j]
+            elif op == SCATTER_ADD:
+                p, pairs, d = instr[q, I_P], instr[q, I_SA], divisor[q]
+                for k in range(n * C):
+                    V[out * C + k] = 0.0
+                for k in range(pairs):
+                    src, dst = pool[p + 2 * k] * C, (out + pool[p + 2 * k + 1]) * C
+                    for j in range(C):
+                        V[dst + j] += V[src + j]
+                if d != 1.0:
+                    for k in range(n * C):
+                        V[out * C + k] = np.float64(V[out * C + k]) / d
+            elif op <= UNARY_LAST:
+                a, sa = instr[q, I_A], instr[q, I_SA]
+                for k in range(n):
+                    x, z = (a + k * sa) * C, (out + k) * C
+                    for j in range(C):
+                        V[z + j] = unary_value(op, np.float64(V[x + j]))
+            elif op <= BINARY_LAST:
+                a, b, sa, sb = instr[q, I_A], instr[q, I_B], instr[q, I_SA], instr[q, I_SB]
                 if op == ADD:
-                    for j in range(C):
-                        V[z + j] = np.float64(V[x + j]) + np.float64(V[y + j])
+                    for k in range(n):
+                        x, y, z = (a + k * sa) * C, (b + k * sb) * C, (out + k) * C
+                        for j in range(C):
+                            V[z + j] = np.float64(V[x + j]) + np.float64(V[y + j])
                 elif op == SUB:
-                    for j in range(C):
-                        V[z + j] = np.float64(V[x + j]) - np.float64(V[y + j])
+                    for k in range(n):
+                        x, y, z = (a + k * sa) * C, (b + k * sb) * C, (out + k) * C
+                        for j in range(C):
+                            V[z + j] = np.float64(V[x + j]) - np.float64(V[y + j])
                 elif op == MUL:
-                    for j in range(C):
-                        V[z + j] = np.float64(V[x + j]) * np.float64(V[y + j])
+                    for k in range(n):
+                        x, y, z = (a + k * sa) * C, (b + k * sb) * C, (out + k) * C
+                        for j in range(C):
+                            V[z + j] = np.float64(V[x + j]) * np.float64(V[y + j])
                 elif op == DIV:
-                    for j in range(C):
-                        V[z + j] = np.float64(V[x + j]) / np.float64(V[y + j])
+                    for k in range(n):
+                        x, y, z = (a + k * sa) * C, (b + k * sb) * C, (out + k) * C
+                        for j in range(C):
+                            V[z + j] = np.float64(V[x + j]) / np.float64(V[y + j])
                 else:
+                    for k in range(n):
+                        x, y, z = (a + k * sa) * C, (b + k * sb) * C, (out + k) * C
+                        for j in range(C):
+                            V[z + j] = binary_value(op, np.float64(V[x + j]),
+                                                    np.float64(V[y + j]))
+            else:                                                   # WHERE
+                a, b, c = instr[q, I_A], instr[q, I_B], instr[q, I_C]
+                sa, sb, sc = instr[q, I_SA], instr[q, I_SB], instr[q, I_SC]
+                for k in range(n):
+                    x, y, w, z = (a + k * sa) * C, (b + k * sb) * C, (c + k * sc) * C, \
+                        (out + k) * C
                     for j in range(C):
-                        V[z + j] = binary_value(op, np.float64(V[x + j]),
-                                                np.float64(V[y + j]))
-        else:                                                   # WHERE
-            a, b, c = instr[q, I_A], instr[q, I_B], instr[q, I_C]
-            sa, sb, sc = instr[q, I_SA], instr[q, I_SB], instr[q, I_SC]
-            for k in range(n):
-                x, y, w, z = (a + k * sa) * C, (b + k * sb) * C, (c + k * sc) * C, \
-                    (out + k) * C
-                for j in range(C):
-                    V[z + j] = V[x + j] if V[w + j] != 0 else V[y + j]
+                        V[z + j] = V[x + j] if V[w + j] != 0 else V[y + j]
 
-
-@register_jitable
-def _reach(producer, live, slot, count, stride):
-    """Mark live the instructions that wrote ``count`` slots from ``slot``."""
-    if stride == 0:
-        count = 1
-    for k in range(count):
-        p = producer[slot + k]
-        if p >= 0:
-            live[p] = True
-
-
-@register_jitable
-def _reverse(instr, pool, divisor, producer, live, V, G, C):
-    """The reverse sweep over the instructions marked live (those the seeds reach; a
-    dead one would multiply its zero adjoint by inf partials into nan)."""
-    for q in range(instr.shape[0] - 1, -1, -1):
-        if not live[q]:
-            continue
-        op, out, n = instr[q, I_OP], instr[q, I_OUT], instr[q, I_N]
-        if op == GATHER:
-            p = instr[q, I_P]
-            for k in range(n):
-                src, dst = pool[p + k], (out + k) * C
-                for j in range(C):
-                    G[src * C + j] += G[dst + j]
-                if producer[src] >= 0:
-                    live[producer[src]] = True
-        elif op == SCATTER_ADD:
-            p, pairs, d = instr[q, I_P], instr[q, I_SA], divisor[q]
-            for k in range(pairs):
-                src, dst = pool[p + 2 * k], (out + pool[p + 2 * k + 1]) * C
-                for j in range(C):
-                    G[src * C + j] += np.float64(G[dst + j]) / d
-                if producer[src] >= 0:
-                    live[producer[src]] = True
-        elif op <= UNARY_LAST:
-            if passes_nothing(op):
+    @register_jitable
+    def reverse(instr, pool, divisor, live, V, G, C):
+        """The reverse sweep over the instructions ``live`` marks (those the seed
+        reaches: a dead one would multiply its zero adjoint by inf partials into nan)."""
+        if fixed_c:
+            C = fixed_c
+        for q in range(instr.shape[0] - 1, -1, -1):
+            if not live[q]:
                 continue
-            a, sa = instr[q, I_A], instr[q, I_SA]
-            for k in range(n):
-                x, z = (a + k * sa) * C, (out + k) * C
-                for j in range(C):
-                    G[x + j] += times(op, np.float64(G[z + j]), unary_partial(
-                        op, np.float64(V[x + j]), np.float64(V[z + j])))
-            _reach(producer, live, a, n, sa)
-        elif op <= BINARY_LAST:
-            if passes_nothing(op):
+            op, out, n = instr[q, I_OP], instr[q, I_OUT], instr[q, I_N]
+            if op == COPY:
+                a = instr[q, I_A]
+                for k in range(n * C):
+                    G[a * C + k] += G[out * C + k]
+            elif op == GATHER:
+                p = instr[q, I_P]
+                for k in range(n):
+                    src, dst = pool[p + k] * C, (out + k) * C
+                    for j in range(C):
+                        G[src + j] += G[dst + j]
+            elif op == SCATTER_ADD:
+                p, pairs, d = instr[q, I_P], instr[q, I_SA], divisor[q]
+                for k in range(pairs):
+                    src, dst = pool[p + 2 * k] * C, (out + pool[p + 2 * k + 1]) * C
+                    for j in range(C):
+                        G[src + j] += np.float64(G[dst + j]) / d
+            elif passes_nothing(op):
                 continue
-            a, b, sa, sb = instr[q, I_A], instr[q, I_B], instr[q, I_SA], instr[q, I_SB]
-            for k in range(n):
-                x, y, z = (a + k * sa) * C, (b + k * sb) * C, (out + k) * C
+            elif op <= UNARY_LAST:
+                a, sa = instr[q, I_A], instr[q, I_SA]
+                for k in range(n):
+                    x, z = (a + k * sa) * C, (out + k) * C
+                    for j in range(C):
+                        G[x + j] += times(op, np.float64(G[z + j]), unary_partial(
+                            op, np.float64(V[x + j]), np.float64(V[z + j])))
+            elif op <= BINARY_LAST:
+                a, b, sa, sb = instr[q, I_A], instr[q, I_B], instr[q, I_SA], instr[q, I_SB]
                 if op == ADD or op == SUB:
-                    for j in range(C):
-                        g = np.float64(G[z + j])
-                        G[x + j] += g
-                        G[y + j] += g if op == ADD else -g
+                    sign = 1.0 if op == ADD else -1.0
+                    for k in range(n):
+                        x, y, z = (a + k * sa) * C, (b + k * sb) * C, (out + k) * C
+                        for j in range(C):
+                            g = np.float64(G[z + j])
+                            G[x + j] += g
+                            G[y + j] += sign * g
                 elif op == MUL:
-                    for j in range(C):
-                        g = np.float64(G[z + j])
-                        xv, yv = np.float64(V[x + j]), np.float64(V[y + j])
-                        G[x + j] += g * yv
-                        G[y + j] += g * xv
+                    for k in range(n):
+                        x, y, z = (a + k * sa) * C, (b + k * sb) * C, (out + k) * C
+                        for j in range(C):
+                            g = np.float64(G[z + j])
+                            xv, yv = np.float64(V[x + j]), np.float64(V[y + j])
+                            G[x + j] += g * yv
+                            G[y + j] += g * xv
                 else:
+                    for k in range(n):
+                        x, y, z = (a + k * sa) * C, (b + k * sb) * C, (out + k) * C
+                        for j in range(C):
+                            g = np.float64(G[z + j])
+                            xv, yv, zv = np.float64(V[x + j]), np.float64(V[y + j]), \
+                                np.float64(V[z + j])
+                            G[x + j] += times(op, g, binary_partial_x(op, xv, yv, zv))
+                            G[y + j] += times(op, g, binary_partial_y(op, xv, yv, zv))
+            else:                                                   # WHERE: selects
+                a, b, c = instr[q, I_A], instr[q, I_B], instr[q, I_C]
+                sa, sb, sc = instr[q, I_SA], instr[q, I_SB], instr[q, I_SC]
+                for k in range(n):
+                    x, y, w, z = (a + k * sa) * C, (b + k * sb) * C, (c + k * sc) * C, \
+                        (out + k) * C
                     for j in range(C):
-                        g = np.float64(G[z + j])
-                        xv, yv, zv = np.float64(V[x + j]), np.float64(V[y + j]), \
-                            np.float64(V[z + j])
-                        G[x + j] += times(op, g, binary_partial_x(op, xv, yv, zv))
-                        G[y + j] += times(op, g, binary_partial_y(op, xv, yv, zv))
-            _reach(producer, live, a, n, sa)
-            _reach(producer, live, b, n, sb)
-        else:                                                   # WHERE: selects
-            a, b, c = instr[q, I_A], instr[q, I_B], instr[q, I_C]
-            sa, sb, sc = instr[q, I_SA], instr[q, I_SB], instr[q, I_SC]
-            for k in range(n):
-                x, y, w, z = (a + k * sa) * C, (b + k * sb) * C, (c + k * sc) * C, \
-                    (out + k) * C
-                for j in range(C):
-                    if V[w + j] != 0:
-                        G[x + j] += G[z + j]
-                    else:
-                        G[y + j] += G[z + j]
-            _reach(producer, live, a, n, sa)
-            _reach(producer, live, b, n, sb)
+                        if V[w + j] != 0:
+                            G[x + j] += G[z + j]
+                        else:
+                            G[y + j] += G[z + j]
 
-
-@register_jitable
-def _chunk(instr, pool, divisor, producer, const_slots, const_vals, in_slots, out_slots,
-           X, values, jac, want_jac, p0, C, V, G, live):
-    """Points p0 .. p0 + C - 1 (fewer at the end): forward, values out, and with
-    ``want_jac`` one reverse sweep per output element."""
-    B = X.shape[0]
-    m = min(C, B - p0)
-    for k in range(const_slots.size):
-        s = const_slots[k] * C
-        for j in range(C):
-            V[s + j] = const_vals[k]
-    for e in range(in_slots.size):
-        s = in_slots[e] * C
-        for j in range(C):
-            V[s + j] = X[p0 + min(j, m - 1), e]        # (a short last chunk repeats)
-    _forward(instr, pool, divisor, V, C)
-    for o in range(out_slots.size):
-        s = out_slots[o] * C
-        for j in range(m):
-            values[p0 + j, o] = V[s + j]
-    if not want_jac:
-        return
-    for o in range(out_slots.size):
-        G[:] = 0.0
-        live[:] = False
-        s = out_slots[o]
-        for j in range(C):
-            G[s * C + j] = 1.0
-        if producer[s] >= 0:
-            live[producer[s]] = True
-        _reverse(instr, pool, divisor, producer, live, V, G, C)
+    @register_jitable
+    def chunk(instr, pool, divisor, live, const_slots, const_vals, in_slots, out_slots, X,
+              values, jac, want_jac, p0, C, V, G):
+        """Points p0 .. p0 + C - 1 (fewer at the end): forward, values out, and with
+        ``want_jac`` one reverse sweep per output element."""
+        if fixed_c:
+            C = fixed_c
+        B = X.shape[0]
+        m = min(C, B - p0)
+        for k in range(const_slots.size):
+            s = const_slots[k] * C
+            for j in range(C):
+                V[s + j] = const_vals[k]
         for e in range(in_slots.size):
             s = in_slots[e] * C
+            for j in range(C):
+                V[s + j] = X[p0 + min(j, m - 1), e]        # (a short last chunk repeats)
+        forward(instr, pool, divisor, V, C)
+        for o in range(out_slots.size):
+            s = out_slots[o] * C
             for j in range(m):
-                jac[p0 + j, o, e] = G[s + j]
+                values[p0 + j, o] = V[s + j]
+        if not want_jac:
+            return
+        for o in range(out_slots.size):
+            G[:] = 0.0
+            s = out_slots[o] * C
+            for j in range(C):
+                G[s + j] = 1.0
+            reverse(instr, pool, divisor, live[o], V, G, C)
+            for e in range(in_slots.size):
+                s = in_slots[e] * C
+                for j in range(m):
+                    jac[p0 + j, o, e] = G[s + j]
+
+    return chunk
+
+
+_chunk_one, _chunk_many = _kernels(1), _kernels(0)
 
 
 @cached_njit()
-def run_points(instr, pool, divisor, producer, const_slots, const_vals, in_slots,
-               out_slots, X, values, jac, want_jac, C, V, G):
+def run_points(instr, pool, divisor, live, const_slots, const_vals, in_slots, out_slots, X,
+               values, jac, want_jac, C, V, G):
     """The program at the points X (B, inputs), C points at a time on this thread:
     values (B, outputs) and, with ``want_jac``, jac (B, outputs, inputs). V and G are
-    scratch of C times the slot count, in X's dtype."""
-    live = np.zeros(instr.shape[0], np.bool_)
+    scratch of C times the slot count, in X's dtype; ``live[o]`` marks the
+    instructions output o reaches (``live_sets``)."""
     for p0 in range(0, X.shape[0], C):
-        _chunk(instr, pool, divisor, producer, const_slots, const_vals, in_slots,
-               out_slots, X, values, jac, want_jac, p0, C, V, G, live)
+        if C == 1:
+            _chunk_one(instr, pool, divisor, live, const_slots, const_vals, in_slots,
+                       out_slots, X, values, jac, want_jac, p0, C, V, G)
+        else:
+            _chunk_many(instr, pool, divisor, live, const_slots, const_vals, in_slots,
+                        out_slots, X, values, jac, want_jac, p0, C, V, G)
 
 
 @cached_njit(parallel=True)
-def run_points_parallel(instr, pool, divisor, producer, const_slots, const_vals, in_slots,
+def run_points_parallel(instr, pool, divisor, live, const_slots, const_vals, in_slots,
                         out_slots, X, values, jac, want_jac, C, workers, nslots):
     """run_points with the chunks spread over ``workers`` threads, each with scratch
     of its own."""
@@ -416,17 +539,46 @@ def run_points_parallel(instr, pool, divisor, producer, const_slots, const_vals,
     for w in prange(workers):
         V = np.empty(nslots * C, X.dtype)
         G = np.empty(nslots * C, X.dtype)
-        live = np.zeros(instr.shape[0], np.bool_)
         for t in range(w, chunks, workers):
-            _chunk(instr, pool, divisor, producer, const_slots, const_vals, in_slots,
-                   out_slots, X, values, jac, want_jac, t * C, C, V, G, live)
+            _chunk_many(instr, pool, divisor, live, const_slots, const_vals, in_slots,
+                        out_slots, X, values, jac, want_jac, t * C, C, V, G)
 
 
 @cached_njit()
-def producers(instr, nslots):
-    """For each slot, the instruction that writes it (-1: an input or a constant)."""
-    out = np.full(nslots, -1, np.int64)
+def live_sets(instr, pool, nslots, out_slots):
+    """For each output slot, the instructions its reverse sweep reaches (uint8 marks):
+    the same for every point, so found once per program."""
+    producer = np.full(nslots, -1, np.int64)
     for q in range(instr.shape[0]):
-        for k in range(instr[q, I_N]):
-            out[instr[q, I_OUT] + k] = q
-    return out
+        op, out, n = instr[q, I_OP], instr[q, I_OUT], instr[q, I_N]
+        for k in range(n):
+            producer[out + k] = q
+    live = np.zeros((out_slots.size, instr.shape[0]), np.uint8)
+    for o in range(out_slots.size):
+        mark = live[o]
+        if producer[out_slots[o]] >= 0:
+            mark[producer[out_slots[o]]] = 1
+        for q in range(instr.shape[0] - 1, -1, -1):
+            if not mark[q]:
+                continue
+            op, n = instr[q, I_OP], instr[q, I_N]
+            if op == GATHER or op == SCATTER_ADD:
+                p = instr[q, I_P]
+                step = 1 if op == GATHER else 2
+                count = n if op == GATHER else instr[q, I_SA]
+                for k in range(count):
+                    r = producer[pool[p + step * k]]
+                    if r >= 0:
+                        mark[r] = 1
+                continue
+            if op != COPY and passes_nothing(op):
+                continue
+            last = 1 if op == COPY or op <= UNARY_LAST else 2
+            for t in range(last):
+                s = instr[q, I_A + t]
+                stride = 1 if op == COPY else instr[q, I_SA + t]
+                for k in range(n if stride else 1):
+                    r = producer[s + k]
+                    if r >= 0:
+                        mark[r] = 1
+    return live
