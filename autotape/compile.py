@@ -19,6 +19,7 @@ recordings. A new argument shape is recorded once and kept.
 tensor([ 3., 12.])
 """
 import math
+import pickle
 import warnings
 
 import numpy as np
@@ -35,7 +36,7 @@ from .ops.recording import row_of
 from .program import LeanProgram
 from .tape import close_open_tape, open_tape
 from .tape_format import saved_row
-from .tensor import F64, Tensor, new_leaf
+from .tensor import F32, F64, Tensor, new_leaf
 
 __all__ = ["compile", "Compiled"]
 
@@ -99,6 +100,32 @@ class Compiled:
     def __repr__(self):
         return f"<autotape.Compiled {getattr(self.f, '__name__', self.f)!r}: " \
                f"{self.traces} trace(s)>"
+
+    # -- pickling: a program is data --------------------------------------------------------
+
+    def __getstate__(self):
+        """The recordings that run as lean programs (arrays: the kernels load from
+        numba's cache on the other side) and f, when f pickles. Recordings on the tape
+        path (linear algebra, max / min / prod, Python guards) are recorded again from
+        f where they are needed."""
+        try:
+            pickle.dumps(self.f)
+            f, why = self.f, None
+        except Exception as e:                 # a lambda, a closure, a local function
+            f, why = None, f"{type(e).__name__}: {e}"
+        programs = {key: _lean_state(p) for key, p in self._programs.items()
+                    if p.lean is not None}
+        return {"f": f, "why": why, "name": getattr(self.f, "__name__", repr(self.f)),
+                "traces": self.traces, "programs": programs}
+
+    def __setstate__(self, state):
+        self.f = state["f"]
+        self._unpickled_without_f = None if state["f"] is not None else (
+            state["name"], state["why"])
+        self.traces = state["traces"]
+        self._guard_failures = 0
+        self._programs = {key: _lean_program(fields) for key, fields in
+                          state["programs"].items()}
 
     # -- the public calls -----------------------------------------------------------------
 
@@ -226,7 +253,7 @@ class Compiled:
     def _lean(self, kind, args):
         """The program for these arguments' shapes when it runs as a lean program (no
         guards, every row lowered), recording it first if need be; else None."""
-        p = self._programs.get((kind,) + tuple(a.shape for a in args))
+        p = self._programs.get(_key(kind, args))
         if p is None:
             p, tape = self._at(kind, args)
             p.release(tape)
@@ -237,7 +264,7 @@ class Compiled:
         them, which the caller releases; with ``fused``, a program without guards or
         numpy.linalg rows is not replayed here (the caller replays it in the same
         compiled call as its sweep)."""
-        key = (kind,) + tuple(a.shape for a in args)
+        key = _key(kind, args)
         p = self._programs.get(key)
         if p is not None:
             tape = p.acquire()
@@ -267,13 +294,22 @@ class Compiled:
                 RuntimeWarning, stacklevel=4)
 
     def _record(self, kind, args):
+        missing = getattr(self, "_unpickled_without_f", None)
+        if missing is not None:
+            name, why = missing
+            raise RuntimeError(
+                f"compile: {name} was pickled without its function ({why}), so this copy "
+                f"replays only the recordings it came with, and {kind} at argument shapes "
+                f"{[a.shape for a in args]} needs a new one. Define f at module level so "
+                "that it pickles, or call it once at these shapes before pickling")
         if guards.current_trace() is not None:
             raise RuntimeError("compile: a function is being compiled inside another one's "
                                "recording; call the inner function directly (its ops are "
                                "recorded into the outer program)")
         close_open_tape()                     # the recording gets a tape of its own
         tape = open_tape()
-        leaves = [new_leaf(a.copy() if a.ndim else float(a), a.shape, F64).requires_grad_()
+        dtype = args[0].dtype
+        leaves = [new_leaf(a.copy() if a.ndim else float(a), a.shape, dtype).requires_grad_()
                   for a in args]
         trace = guards.Trace(tape)
         for leaf in leaves:
@@ -318,15 +354,22 @@ class Compiled:
         targets = p.grads if kind == "hessian" else p.outputs
         p.lean = LeanProgram.lower(tape, p.inputs, [v for k, v, _ in targets if k == "row"]) \
             if not p.guards else None
+        if dtype == F32 and p.lean is None:
+            raise TypeError(
+                "compile: a float32 program runs only as a lean program, and this one "
+                + ("takes decisions in Python from traced values (guards)" if p.guards else
+                   "has an op the lean program does not lower (max / min / prod, a scan, "
+                   "matmul or linear algebra)") + "; pass float64 arguments")
         self.traces += 1
         return p
 
 
 def _arguments(args, example=False):
-    """The arguments as float64 arrays. A call's argument that requires grad is refused
+    """The arguments as float64 arrays, or float32 ones when every float array among
+    them is float32 (a float32 program). A call's argument that requires grad is refused
     (grad mode on): a compiled function is not a differentiable op, and its result would
     silently not depend on it."""
-    out = []
+    out, f32 = [], 0
     for k, a in enumerate(args):
         if type(a) is np.ndarray and a.dtype == F64 and a.flags.c_contiguous:
             out.append(a)                      # the common case, as is
@@ -344,24 +387,30 @@ def _arguments(args, example=False):
             raise TypeError(f"compile: argument {k} must be a float array, a number or a "
                             f"Tensor, but got {type(a).__name__}")
         a = np.asarray(a)
-        if a.dtype.kind not in "iuf" or a.dtype == np.float32 or a.dtype == np.float16:
+        if a.dtype.kind not in "iuf" or a.dtype == np.float16:
             raise TypeError(f"compile: argument {k} has dtype {a.dtype}; compiled "
-                            "functions take float64 (or integer) arguments")
-        out.append(np.array(a, F64, order="C"))  # (ascontiguousarray makes 0-d 1-d)
+                            "functions take float64 or float32 (or integer) arguments")
+        f32 += a.dtype == F32
+        out.append(a)
     if not out:
         raise TypeError("compile: f needs at least one argument to replay at")
-    return out
+    dtype = F32 if f32 and all(a.dtype == F32 or a.dtype.kind in "iu" for a in out) else F64
+    return [a if a.dtype == dtype and a.flags.c_contiguous and type(a) is np.ndarray
+            else np.array(a, dtype, order="C") for a in out]   # (not ascontiguousarray:
+                                                               # it makes 0-d arrays 1-d)
 
 
 def _output(t, leaves, zeros_like=None):
     """An output of the recording: on the tape, or a constant (an output that is an
     argument itself is recorded as a reshape of it, so that it has a row)."""
+    dtype = leaves[0].dtype
     if t is None:
         return np.zeros(zeros_like.shape)
     if isinstance(t, Tensor):
-        if t.dtype != F64:
-            raise TypeError(f"compile: f returned a {t.dtype} Tensor; compiled functions "
-                            "compute in float64")
+        if t.dtype != dtype:
+            raise TypeError(f"compile: f returned a {t.dtype} Tensor from {dtype} "
+                            f"arguments; a compiled function computes in its arguments' "
+                            "float dtype")
         if any(t is leaf for leaf in leaves):
             return reshape(t, t.shape)
         return t if t._tape is not None else np.array(t._value, F64)
@@ -416,6 +465,29 @@ def _replay_linalg(tape, i):
         tape.write(int(saved_row(params, 0)), saved)
 
 
+def _key(kind, args):
+    """A recording's key: its kind and argument shapes (and float32, for such programs)."""
+    shapes = tuple(a.shape for a in args)
+    return (kind,) + shapes if args[0].dtype == F64 else (kind, "float32") + shapes
+
+
+_LEAN_FIELDS = ("lean", "outputs", "grads", "shapes", "sizes", "total_in", "rebuild")
+
+
+def _lean_state(p):
+    return {name: getattr(p, name) for name in _LEAN_FIELDS}
+
+
+def _lean_program(fields):
+    """A program that runs only as its lean form (unpickled: no tape, no guards)."""
+    p = _Program()
+    p.tape, p.twins, p.executor, p.guards, p.plans, p.fused = None, [], None, [], {}, False
+    p.inputs = p.input_rows = None
+    for name, value in fields.items():
+        setattr(p, name, value)
+    return p
+
+
 _METHOD_KINDS = {"__call__": "value", "grad": "value", "value_and_grad": "value",
                  "jacobian": "value", "hessian": "hessian"}
 
@@ -442,8 +514,8 @@ def _lean_values(targets, values, lead=()):
             data = values[..., start:start + n].reshape(lead + shape).copy()
             start += n
         else:
-            data = np.broadcast_to(v, lead + shape).copy()
-        out.append(new_leaf(data if data.ndim else float(data), data.shape, F64))
+            data = np.broadcast_to(v, lead + shape).astype(values.dtype)
+        out.append(new_leaf(data if data.ndim else float(data), data.shape, data.dtype))
     return out
 
 
@@ -459,11 +531,11 @@ def _lean_jacobian(p, targets, jac, lead=()):
             block = jac[..., start:start + n, :]
             start += n
         else:
-            block = np.zeros(lead + (n, p.total_in))
+            block = np.zeros(lead + (n, p.total_in), jac.dtype)
         per_arg = []
         for a, b, s in zip(cols, cols[1:], p.shapes):
             g = block[..., a:b].reshape(lead + shape + s)
-            per_arg.append(new_leaf(g.copy() if g.ndim else float(g), g.shape, F64))
+            per_arg.append(new_leaf(g.copy() if g.ndim else float(g), g.shape, g.dtype))
         out.append(_per_argument(per_arg))
     return out
 

@@ -125,3 +125,66 @@ def test_masks_select_and_where_differentiates_both_branches():
     np.testing.assert_array_equal(g, [0.0, np.nan, 0.25 + 0.25])
     _on_tape(c)
     np.testing.assert_array_equal(c.grad(np.array([-1.0, 0.0, 4.0])).numpy(), g)
+
+
+# ---- a program is data: it pickles and runs in other processes --------------------------------
+
+def _grad_in_worker(c, thetas):
+    return c.grad(thetas[0]).numpy(), F.vmap(c.value_and_grad)(thetas)[1].numpy()
+
+
+def test_compiled_pickles_and_runs_in_a_process_pool():
+    import concurrent.futures
+    import multiprocessing
+    import pickle
+    thetas = np.array([1.0, 0.0, 9.8, 0.1]) * np.random.default_rng(3).uniform(
+        0.5, 1.5, (5, 4))
+    c = at.compile(pendulum, thetas[0])
+    c.hessian(thetas[0])
+    copy = pickle.loads(pickle.dumps(c))
+    assert copy.f is pendulum and copy.traces == 2
+    np.testing.assert_array_equal(copy.hessian(thetas[1]).numpy(), c.hessian(thetas[1]).numpy())
+    np.testing.assert_array_equal(copy.jacobian(thetas[2]).numpy(), c.grad(thetas[2]).numpy())
+    with concurrent.futures.ProcessPoolExecutor(
+            2, mp_context=multiprocessing.get_context("fork")) as pool:
+        g, batch = pool.submit(_grad_in_worker, c, thetas).result()
+    np.testing.assert_array_equal(g, c.grad(thetas[0]).numpy())
+    np.testing.assert_array_equal(batch, F.vmap(c.grad)(thetas).numpy())
+
+
+def test_a_lambda_pickles_with_its_recordings_only():
+    import pickle
+    c = at.compile(lambda x: (at.sin(x) * x).sum(), np.ones(3))
+    copy = pickle.loads(pickle.dumps(c))
+    np.testing.assert_array_equal(copy.grad(np.arange(3.0)).numpy(),
+                                  c.grad(np.arange(3.0)).numpy())
+    with pytest.raises(RuntimeError, match="pickled without its function"):
+        copy.grad(np.ones(4))                  # a new shape needs f
+    with pytest.raises(RuntimeError, match="pickled without its function"):
+        copy.hessian(np.ones(3))               # so does a new kind of recording
+
+
+# ---- float32 programs ----------------------------------------------------------------------
+
+def test_float32_program_runs_in_float32():
+    """Float32 arguments make a float32 program: every op computes in float64 and
+    rounds its result, as float32 tensors do, so it agrees with eager float32 to a few
+    ulps (constants are stored rounded) and with float64 to float32's precision."""
+    theta = np.array([1.0, 0.2, 9.8, 0.1], np.float32)
+    c32 = at.compile(pendulum, theta)
+    c64 = at.compile(pendulum, theta.astype(np.float64))
+    value, g = c32.value_and_grad(theta)
+    assert value.dtype == np.float32 and g.dtype == np.float32
+    eager = at.tensor(theta, requires_grad=True)
+    out = pendulum(eager)
+    np.testing.assert_allclose(value.item(), out.item(), rtol=1e-5)
+    np.testing.assert_allclose(g.numpy(), at.grad(out, eager)[0].numpy(), rtol=1e-4,
+                               atol=1e-5)
+    np.testing.assert_allclose(g.numpy(), c64.grad(theta.astype(np.float64)).numpy(),
+                               rtol=1e-3, atol=1e-4)
+    batch = np.stack([theta, theta * 1.1]).astype(np.float32)
+    vg = F.vmap(c32.value_and_grad)(batch)
+    assert vg[1].dtype == np.float32 and vg[1].shape == (2, 4)
+    np.testing.assert_array_equal(vg[1].numpy()[0], g.numpy())
+    assert c32.hessian(theta).dtype == np.float32
+    assert c64.traces == 1 and c32.traces == 2
