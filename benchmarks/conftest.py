@@ -3,12 +3,18 @@
 A peer that is not installed is skipped. Run:
     python -m pytest benchmarks --benchmark-json=bench.json
     python benchmarks/report.py bench.json
+
+With AUTOTAPE_BENCH_THREADS=all every library keeps all of the machine's cores (the
+many-point groups of test_compiled.py are meant for that run):
+    AUTOTAPE_BENCH_THREADS=all python -m pytest benchmarks/test_compiled.py -k points
 """
 import os
 
-os.environ.setdefault("XLA_FLAGS", "--xla_cpu_multi_thread_eigen=false "
-                                   "intra_op_parallelism_threads=1")
-os.environ.setdefault("OMP_NUM_THREADS", "1")
+ALL_CORES = os.environ.get("AUTOTAPE_BENCH_THREADS") == "all"
+if not ALL_CORES:
+    os.environ.setdefault("XLA_FLAGS", "--xla_cpu_multi_thread_eigen=false "
+                                       "intra_op_parallelism_threads=1")
+    os.environ.setdefault("OMP_NUM_THREADS", "1")
 
 import pytest  # noqa: E402
 
@@ -49,3 +55,14 @@ def run_paired(benchmark, ours, theirs, label, rounds=200):
         ratios.append((t1 - t0) / (perf_counter() - t1))
     benchmark.pedantic(pair, rounds=rounds, warmup_rounds=3)
     benchmark.extra_info[label] = round(float(np.median(ratios[3:])), 3)
+
+
+@pytest.fixture(autouse=True)
+def numba_threads():
+    """numba's parallel kernels (autotape's many-point programs, the numba floor) on one
+    thread too, unless AUTOTAPE_BENCH_THREADS=all."""
+    import numba
+    saved = numba.get_num_threads()
+    numba.set_num_threads(saved if ALL_CORES else 1)
+    yield
+    numba.set_num_threads(saved)
