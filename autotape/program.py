@@ -5,12 +5,17 @@ import numba
 import numpy as np
 
 from .kernels.blas import DGEMM
-from .kernels.program import LOWERED, live_sets, lower, run_points, run_points_parallel
+from .kernels.loops import find_loop, loop_kernels
+from .kernels.program import (LOWERED, forward_range, live_sets, lower, reverse_range,
+                              run_points, run_points_parallel)
 from .thread_state import here
 
 
 KEEP_LIVE_BYTES = 16 << 20   # reach marks (outputs x instructions) kept between calls
 KEEP_SCRATCH_BYTES = 64 << 20
+# A loop's body is compiled (a few seconds, then cached on disk) once a program has run
+# this many times at single points: a function called once or twice never waits for it.
+COMPILE_LOOP_AFTER = 4
 
 
 def chunk_size(nslots):
@@ -27,7 +32,7 @@ class LeanProgram:
     the slots of its inputs and outputs. Plain arrays: it pickles, and calls from many
     threads share it (each call has scratch of its own)."""
     __slots__ = ("instr", "pool", "divisor", "live", "const_slots", "const_vals",
-                 "in_slots", "out_slots", "nslots")
+                 "in_slots", "out_slots", "nslots", "loop", "loop_kernels", "calls")
 
     @classmethod
     def lower(cls, tape, in_rows, out_rows):
@@ -47,14 +52,19 @@ class LeanProgram:
         p.in_slots = _slots(tape, slot, in_rows)
         p.out_slots = _slots(tape, slot, out_rows)
         p.live = None
+        p.loop = find_loop(instr)           # (start, period, repeats, delta) or None
+        p.loop_kernels = None               # compiled after COMPILE_LOOP_AFTER calls
+        p.calls = 0
         return p
 
     def __getstate__(self):
-        return {name: getattr(self, name) for name in self.__slots__}
+        return {name: getattr(self, name) for name in self.__slots__
+                if name not in ("loop_kernels", "calls")}   # (compiled again on arrival)
 
     def __setstate__(self, state):
         for name, value in state.items():
             setattr(self, name, value)
+        self.loop_kernels, self.calls = None, 0
 
     def run(self, X, jacobian=False):
         """Values (B, outputs) at the points X (B, inputs) and, with ``jacobian``, d
@@ -69,6 +79,10 @@ class LeanProgram:
                 if jacobian else np.zeros((0, 0), np.uint8)
             if jacobian and live.size <= KEEP_LIVE_BYTES:
                 self.live = live            # (a race computes it twice, both right)
+        if B == 1 and self.loop is not None:
+            self.calls += 1
+            if self.loop_kernels is not None or self.calls >= COMPILE_LOOP_AFTER:
+                return self._run_one(X, values, jac, jacobian, live)
         chunk = 1 if B == 1 else chunk_size(self.nslots)
         workers = min(numba.get_num_threads(), (B + chunk - 1) // chunk)
         args = (self.instr, self.pool, self.divisor, live, self.const_slots,
@@ -80,6 +94,35 @@ class LeanProgram:
             scratch = _scratch(2 * self.nslots * chunk, X.dtype)
             run_points(*args, scratch[:self.nslots * chunk],
                        scratch[self.nslots * chunk:2 * self.nslots * chunk])
+        return values, (jac if jacobian else None)
+
+    def _run_one(self, X, values, jac, jacobian, live):
+        """One point of a program with a loop: the interpreter before and after it, the
+        loop's compiled body in between (kernels/loops.py), both ways."""
+        start, period, repeats, delta = self.loop
+        end, count = start + period * repeats, self.instr.shape[0]
+        if self.loop_kernels is None:
+            self.loop_kernels = loop_kernels(self.instr, start, period, self.const_slots)
+        forward, reverse = self.loop_kernels
+        scratch = _scratch(2 * self.nslots, X.dtype)
+        V, G = scratch[:self.nslots], scratch[self.nslots:2 * self.nslots]
+        V[self.const_slots] = self.const_vals
+        V[self.in_slots] = X[0]
+        code = (self.instr, self.pool, self.divisor)
+        forward_range(*code, V, 0, start)
+        forward(V, delta, 0, repeats)
+        forward_range(*code, V, end, count)
+        values[0] = V[self.out_slots]
+        for o in range(self.out_slots.size if jacobian else 0):
+            G[:] = 0.0
+            G[self.out_slots[o]] = 1.0
+            reverse_range(*code, live[o], V, G, end, count)
+            if live[o, start:end].all():
+                reverse(V, G, delta, 0, repeats)
+            else:
+                reverse_range(*code, live[o], V, G, start, end)
+            reverse_range(*code, live[o], V, G, 0, start)
+            jac[0, o] = G[self.in_slots]
         return values, (jac if jacobian else None)
 
 

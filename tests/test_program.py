@@ -188,3 +188,85 @@ def test_float32_program_runs_in_float32():
     np.testing.assert_array_equal(vg[1].numpy()[0], g.numpy())
     assert c32.hessian(theta).dtype == np.float32
     assert c64.traces == 1 and c32.traces == 2
+
+
+# ---- loops found again and compiled (kernels/loops.py) ----------------------------------------
+
+def _long_pendulum(theta):
+    x, v = theta[0], theta[1]
+    for _ in range(300):
+        a = -theta[2] * at.sin(x) - theta[3] * v
+        x, v = x + 0.02 * v, at.clip(v + 0.02 * a, -3.0, 3.0)   # a condition in the body
+    return x * x + v * v
+
+
+def _heat(d):
+    h = np.exp(-np.linspace(-2, 2, 16) ** 2).astype(d.dtype)
+    for _ in range(60):
+        h = h + 0.2 * d * (np.roll(h, 1) - 2.0 * h + np.roll(h, -1))
+    return (h * h).sum()
+
+
+def _with_dead_work(theta):
+    """Two outputs; the body's sqrt(0) (derivative inf) reaches only the second."""
+    x, other = theta[0], theta[1] * 0.0
+    for _ in range(200):
+        other = other + at.sqrt(x - x)
+        x = at.sin(x) * 0.9 + theta[1]
+    return x, other
+
+
+def _on_interpreter(c):
+    for p in c._programs.values():
+        p.lean.loop = None
+
+
+@pytest.mark.parametrize("f, x", [
+    (_long_pendulum, np.array([1.0, 0.3, 9.8, 0.1])),
+    (_heat, np.full(16, 0.4)),
+], ids=["pendulum", "heat"])
+@pytest.mark.parametrize("dtype", [np.float64, np.float32])
+def test_compiled_loops_give_the_interpreters_answers(f, x, dtype):
+    x = x.astype(dtype)
+    c, plain = at.compile(f, x), at.compile(f, x)
+    lean = c._programs[next(iter(c._programs))].lean
+    assert lean.loop is not None and lean.loop[2] >= 50
+    points = [x * s for s in (1.0, 0.9, 1.1, 0.8, 1.2)]       # past COMPILE_LOOP_AFTER
+    got = [(c(p).numpy(), c.grad(p).numpy()) for p in points]
+    assert lean.loop_kernels is not None
+    _on_interpreter(plain)
+    tol = dict(rtol=1e-14, atol=1e-14) if dtype == np.float64 else dict(rtol=2e-6, atol=1e-6)
+    for p, (value, g) in zip(points, got):
+        np.testing.assert_allclose(value, plain(p).numpy(), **tol)
+        np.testing.assert_allclose(g, plain.grad(p).numpy(), **tol)
+        assert np.isfinite(g).all()
+
+
+def test_a_loop_whose_body_a_row_does_not_reach_sweeps_it_interpreted():
+    """The Jacobian row of x must not run the body's sqrt VJP (0 * inf = nan)."""
+    x = np.array([0.5, 0.1])
+    c = at.compile(_with_dead_work, x)
+    assert c._programs[("value", (2,))].lean.loop is not None
+    for _ in range(5):
+        first, second = c.jacobian(x)
+    assert np.isfinite(first.numpy()).all() and np.isnan(second.numpy()[0])
+    eager = at.tensor(x, requires_grad=True)
+    np.testing.assert_allclose(first.numpy(), at.grad(_with_dead_work(eager)[0], eager)[0]
+                               .numpy(), rtol=1e-14)
+
+
+def test_a_loop_survives_pickling():
+    import pickle
+    x = np.array([1.0, 0.3, 9.8, 0.1])
+    c = at.compile(_long_pendulum, x)
+    for _ in range(5):
+        c.grad(x)
+    copy = pickle.loads(pickle.dumps(c))
+    for _ in range(5):
+        g = copy.grad(x)
+    np.testing.assert_array_equal(g.numpy(), c.grad(x).numpy())
+
+
+def test_no_loop_in_short_or_irregular_programs():
+    c = at.compile(lambda x: (at.sin(x) * x).sum(), np.ones(3))
+    assert c._programs[("value", (3,))].lean.loop is None

@@ -328,11 +328,11 @@ def _kernels(fixed_c):
     """(forward, reverse, chunk) with C fixed to ``fixed_c``, or taken at run time (0)."""
 
     @register_jitable
-    def forward(instr, pool, divisor, V, C):
-        """Every instruction, in order, for the C points of V (slot-major)."""
+    def forward(instr, pool, divisor, V, C, q0, q1):
+        """Instructions q0 .. q1 - 1, in order, for the C points of V (slot-major)."""
         if fixed_c:
             C = fixed_c
-        for q in range(instr.shape[0]):
+        for q in range(q0, q1):
             op, out, n = instr[q, I_OP], instr[q, I_OUT], instr[q, I_N]
             if op == COPY:
                 a = instr[q, I_A]
@@ -399,12 +399,13 @@ def _kernels(fixed_c):
                         V[z + j] = V[x + j] if V[w + j] != 0 else V[y + j]
 
     @register_jitable
-    def reverse(instr, pool, divisor, live, V, G, C):
-        """The reverse sweep over the instructions ``live`` marks (those the seed
-        reaches: a dead one would multiply its zero adjoint by inf partials into nan)."""
+    def reverse(instr, pool, divisor, live, V, G, C, q0, q1):
+        """The reverse sweep over instructions q1 - 1 .. q0 that ``live`` marks (those
+        the seed reaches: a dead one would multiply its zero adjoint by inf partials
+        into nan)."""
         if fixed_c:
             C = fixed_c
-        for q in range(instr.shape[0] - 1, -1, -1):
+        for q in range(q1 - 1, q0 - 1, -1):
             if not live[q]:
                 continue
             op, out, n = instr[q, I_OP], instr[q, I_OUT], instr[q, I_N]
@@ -489,7 +490,7 @@ def _kernels(fixed_c):
             s = in_slots[e] * C
             for j in range(C):
                 V[s + j] = X[p0 + min(j, m - 1), e]        # (a short last chunk repeats)
-        forward(instr, pool, divisor, V, C)
+        forward(instr, pool, divisor, V, C, 0, instr.shape[0])
         for o in range(out_slots.size):
             s = out_slots[o] * C
             for j in range(m):
@@ -501,16 +502,28 @@ def _kernels(fixed_c):
             s = out_slots[o] * C
             for j in range(C):
                 G[s + j] = 1.0
-            reverse(instr, pool, divisor, live[o], V, G, C)
+            reverse(instr, pool, divisor, live[o], V, G, C, 0, instr.shape[0])
             for e in range(in_slots.size):
                 s = in_slots[e] * C
                 for j in range(m):
                     jac[p0 + j, o, e] = G[s + j]
 
-    return chunk
+    return chunk, forward, reverse
 
 
-_chunk_one, _chunk_many = _kernels(1), _kernels(0)
+(_chunk_one, _forward_one, _reverse_one), (_chunk_many, _, _) = _kernels(1), _kernels(0)
+
+
+@cached_njit()
+def forward_range(instr, pool, divisor, V, q0, q1):
+    """Instructions q0 .. q1 - 1 at one point (around a compiled loop, kernels/loops.py)."""
+    _forward_one(instr, pool, divisor, V, 1, q0, q1)
+
+
+@cached_njit()
+def reverse_range(instr, pool, divisor, live, V, G, q0, q1):
+    """The reverse sweep of instructions q1 - 1 .. q0 at one point."""
+    _reverse_one(instr, pool, divisor, live, V, G, 1, q0, q1)
 
 
 @cached_njit()
