@@ -5,8 +5,10 @@ import numba
 import numpy as np
 
 from .kernels.blas import DGEMM
+from .kernels.elementwise import passes_nothing
 from .kernels.loops import find_loop, loop_kernels
-from .kernels.program import (LOWERED, forward_range, live_sets, lower, reverse_range,
+from .kernels.program import (COPY, GATHER, I_A, I_N, I_OP, I_OUT, I_P, I_SA, LOWERED,
+                              SCATTER_ADD, forward_range, live_sets, lower, reverse_range,
                               run_points, run_points_parallel)
 from .thread_state import here
 
@@ -16,6 +18,7 @@ KEEP_SCRATCH_BYTES = 64 << 20
 # A loop's body is compiled (a few seconds, then cached on disk) once a program has run
 # this many times at single points: a function called once or twice never waits for it.
 COMPILE_LOOP_AFTER = 4
+POISON_SCRATCH = False       # tests set it: scratch starts as nan, not as the last call's
 
 
 def chunk_size(nslots):
@@ -32,7 +35,8 @@ class LeanProgram:
     the slots of its inputs and outputs. Plain arrays: it pickles, and calls from many
     threads share it (each call has scratch of its own)."""
     __slots__ = ("instr", "pool", "divisor", "live", "const_slots", "const_vals",
-                 "in_slots", "out_slots", "nslots", "loop", "loop_kernels", "calls")
+                 "in_slots", "out_slots", "nslots", "loop", "loop_kernels", "loop_slots",
+                 "calls")
 
     @classmethod
     def lower(cls, tape, in_rows, out_rows):
@@ -59,7 +63,7 @@ class LeanProgram:
 
     def __getstate__(self):
         return {name: getattr(self, name) for name in self.__slots__
-                if name not in ("loop_kernels", "calls")}   # (compiled again on arrival)
+                if name not in ("loop_kernels", "loop_slots", "calls")}   # (compiled again)
 
     def __setstate__(self, state):
         for name, value in state.items():
@@ -96,34 +100,86 @@ class LeanProgram:
                        scratch[self.nslots * chunk:2 * self.nslots * chunk])
         return values, (jac if jacobian else None)
 
+    def _read_after(self, end):
+        return np.concatenate([_read_slots(self.instr, self.pool, end), self.out_slots])
+
     def _run_one(self, X, values, jac, jacobian, live):
         """One point of a program with a loop: the interpreter before and after it, the
-        loop's compiled body in between (kernels/loops.py), both ways."""
+        loop's compiled body in between (kernels/loops.py), both ways. The compiled
+        body keeps only the values that cross repetitions; an output whose reverse
+        sweep does not reach every instruction of the body (one that multiplies by
+        a zero adjoint could make nan) is swept by the interpreter, which needs every
+        value: then the loop's forward is interpreted too."""
         start, period, repeats, delta = self.loop
         end, count = start + period * repeats, self.instr.shape[0]
         if self.loop_kernels is None:
-            self.loop_kernels = loop_kernels(self.instr, start, period, self.const_slots)
-        forward, reverse = self.loop_kernels
+            self.loop_kernels = loop_kernels(self.instr, self.loop, self.const_slots,
+                                             self._read_after(end))
+            body = self.instr[start:start + period]
+            first = int(body[:, I_OUT].min())
+            self.loop_slots = (first, first + repeats * delta)
+        forward, reverse, clear = self.loop_kernels
+        first_slot, last_slot = self.loop_slots
+        compiled = [self._loop_reached(live[o], start, end) for o in
+                    range(self.out_slots.size)] if jacobian else []
         scratch = _scratch(2 * self.nslots, X.dtype)
         V, G = scratch[:self.nslots], scratch[self.nslots:2 * self.nslots]
         V[self.const_slots] = self.const_vals
         V[self.in_slots] = X[0]
         code = (self.instr, self.pool, self.divisor)
         forward_range(*code, V, 0, start)
-        forward(V, delta, 0, repeats)
+        if all(compiled):
+            forward(V, delta, 0, repeats)
+        else:
+            forward_range(*code, V, start, end)
         forward_range(*code, V, end, count)
         values[0] = V[self.out_slots]
-        for o in range(self.out_slots.size if jacobian else 0):
-            G[:] = 0.0
+        for o in range(len(compiled)):
+            if compiled[o]:                    # (the loop's temporaries have no adjoint)
+                G[:first_slot] = 0.0
+                G[last_slot:] = 0.0
+                clear(G, delta, 0, repeats)
+            else:
+                G[:] = 0.0
             G[self.out_slots[o]] = 1.0
             reverse_range(*code, live[o], V, G, end, count)
-            if live[o, start:end].all():
+            if compiled[o]:
                 reverse(V, G, delta, 0, repeats)
             else:
                 reverse_range(*code, live[o], V, G, start, end)
             reverse_range(*code, live[o], V, G, 0, start)
             jac[0, o] = G[self.in_slots]
         return values, (jac if jacobian else None)
+
+    def _loop_reached(self, live, start, end):
+        """Whether the compiled body may sweep for this output: every instruction of
+        the loop is reached, or passes nothing back (a comparison, a step function)."""
+        skipped = live[start:end] == 0
+        return not skipped.any() or bool(passes_nothing_mask(
+            self.instr[start:end, I_OP][skipped]).all())
+
+
+def passes_nothing_mask(ops):
+    """Which opcodes pass nothing back (elementwise.passes_nothing, on an array)."""
+    return np.array([passes_nothing(int(op)) for op in ops], bool)
+
+
+def _read_slots(instr, pool, first):
+    """Every slot that instructions from ``first`` on read (operands and pool sources)."""
+    reads = []
+    for q in range(first, instr.shape[0]):
+        op, n = int(instr[q, I_OP]), int(instr[q, I_N])
+        if op == GATHER or op == SCATTER_ADD:
+            step = 1 if op == GATHER else 2
+            count = n if op == GATHER else int(instr[q, I_SA])
+            reads.append(pool[instr[q, I_P]:instr[q, I_P] + step * count:step])
+            continue
+        for t in range(3):
+            s = int(instr[q, I_A + t])
+            if s >= 0:
+                stride = 1 if op == COPY else int(instr[q, I_SA + t])
+                reads.append(np.arange(s, s + (n if stride else 1)))
+    return np.concatenate(reads) if reads else np.zeros(0, np.int64)
 
 
 def _scratch(size, dtype):
@@ -134,6 +190,8 @@ def _scratch(size, dtype):
     if buf is None or buf.size < size or buf.dtype != dtype:
         buf = np.empty(size, dtype)
         state.program_scratch = buf if buf.nbytes <= KEEP_SCRATCH_BYTES else None
+    if POISON_SCRATCH:
+        buf.fill(np.nan)                   # (tests: a value read before written is nan)
     return buf
 
 

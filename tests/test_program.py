@@ -1,6 +1,8 @@
 """The lean program (kernels/program.py) behind at.compile: every op it lowers gives the
 tape kernels' answers, B points at once give B separate calls' answers, and rows it
 cannot lower leave the recording on the tape path, still correct."""
+import importlib
+
 import numpy as np
 import pytest
 
@@ -216,6 +218,12 @@ def _with_dead_work(theta):
     return x, other
 
 
+@pytest.fixture
+def poisoned(monkeypatch):
+    """Scratch that starts as nan: a slot read before this call wrote it shows."""
+    monkeypatch.setattr(importlib.import_module("autotape.program"), "POISON_SCRATCH", True)
+
+
 def _on_interpreter(c):
     for p in c._programs.values():
         p.lean.loop = None
@@ -226,7 +234,7 @@ def _on_interpreter(c):
     (_heat, np.full(16, 0.4)),
 ], ids=["pendulum", "heat"])
 @pytest.mark.parametrize("dtype", [np.float64, np.float32])
-def test_compiled_loops_give_the_interpreters_answers(f, x, dtype):
+def test_compiled_loops_give_the_interpreters_answers(f, x, dtype, poisoned):
     x = x.astype(dtype)
     c, plain = at.compile(f, x), at.compile(f, x)
     lean = c._programs[next(iter(c._programs))].lean
@@ -242,7 +250,7 @@ def test_compiled_loops_give_the_interpreters_answers(f, x, dtype):
         assert np.isfinite(g).all()
 
 
-def test_a_loop_whose_body_a_row_does_not_reach_sweeps_it_interpreted():
+def test_a_loop_whose_body_a_row_does_not_reach_sweeps_it_interpreted(poisoned):
     """The Jacobian row of x must not run the body's sqrt VJP (0 * inf = nan)."""
     x = np.array([0.5, 0.1])
     c = at.compile(_with_dead_work, x)

@@ -99,73 +99,123 @@ def find_loop(instr):
 
 
 # ---- the body as code ---------------------------------------------------------------------
+# A slot the body writes is either kept (in V, at its own slot + t * delta: a later
+# repetition or the code after the loop reads it) or a temporary of one repetition (in T,
+# at slot - base). The reverse sweep of repetition t first recomputes its temporaries
+# from the kept values, so a long loop stores only what crosses repetitions.
 
-def _slot(instr, start, period, q, col):
-    s = int(instr[q, col])
-    return f"{s} + o" if int(instr[q + period, col]) - s != 0 else f"{s}"
+class _Body:
+    """One repetition's instructions and where each slot lives (see above)."""
+
+    def __init__(self, instr, start, period, repeats, delta, constants, read_after):
+        self.instr, self.start, self.period, self.delta = instr, start, period, delta
+        self.constants = constants
+        body = range(start, start + period)
+        self.base = min(int(instr[q, I_OUT]) for q in body)
+        writes = {}                                 # element slot -> instruction
+        for q in body:
+            for k in range(int(instr[q, I_N])):
+                writes[int(instr[q, I_OUT]) + k] = q
+        kept = set()
+        for q in body:
+            for col in (I_A, I_A + 1, I_A + 2):
+                c = int(instr[q, col])
+                if c < 0 or int(instr[q + period, col]) == c:
+                    continue                        # none, or fixed
+                stride = 1 if int(instr[q, I_OP]) == COPY else int(instr[q, I_SA + col - I_A])
+                for k in range(int(instr[q, I_N]) if stride else 1):
+                    e = c + k * stride
+                    if e not in writes and e < self.base:     # an earlier repetition's
+                        e += -(-(self.base - e) // delta) * delta
+                        if e in writes:
+                            kept.add(writes[e])
+        last = (repeats - 1) * delta
+        for e, q in writes.items():
+            if e + last in read_after:
+                kept.add(q)
+        self.temporary = {q for q in body if q not in kept}
+        self.size = delta
+
+    def ref(self, q, col, k, adjoint=False):
+        """The array element instruction q's column ``col`` names, element suffix k."""
+        c = int(self.instr[q, col])
+        moved = int(self.instr[q + self.period, col]) != c
+        owner = self._owner(c) if moved else None
+        if owner is not None and owner in self.temporary:
+            return f"{'GT' if adjoint else 'T'}[{c - self.base}{k}]"
+        return f"{'G' if adjoint else 'V'}[{c}{' + o' if moved else ''}{k}]"
+
+    def _owner(self, c):
+        for q in range(self.start, self.start + self.period):
+            out = int(self.instr[q, I_OUT])
+            if out <= c < out + int(self.instr[q, I_N]):
+                return q
+        return None
+
+    def gets_adjoint(self, q, col):
+        c = int(self.instr[q, col])
+        return c not in self.constants or int(self.instr[q + self.period, col]) != c
 
 
-def _body(instr, start, period, constants):
-    """The forward and reverse lines of one repetition (iteration 0's slots). No
-    adjoint is summed into ``constants`` (slots nothing differentiates: a sum into one
-    inside an element loop would also keep that loop from vectorising)."""
-    fwd, rev = [], []
-
-    def gets_adjoint(q, col):
-        s = int(instr[q, col])
-        return s not in constants or int(instr[q + period, col]) != s
-    for q in range(start, start + period):
+def _body(body):
+    """The forward lines, the forward lines of the temporaries (the reverse sweep's
+    recomputation), the reverse lines and the lines zeroing the kept slots' adjoints of
+    one repetition."""
+    instr, fwd, again, rev, clear = body.instr, [], [], [], []
+    for q in range(body.start, body.start + body.period):
         op, n = int(instr[q, I_OP]), int(instr[q, I_N])
-        z, x = _slot(instr, start, period, q, I_OUT), _slot(instr, start, period, q, I_A)
         sa = int(instr[q, I_SA]) if op != COPY else 1
         lead, kz, kx = ("for k in range(%d):\n            " % n, " + k", " + k" * sa) \
             if n > 1 else ("", "", "")
+        z, x = body.ref(q, I_OUT, kz), body.ref(q, I_A, kx)
+        gz, gx = body.ref(q, I_OUT, kz, True), body.ref(q, I_A, kx, True)
         name = opcode_name(op) if op >= 0 else "COPY"
+        lines = []
         if op == COPY:
-            fwd.append(f"{lead}V[{z}{kz}] = V[{x}{kx}]  # COPY")
-            if gets_adjoint(q, I_A):
-                rev.append(f"{lead}G[{x}{kx}] += G[{z}{kz}]  # COPY")
-            continue
-        if op <= UNARY_LAST:
-            fwd.append(f"{lead}V[{z}{kz}] = unary_value({op}, f64(V[{x}{kx}]))  # {name}")
-            if not passes_nothing(op) and gets_adjoint(q, I_A):
-                rev.append(f"{lead}G[{x}{kx}] += times({op}, f64(G[{z}{kz}]), unary_partial("
-                           f"{op}, f64(V[{x}{kx}]), f64(V[{z}{kz}])))  # {name}")
-            continue
-        y = _slot(instr, start, period, q, I_A + 1)
-        ky = " + k" * int(instr[q, I_SA + 1]) if n > 1 else ""
-        X, Y, Z = f"f64(V[{x}{kx}])", f"f64(V[{y}{ky}])", f"f64(V[{z}{kz}])"
-        if op == WHERE:
-            w = _slot(instr, start, period, q, I_A + 2)
-            kw = " + k" * int(instr[q, I_SA + 2]) if n > 1 else ""
-            fwd.append(f"{lead}V[{z}{kz}] = V[{x}{kx}] if V[{w}{kw}] != 0 else V[{y}{ky}]"
-                       "  # WHERE")
-            rev.append(f"{lead}if V[{w}{kw}] != 0:\n            {'    ' if n > 1 else ''}"
-                       f"G[{x}{kx}] += G[{z}{kz}]\n        {'    ' if n > 1 else ''}else:\n"
-                       f"            {'    ' if n > 1 else ''}G[{y}{ky}] += G[{z}{kz}]"
-                       "  # WHERE")
-            continue
-        symbol = {ADD: "+", SUB: "-", MUL: "*", DIV: "/"}.get(op)
-        fwd.append(f"{lead}V[{z}{kz}] = " + (f"{X} {symbol} {Y}" if symbol else
-                                             f"binary_value({op}, {X}, {Y})") + f"  # {name}")
-        if passes_nothing(op):
-            continue
-        g = f"f64(G[{z}{kz}])"
-        if op == ADD or op == SUB:
-            dx, dy = g, (g if op == ADD else f"-{g}")
-        elif op == MUL:
-            dx, dy = f"{g} * {Y}", f"{g} * {X}"
+            lines.append(f"{lead}{z} = {x}  # COPY")
+            if body.gets_adjoint(q, I_A):
+                rev.append(f"{lead}{gx} += {gz}  # COPY")
+        elif op <= UNARY_LAST:
+            lines.append(f"{lead}{z} = unary_value({op}, f64({x}))  # {name}")
+            if not passes_nothing(op) and body.gets_adjoint(q, I_A):
+                rev.append(f"{lead}{gx} += times({op}, f64({gz}), unary_partial({op}, "
+                           f"f64({x}), f64({z})))  # {name}")
         else:
-            dx = f"times({op}, {g}, binary_partial_x({op}, {X}, {Y}, {Z}))"
-            dy = f"times({op}, {g}, binary_partial_y({op}, {X}, {Y}, {Z}))"
-        inner = "\n        " + ("    " if n > 1 else "")
-        sums = ([f"G[{x}{kx}] += {dx}"] if gets_adjoint(q, I_A) else []) + \
-            ([f"G[{y}{ky}] += {dy}"] if gets_adjoint(q, I_A + 1) else [])
-        if len(sums) == 2:                     # (both read before either is written)
-            sums = [f"gx, gy = {dx}, {dy}", f"G[{x}{kx}] += gx", f"G[{y}{ky}] += gy"]
-        if sums:
-            rev.append(lead + inner.join(sums) + f"  # {name}")
-    return fwd, rev[::-1]
+            ky = " + k" * int(instr[q, I_SA + 1]) if n > 1 else ""
+            y, gy = body.ref(q, I_A + 1, ky), body.ref(q, I_A + 1, ky, True)
+            X, Y, Z = f"f64({x})", f"f64({y})", f"f64({z})"
+            inner = "\n        " + ("    " if n > 1 else "")
+            if op == WHERE:
+                kw = " + k" * int(instr[q, I_SA + 2]) if n > 1 else ""
+                w = body.ref(q, I_A + 2, kw)
+                lines.append(f"{lead}{z} = {x} if {w} != 0 else {y}  # WHERE")
+                rev.append(f"{lead}if {w} != 0:{inner}    {gx} += {gz}{inner}else:{inner}"
+                           f"    {gy} += {gz}  # WHERE")
+            else:
+                symbol = {ADD: "+", SUB: "-", MUL: "*", DIV: "/"}.get(op)
+                lines.append(f"{lead}{z} = " + (f"{X} {symbol} {Y}" if symbol else
+                                                f"binary_value({op}, {X}, {Y})") + f"  # {name}")
+                if not passes_nothing(op):
+                    g = f"f64({gz})"
+                    if op == ADD or op == SUB:
+                        dx, dy = g, (g if op == ADD else f"-{g}")
+                    elif op == MUL:
+                        dx, dy = f"{g} * {Y}", f"{g} * {X}"
+                    else:
+                        dx = f"times({op}, {g}, binary_partial_x({op}, {X}, {Y}, {Z}))"
+                        dy = f"times({op}, {g}, binary_partial_y({op}, {X}, {Y}, {Z}))"
+                    sums = ([f"{gx} += {dx}"] if body.gets_adjoint(q, I_A) else []) + \
+                        ([f"{gy} += {dy}"] if body.gets_adjoint(q, I_A + 1) else [])
+                    if len(sums) == 2:         # (both read before either is written)
+                        sums = [f"gx, gy = {dx}, {dy}", f"{gx} += gx", f"{gy} += gy"]
+                    if sums:
+                        rev.append(lead + inner.join(sums) + f"  # {name}")
+        fwd.extend(lines)
+        if q in body.temporary:
+            again.extend(lines)
+        else:
+            clear.append(f"G[{int(instr[q, I_OUT])} + o:{int(instr[q, I_OUT]) + n} + o] = 0.0")
+    return fwd, again, rev[::-1], clear
 
 
 _TEMPLATE = '''"""Generated by autotape.kernels.loops: one loop body of a lean program."""
@@ -180,15 +230,27 @@ f64 = np.float64
 
 @numba.njit(cache=True, error_model="numpy", nogil=True)
 def forward(V, delta, first, repeats):
+    T = np.empty({size}, V.dtype)
     for t in range(first, repeats):
         o = t * delta
         {forward}
 
 
 @numba.njit(cache=True, error_model="numpy", nogil=True)
+def clear(G, delta, first, repeats):
+    for t in range(first, repeats):
+        o = t * delta
+        {clear}
+
+
+@numba.njit(cache=True, error_model="numpy", nogil=True)
 def reverse(V, G, delta, first, repeats):
+    T = np.empty({size}, V.dtype)
+    GT = np.empty({size}, V.dtype)
     for t in range(repeats - 1, first - 1, -1):
         o = t * delta
+        {again}
+        GT[:] = 0.0
         {reverse}
 '''
 
@@ -196,14 +258,19 @@ _compiled = {}
 _lock = threading.Lock()
 
 
-def loop_kernels(instr, start, period, constants):
-    """(forward, reverse) of the body at ``instr[start:start + period]``: forward(V,
-    delta, first, repeats) runs repetitions first .. repeats - 1, reverse the same
-    backwards (G the adjoints). ``constants``: slots whose adjoints nobody reads.
-    Compiled once per distinct body, kept on disk."""
-    fwd, rev = _body(instr, start, period, set(int(c) for c in constants))
-    source = _TEMPLATE.replace("{forward}", "\n        ".join(fwd)).replace(
-        "{reverse}", "\n        ".join(rev) or "pass")
+def loop_kernels(instr, loop, constants, read_after):
+    """(forward, reverse, clear) of the body of ``loop`` (find_loop's): forward(V, delta,
+    first, repeats) runs repetitions first .. repeats - 1, reverse the same backwards (G
+    the adjoints), clear zeroes the adjoints of the slots the loop keeps. ``constants``: slots whose adjoints nobody reads; ``read_after``: the
+    slots read after the loop. Compiled once per distinct body, kept on disk."""
+    start, period, repeats, delta = loop
+    body = _Body(instr, start, period, repeats, delta, set(int(c) for c in constants),
+                 set(int(r) for r in read_after))
+    fwd, again, rev, clear = _body(body)
+    join = "\n        ".join
+    source = _TEMPLATE.replace("{size}", str(max(body.size, 1))).replace(
+        "{forward}", join(fwd)).replace("{again}", join(again) or "pass").replace(
+        "{reverse}", join(rev) or "pass").replace("{clear}", join(clear) or "pass")
     key = hashlib.sha256(source.encode()).hexdigest()[:24]
     with _lock:
         kernels = _compiled.get(key)
@@ -221,5 +288,5 @@ def loop_kernels(instr, start, period, constants):
             module = importlib.util.module_from_spec(spec)
             sys.modules[name] = module         # (numba's cache finds its globals by name)
             spec.loader.exec_module(module)
-            kernels = _compiled[key] = (module.forward, module.reverse)
+            kernels = _compiled[key] = (module.forward, module.reverse, module.clear)
     return kernels
