@@ -1,6 +1,8 @@
 """A compiled function's tape as a lean program (kernels/program.py): lowered once,
 then evaluated at one point or at B points at once, on every core. compile.py uses it
 for every recording it can lower (``at.compile``, ``autotape.func.vmap``)."""
+import concurrent.futures
+
 import numba
 import numpy as np
 
@@ -8,15 +10,16 @@ from .kernels.blas import DGEMM
 from .kernels.elementwise import passes_nothing
 from .kernels.loops import find_loop, loop_kernels
 from .kernels.program import (COPY, GATHER, I_A, I_N, I_OP, I_OUT, I_P, I_SA, LOWERED,
-                              SCATTER_ADD, forward_range, live_sets, lower, reverse_range,
-                              run_points, run_points_parallel)
+                              SCATTER_ADD, forward_range, forward_range_points, live_sets,
+                              lower, reverse_range, reverse_range_points, run_points,
+                              run_points_parallel)
 from .thread_state import here
 
 
 KEEP_LIVE_BYTES = 16 << 20   # reach marks (outputs x instructions) kept between calls
 KEEP_SCRATCH_BYTES = 64 << 20
 # A loop's body is compiled (a few seconds, then cached on disk) once a program has run
-# this many times at single points: a function called once or twice never waits for it.
+# this many times: a function called once or twice never waits for it.
 COMPILE_LOOP_AFTER = 4
 POISON_SCRATCH = False       # tests set it: scratch starts as nan, not as the last call's
 
@@ -83,12 +86,14 @@ class LeanProgram:
                 if jacobian else np.zeros((0, 0), np.uint8)
             if jacobian and live.size <= KEEP_LIVE_BYTES:
                 self.live = live            # (a race computes it twice, both right)
-        if B == 1 and self.loop is not None:
-            self.calls += 1
-            if self.loop_kernels is not None or self.calls >= COMPILE_LOOP_AFTER:
-                return self._run_one(X, values, jac, jacobian, live)
         chunk = 1 if B == 1 else chunk_size(self.nslots)
         workers = min(numba.get_num_threads(), (B + chunk - 1) // chunk)
+        if self.loop is not None:
+            self.calls += 1
+            if self.loop_kernels is not None or self.calls >= COMPILE_LOOP_AFTER:
+                if B == 1:
+                    return self._run_one(X, values, jac, jacobian, live)
+                return self._run_points_loop(X, values, jac, jacobian, live, chunk, workers)
         args = (self.instr, self.pool, self.divisor, live, self.const_slots,
                 self.const_vals, self.in_slots, self.out_slots, X, values, jac, jacobian,
                 chunk)
@@ -104,52 +109,100 @@ class LeanProgram:
         return np.concatenate([_read_slots(self.instr, self.pool, end), self.out_slots])
 
     def _run_one(self, X, values, jac, jacobian, live):
-        """One point of a program with a loop: the interpreter before and after it, the
-        loop's compiled body in between (kernels/loops.py), both ways. The compiled
-        body keeps only the values that cross repetitions; an output whose reverse
-        sweep does not reach every instruction of the body (one that multiplies by
-        a zero adjoint could make nan) is swept by the interpreter, which needs every
+        """One point of a program with a loop (see ``_loop_chunk``)."""
+        compiled = self._prepare_loop(jacobian, live)
+        scratch = _scratch(2 * self.nslots, X.dtype)
+        self._loop_chunk(X, 0, 1, scratch[:self.nslots], scratch[self.nslots:2 * self.nslots],
+                         values, jac, live, compiled)
+        return values, (jac if jacobian else None)
+
+    def _run_points_loop(self, X, values, jac, jacobian, live, chunk, workers):
+        """Many points of a program with a loop, chunks spread over ``workers`` Python
+        threads (the compiled parts release the GIL), each with scratch of its own."""
+        compiled = self._prepare_loop(jacobian, live)
+        chunks = (X.shape[0] + chunk - 1) // chunk
+
+        def work(w):
+            V, G = np.empty(self.nslots * chunk, X.dtype), np.empty(self.nslots * chunk,
+                                                                   X.dtype)
+            for t in range(w, chunks, workers):
+                self._loop_chunk(X, t * chunk, chunk, V, G, values, jac, live, compiled)
+        if workers == 1:
+            work(0)
+        else:
+            with concurrent.futures.ThreadPoolExecutor(workers) as pool:
+                for done in [pool.submit(work, w) for w in range(workers)]:
+                    done.result()
+        return values, (jac if jacobian else None)
+
+    def _prepare_loop(self, jacobian, live):
+        """Compile the loop's body if need be; for each output, whether the compiled body
+        may sweep it (``_loop_reached``)."""
+        start, period, repeats, delta = self.loop
+        end = start + period * repeats
+        if self.loop_kernels is None:
+            kernels = loop_kernels(self.instr, self.loop, self.const_slots,
+                                   self._read_after(end))
+            first = int(self.instr[start:start + period, I_OUT].min())
+            self.loop_slots = (first, first + repeats * delta)
+            self.loop_kernels = kernels
+        return [self._loop_reached(live[o], start, end)
+                for o in range(self.out_slots.size)] if jacobian else []
+
+    def _loop_chunk(self, X, p0, C, V, G, values, jac, live, compiled):
+        """Points p0 .. p0 + C - 1 (a short last chunk repeats its last point): the
+        interpreter before and after the loop, its compiled body in between, both ways.
+        The compiled body keeps only the values that cross repetitions; an output whose
+        reverse sweep does not reach every instruction of the body (one that multiplies
+        by a zero adjoint could make nan) is swept by the interpreter, which needs every
         value: then the loop's forward is interpreted too."""
         start, period, repeats, delta = self.loop
         end, count = start + period * repeats, self.instr.shape[0]
-        if self.loop_kernels is None:
-            self.loop_kernels = loop_kernels(self.instr, self.loop, self.const_slots,
-                                             self._read_after(end))
-            body = self.instr[start:start + period]
-            first = int(body[:, I_OUT].min())
-            self.loop_slots = (first, first + repeats * delta)
-        forward, reverse, clear = self.loop_kernels
+        one = C == 1
+        forward, reverse, clear = self.loop_kernels[0 if one else 1]
         first_slot, last_slot = self.loop_slots
-        compiled = [self._loop_reached(live[o], start, end) for o in
-                    range(self.out_slots.size)] if jacobian else []
-        scratch = _scratch(2 * self.nslots, X.dtype)
-        V, G = scratch[:self.nslots], scratch[self.nslots:2 * self.nslots]
-        V[self.const_slots] = self.const_vals
-        V[self.in_slots] = X[0]
+        m = min(C, X.shape[0] - p0)
+        V2, G2 = V.reshape(-1, C), G.reshape(-1, C)            # (slots, points)
+        V2[self.const_slots] = self.const_vals[:, None]
+        points = X[p0:p0 + m]
+        V2[self.in_slots, :m] = points.T
+        V2[self.in_slots, m:] = points[-1:].T
         code = (self.instr, self.pool, self.divisor)
-        forward_range(*code, V, 0, start)
+        extra = () if one else (C,)
+
+        def interpret(q0, q1):
+            if one:
+                forward_range(*code, V, q0, q1)
+            else:
+                forward_range_points(*code, V, C, q0, q1)
+
+        def sweep(o, q0, q1):
+            if one:
+                reverse_range(*code, live[o], V, G, q0, q1)
+            else:
+                reverse_range_points(*code, live[o], V, G, C, q0, q1)
+        interpret(0, start)
         if all(compiled):
-            forward(V, delta, 0, repeats)
+            forward(V, delta, 0, repeats, *extra)
         else:
-            forward_range(*code, V, start, end)
-        forward_range(*code, V, end, count)
-        values[0] = V[self.out_slots]
+            interpret(start, end)
+        interpret(end, count)
+        values[p0:p0 + m] = V2[self.out_slots, :m].T
         for o in range(len(compiled)):
             if compiled[o]:                    # (the loop's temporaries have no adjoint)
-                G[:first_slot] = 0.0
-                G[last_slot:] = 0.0
-                clear(G, delta, 0, repeats)
+                G2[:first_slot] = 0.0
+                G2[last_slot:] = 0.0
+                clear(G, delta, 0, repeats, *extra)
             else:
                 G[:] = 0.0
-            G[self.out_slots[o]] = 1.0
-            reverse_range(*code, live[o], V, G, end, count)
+            G2[self.out_slots[o]] = 1.0
+            sweep(o, end, count)
             if compiled[o]:
-                reverse(V, G, delta, 0, repeats)
+                reverse(V, G, delta, 0, repeats, *extra)
             else:
-                reverse_range(*code, live[o], V, G, start, end)
-            reverse_range(*code, live[o], V, G, 0, start)
-            jac[0, o] = G[self.in_slots]
-        return values, (jac if jacobian else None)
+                sweep(o, start, end)
+            sweep(o, 0, start)
+            jac[p0:p0 + m, o] = G2[self.in_slots, :m].T
 
     def _loop_reached(self, live, start, end):
         """Whether the compiled body may sweep for this output: every instruction of

@@ -30,7 +30,7 @@ X1 = np.array([0.3])
 @CHAIN
 def test_chain_autotape(benchmark):
     c = at.compile(W.chain_at, X1)
-    benchmark.pedantic(lambda: c.value_and_grad(X1), rounds=20, warmup_rounds=2)
+    benchmark.pedantic(lambda: c.value_and_grad(X1), rounds=20, warmup_rounds=5)
 
 
 @CHAIN
@@ -40,13 +40,13 @@ def test_chain_jax(benchmark, jax):
     c = at.compile(W.chain_at, X1)
     _close(c.value_and_grad(X1)[0].item(), value)
     _close(c.grad(X1).numpy(), g)
-    benchmark.pedantic(lambda: f(X1)[1].block_until_ready(), rounds=20, warmup_rounds=2)
+    benchmark.pedantic(lambda: f(X1)[1].block_until_ready(), rounds=20, warmup_rounds=5)
 
 
 @CHAIN
 def test_chain_numba_floor(benchmark):
     W.chain_numba(X1)
-    benchmark.pedantic(lambda: W.chain_numba(X1), rounds=20, warmup_rounds=2)
+    benchmark.pedantic(lambda: W.chain_numba(X1), rounds=20, warmup_rounds=5)
 
 
 # ---- pendulum, RK4, 1000 steps -------------------------------------------------------------
@@ -65,20 +65,20 @@ def test_pendulum_autotape(benchmark):
     value, g = W.pendulum_numba(THETA, 1000)
     _close(c.value_and_grad(THETA)[0].item(), value)
     _close(c.grad(THETA).numpy(), g)
-    benchmark.pedantic(lambda: c.value_and_grad(THETA), rounds=50, warmup_rounds=2)
+    benchmark.pedantic(lambda: c.value_and_grad(THETA), rounds=50, warmup_rounds=5)
 
 
 @PENDULUM
 def test_pendulum_jax(benchmark, jax):
     f = jax.jit(jax.value_and_grad(W.pendulum_jax(jax, 1000)))
     _close(f(THETA)[1], W.pendulum_numba(THETA, 1000)[1])
-    benchmark.pedantic(lambda: f(THETA)[1].block_until_ready(), rounds=50, warmup_rounds=2)
+    benchmark.pedantic(lambda: f(THETA)[1].block_until_ready(), rounds=50, warmup_rounds=5)
 
 
 @PENDULUM
 def test_pendulum_numba_floor(benchmark):
     W.pendulum_numba(THETA, 1000)
-    benchmark.pedantic(lambda: W.pendulum_numba(THETA, 1000), rounds=50, warmup_rounds=2)
+    benchmark.pedantic(lambda: W.pendulum_numba(THETA, 1000), rounds=50, warmup_rounds=5)
 
 
 # ---- heat equation -----------------------------------------------------------------------------
@@ -91,7 +91,7 @@ D = 0.5 * np.random.default_rng(0).uniform(0.5, 1.5, W.HEAT_CELLS)
 @HEAT
 def test_heat_autotape(benchmark):
     c = at.compile(W.heat_at, D)
-    benchmark.pedantic(lambda: c.value_and_grad(D), rounds=10, warmup_rounds=1)
+    benchmark.pedantic(lambda: c.value_and_grad(D), rounds=10, warmup_rounds=5)
 
 
 @HEAT
@@ -101,7 +101,7 @@ def test_heat_jax(benchmark, jax):
     value, g = f(D)
     _close(c.value_and_grad(D)[0].item(), value)
     _close(c.grad(D).numpy(), g)
-    benchmark.pedantic(lambda: f(D)[1].block_until_ready(), rounds=10, warmup_rounds=1)
+    benchmark.pedantic(lambda: f(D)[1].block_until_ready(), rounds=10, warmup_rounds=5)
 
 
 # ---- many points: the pendulum (200 steps) at B parameter sets -----------------------------
@@ -119,7 +119,7 @@ def test_points_autotape(benchmark, points):
     _close(got[0].numpy(), values)
     _close(got[1].numpy(), grads)
     benchmark.group = f"compiled: {points} points, pendulum 200 steps, loss + gradient each"
-    benchmark.pedantic(lambda: vg(thetas), rounds=10, warmup_rounds=1)
+    benchmark.pedantic(lambda: vg(thetas), rounds=10, warmup_rounds=5)
 
 
 @pytest.mark.parametrize("points", [256, 4096])
@@ -128,7 +128,7 @@ def test_points_jax(benchmark, jax, points):
     f = jax.jit(jax.vmap(jax.value_and_grad(W.pendulum_jax(jax, 200))))
     _close(f(thetas)[1], W.ensemble_numba(thetas, 200)[1])
     benchmark.group = f"compiled: {points} points, pendulum 200 steps, loss + gradient each"
-    benchmark.pedantic(lambda: f(thetas)[1].block_until_ready(), rounds=10, warmup_rounds=1)
+    benchmark.pedantic(lambda: f(thetas)[1].block_until_ready(), rounds=10, warmup_rounds=5)
 
 
 @pytest.mark.parametrize("points", [256, 4096])
@@ -136,7 +136,7 @@ def test_points_numba_floor(benchmark, points):
     thetas = W.thetas(points)
     W.ensemble_numba(thetas, 200)
     benchmark.group = f"compiled: {points} points, pendulum 200 steps, loss + gradient each"
-    benchmark.pedantic(lambda: W.ensemble_numba(thetas, 200), rounds=10, warmup_rounds=1)
+    benchmark.pedantic(lambda: W.ensemble_numba(thetas, 200), rounds=10, warmup_rounds=5)
 
 
 @pytest.mark.parametrize("threads", [1, 2])
@@ -150,4 +150,4 @@ def test_points_scaling_autotape(benchmark, threads):
     numba.set_num_threads(threads)
     vg(thetas)
     benchmark.group = "compiled: 4096 points on 1 and 2 threads (scaling)"
-    benchmark.pedantic(lambda: vg(thetas), rounds=10, warmup_rounds=1)
+    benchmark.pedantic(lambda: vg(thetas), rounds=10, warmup_rounds=5)

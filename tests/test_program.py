@@ -278,3 +278,22 @@ def test_a_loop_survives_pickling():
 def test_no_loop_in_short_or_irregular_programs():
     c = at.compile(lambda x: (at.sin(x) * x).sum(), np.ones(3))
     assert c._programs[("value", (3,))].lean.loop is None
+
+
+@pytest.mark.parametrize("f, x", [
+    (_long_pendulum, np.array([1.0, 0.3, 9.8, 0.1])),
+    (_heat, np.full(16, 0.4)),
+], ids=["pendulum", "heat"])
+def test_compiled_loops_at_many_points(f, x, poisoned):
+    """vmap through a compiled loop body (chunks of points, threads): the interpreter's
+    answers, for every point of an uneven last chunk too."""
+    c, plain = at.compile(f, x), at.compile(f, x)
+    _on_interpreter(plain)
+    xs = x * np.random.default_rng(5).uniform(0.8, 1.2, (45, x.size))
+    for _ in range(4):
+        value, g = F.vmap(c.value_and_grad)(xs)
+    assert c._programs[next(iter(c._programs))].lean.loop_kernels is not None
+    want_value, want_g = F.vmap(plain.value_and_grad)(xs)
+    np.testing.assert_allclose(value.numpy(), want_value.numpy(), rtol=1e-14, atol=1e-14)
+    np.testing.assert_allclose(g.numpy(), want_g.numpy(), rtol=1e-13, atol=1e-14)
+    np.testing.assert_allclose(g.numpy()[44], c.grad(xs[44]).numpy(), rtol=1e-13)

@@ -136,14 +136,17 @@ class _Body:
         self.temporary = {q for q in body if q not in kept}
         self.size = delta
 
-    def ref(self, q, col, k, adjoint=False):
-        """The array element instruction q's column ``col`` names, element suffix k."""
+    def ref(self, q, col, k, adjoint=False, points=False):
+        """The array element instruction q's column ``col`` names, element suffix k; with
+        ``points``, that element of point j in a chunk of C (slot-major)."""
         c = int(self.instr[q, col])
         moved = int(self.instr[q + self.period, col]) != c
         owner = self._owner(c) if moved else None
         if owner is not None and owner in self.temporary:
-            return f"{'GT' if adjoint else 'T'}[{c - self.base}{k}]"
-        return f"{'G' if adjoint else 'V'}[{c}{' + o' if moved else ''}{k}]"
+            name, index = ("GT" if adjoint else "T"), f"{c - self.base}{k}"
+        else:
+            name, index = ("G" if adjoint else "V"), f"{c}{' + o' if moved else ''}{k}"
+        return f"{name}[({index}) * C + j]" if points else f"{name}[{index}]"
 
     def _owner(self, c):
         for q in range(self.start, self.start + self.period):
@@ -157,44 +160,57 @@ class _Body:
         return c not in self.constants or int(self.instr[q + self.period, col]) != c
 
 
-def _body(body):
+def _block(loops, statements):
+    """Statements (lists of lines, nested by 4 spaces) inside the given loop headers, as
+    lines of the body (8 spaces deep in the template)."""
+    out, depth = [], 0
+    for header in loops:
+        out.append("    " * depth + header)
+        depth += 1
+    for line in statements:
+        out.append("    " * depth + line)
+    return out
+
+
+def _body(body, points):
     """The forward lines, the forward lines of the temporaries (the reverse sweep's
     recomputation), the reverse lines and the lines zeroing the kept slots' adjoints of
-    one repetition."""
+    one repetition; with ``points``, for a chunk of C points."""
     instr, fwd, again, rev, clear = body.instr, [], [], [], []
     for q in range(body.start, body.start + body.period):
         op, n = int(instr[q, I_OP]), int(instr[q, I_N])
         sa = int(instr[q, I_SA]) if op != COPY else 1
-        lead, kz, kx = ("for k in range(%d):\n            " % n, " + k", " + k" * sa) \
-            if n > 1 else ("", "", "")
-        z, x = body.ref(q, I_OUT, kz), body.ref(q, I_A, kx)
-        gz, gx = body.ref(q, I_OUT, kz, True), body.ref(q, I_A, kx, True)
+        loops = ([f"for k in range({n}):"] if n > 1 else []) + \
+            (["for j in range(C):"] if points else [])
+        kz, kx = (" + k", " + k" * sa) if n > 1 else ("", "")
+
+        def ref(col, k, adjoint=False):
+            return body.ref(q, col, k, adjoint, points)
+        z, x, gz, gx = ref(I_OUT, kz), ref(I_A, kx), ref(I_OUT, kz, True), ref(I_A, kx, True)
         name = opcode_name(op) if op >= 0 else "COPY"
-        lines = []
+        forward, backward = [], []
         if op == COPY:
-            lines.append(f"{lead}{z} = {x}  # COPY")
+            forward.append(f"{z} = {x}  # COPY")
             if body.gets_adjoint(q, I_A):
-                rev.append(f"{lead}{gx} += {gz}  # COPY")
+                backward.append(f"{gx} += {gz}  # COPY")
         elif op <= UNARY_LAST:
-            lines.append(f"{lead}{z} = unary_value({op}, f64({x}))  # {name}")
+            forward.append(f"{z} = unary_value({op}, f64({x}))  # {name}")
             if not passes_nothing(op) and body.gets_adjoint(q, I_A):
-                rev.append(f"{lead}{gx} += times({op}, f64({gz}), unary_partial({op}, "
-                           f"f64({x}), f64({z})))  # {name}")
+                backward.append(f"{gx} += times({op}, f64({gz}), unary_partial({op}, "
+                                f"f64({x}), f64({z})))  # {name}")
         else:
             ky = " + k" * int(instr[q, I_SA + 1]) if n > 1 else ""
-            y, gy = body.ref(q, I_A + 1, ky), body.ref(q, I_A + 1, ky, True)
+            y, gy = ref(I_A + 1, ky), ref(I_A + 1, ky, True)
             X, Y, Z = f"f64({x})", f"f64({y})", f"f64({z})"
-            inner = "\n        " + ("    " if n > 1 else "")
             if op == WHERE:
-                kw = " + k" * int(instr[q, I_SA + 2]) if n > 1 else ""
-                w = body.ref(q, I_A + 2, kw)
-                lines.append(f"{lead}{z} = {x} if {w} != 0 else {y}  # WHERE")
-                rev.append(f"{lead}if {w} != 0:{inner}    {gx} += {gz}{inner}else:{inner}"
-                           f"    {gy} += {gz}  # WHERE")
+                w = ref(I_A + 2, " + k" * int(instr[q, I_SA + 2]) if n > 1 else "")
+                forward.append(f"{z} = {x} if {w} != 0 else {y}  # WHERE")
+                backward += [f"if {w} != 0:", f"    {gx} += {gz}", "else:",
+                             f"    {gy} += {gz}  # WHERE"]
             else:
                 symbol = {ADD: "+", SUB: "-", MUL: "*", DIV: "/"}.get(op)
-                lines.append(f"{lead}{z} = " + (f"{X} {symbol} {Y}" if symbol else
-                                                f"binary_value({op}, {X}, {Y})") + f"  # {name}")
+                forward.append(f"{z} = " + (f"{X} {symbol} {Y}" if symbol else
+                                            f"binary_value({op}, {X}, {Y})") + f"  # {name}")
                 if not passes_nothing(op):
                     g = f"f64({gz})"
                     if op == ADD or op == SUB:
@@ -208,17 +224,21 @@ def _body(body):
                         ([f"{gy} += {dy}"] if body.gets_adjoint(q, I_A + 1) else [])
                     if len(sums) == 2:         # (both read before either is written)
                         sums = [f"gx, gy = {dx}, {dy}", f"{gx} += gx", f"{gy} += gy"]
-                    if sums:
-                        rev.append(lead + inner.join(sums) + f"  # {name}")
+                    backward += sums
+        lines = _block(loops, forward)
         fwd.extend(lines)
         if q in body.temporary:
             again.extend(lines)
         else:
-            clear.append(f"G[{int(instr[q, I_OUT])} + o:{int(instr[q, I_OUT]) + n} + o] = 0.0")
-    return fwd, again, rev[::-1], clear
+            out = int(instr[q, I_OUT])
+            clear.append(f"G[({out} + o) * C:({out + n} + o) * C] = 0.0" if points else
+                         f"G[{out} + o:{out + n} + o] = 0.0")
+        if backward:
+            rev.append(_block(loops, backward))
+    return fwd, again, [line for block in rev[::-1] for line in block], clear
 
 
-_TEMPLATE = '''"""Generated by autotape.kernels.loops: one loop body of a lean program."""
+_HEADER = '''"""Generated by autotape.kernels.loops: one loop body of a lean program."""
 import numba
 import numpy as np
 
@@ -226,27 +246,29 @@ from autotape.kernels.elementwise import (binary_partial_x, binary_partial_y, bi
                                           times, unary_partial, unary_value)
 
 f64 = np.float64
+'''
 
+_FUNCTIONS = '''
 
 @numba.njit(cache=True, error_model="numpy", nogil=True)
-def forward(V, delta, first, repeats):
-    T = np.empty({size}, V.dtype)
+def forward{suffix}(V, delta, first, repeats{points}):
+    T = np.empty({size}{times_c}, V.dtype)
     for t in range(first, repeats):
         o = t * delta
         {forward}
 
 
 @numba.njit(cache=True, error_model="numpy", nogil=True)
-def clear(G, delta, first, repeats):
+def clear{suffix}(G, delta, first, repeats{points}):
     for t in range(first, repeats):
         o = t * delta
         {clear}
 
 
 @numba.njit(cache=True, error_model="numpy", nogil=True)
-def reverse(V, G, delta, first, repeats):
-    T = np.empty({size}, V.dtype)
-    GT = np.empty({size}, V.dtype)
+def reverse{suffix}(V, G, delta, first, repeats{points}):
+    T = np.empty({size}{times_c}, V.dtype)
+    GT = np.empty({size}{times_c}, V.dtype)
     for t in range(repeats - 1, first - 1, -1):
         o = t * delta
         {again}
@@ -254,23 +276,31 @@ def reverse(V, G, delta, first, repeats):
         {reverse}
 '''
 
+
+def _functions(body, points):
+    fwd, again, rev, clear = _body(body, points)
+    join = "\n        ".join
+    return _FUNCTIONS.replace("{suffix}", "_points" if points else "").replace(
+        "{points}", ", C" if points else "").replace("{times_c}", " * C" if points else "") \
+        .replace("{size}", str(max(body.size, 1))).replace("{forward}", join(fwd)).replace(
+            "{again}", join(again) or "pass").replace("{reverse}", join(rev) or "pass") \
+        .replace("{clear}", join(clear) or "pass")
+
+
 _compiled = {}
 _lock = threading.Lock()
 
 
 def loop_kernels(instr, loop, constants, read_after):
-    """(forward, reverse, clear) of the body of ``loop`` (find_loop's): forward(V, delta,
+    """(forward, reverse, clear) of the body of ``loop`` (find_loop's) for one point, and
+    the same for a chunk of C points (slot-major; each takes C last): forward(V, delta,
     first, repeats) runs repetitions first .. repeats - 1, reverse the same backwards (G
     the adjoints), clear zeroes the adjoints of the slots the loop keeps. ``constants``: slots whose adjoints nobody reads; ``read_after``: the
     slots read after the loop. Compiled once per distinct body, kept on disk."""
     start, period, repeats, delta = loop
     body = _Body(instr, start, period, repeats, delta, set(int(c) for c in constants),
                  set(int(r) for r in read_after))
-    fwd, again, rev, clear = _body(body)
-    join = "\n        ".join
-    source = _TEMPLATE.replace("{size}", str(max(body.size, 1))).replace(
-        "{forward}", join(fwd)).replace("{again}", join(again) or "pass").replace(
-        "{reverse}", join(rev) or "pass").replace("{clear}", join(clear) or "pass")
+    source = _HEADER + _functions(body, False) + _functions(body, True)
     key = hashlib.sha256(source.encode()).hexdigest()[:24]
     with _lock:
         kernels = _compiled.get(key)
@@ -288,5 +318,7 @@ def loop_kernels(instr, loop, constants, read_after):
             module = importlib.util.module_from_spec(spec)
             sys.modules[name] = module         # (numba's cache finds its globals by name)
             spec.loader.exec_module(module)
-            kernels = _compiled[key] = (module.forward, module.reverse, module.clear)
+            kernels = _compiled[key] = (
+                (module.forward, module.reverse, module.clear),
+                (module.forward_points, module.reverse_points, module.clear_points))
     return kernels

@@ -511,7 +511,8 @@ def _kernels(fixed_c):
     return chunk, forward, reverse
 
 
-(_chunk_one, _forward_one, _reverse_one), (_chunk_many, _, _) = _kernels(1), _kernels(0)
+(_chunk_one, _forward_one, _reverse_one), (_chunk_many, _forward_many, _reverse_many) = \
+    _kernels(1), _kernels(0)
 
 
 @cached_njit()
@@ -524,6 +525,18 @@ def forward_range(instr, pool, divisor, V, q0, q1):
 def reverse_range(instr, pool, divisor, live, V, G, q0, q1):
     """The reverse sweep of instructions q1 - 1 .. q0 at one point."""
     _reverse_one(instr, pool, divisor, live, V, G, 1, q0, q1)
+
+
+@cached_njit()
+def forward_range_points(instr, pool, divisor, V, C, q0, q1):
+    """forward_range for a chunk of C points (slot-major)."""
+    _forward_many(instr, pool, divisor, V, C, q0, q1)
+
+
+@cached_njit()
+def reverse_range_points(instr, pool, divisor, live, V, G, C, q0, q1):
+    """reverse_range for a chunk of C points (slot-major)."""
+    _reverse_many(instr, pool, divisor, live, V, G, C, q0, q1)
 
 
 @cached_njit()
