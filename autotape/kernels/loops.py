@@ -176,10 +176,12 @@ def _body(body, points):
     """The forward lines, the forward lines of the temporaries (the reverse sweep's
     recomputation), the reverse lines and the lines zeroing the kept slots' adjoints of
     one repetition; with ``points``, for a chunk of C points."""
-    instr, fwd, again, rev, clear = body.instr, [], [], [], []
+    instr, fwd, again, rev, clear, hoisted = body.instr, [], [], [], [], []
+    invariant = _invariant(body)
     for q in range(body.start, body.start + body.period):
         op, n = int(instr[q, I_OP]), int(instr[q, I_N])
         sa = int(instr[q, I_SA]) if op != COPY else 1
+        writes = []                  # (line of backward, column, conditional)
         loops = ([f"for k in range({n}):"] if n > 1 else []) + \
             (["for j in range(C):"] if points else [])
         kz, kx = (" + k", " + k" * sa) if n > 1 else ("", "")
@@ -192,10 +194,12 @@ def _body(body, points):
         if op == COPY:
             forward.append(f"{z} = {x}  # COPY")
             if body.gets_adjoint(q, I_A):
+                writes.append((0, I_A, False))
                 backward.append(f"{gx} += {gz}  # COPY")
         elif op <= UNARY_LAST:
             forward.append(f"{z} = unary_value({op}, f64({x}))  # {name}")
             if not passes_nothing(op) and body.gets_adjoint(q, I_A):
+                writes.append((0, I_A, False))
                 backward.append(f"{gx} += times({op}, f64({gz}), unary_partial({op}, "
                                 f"f64({x}), f64({z})))  # {name}")
         else:
@@ -205,6 +209,7 @@ def _body(body, points):
             if op == WHERE:
                 w = ref(I_A + 2, " + k" * int(instr[q, I_SA + 2]) if n > 1 else "")
                 forward.append(f"{z} = {x} if {w} != 0 else {y}  # WHERE")
+                writes += [(1, I_A, True), (3, I_A + 1, True)]
                 backward += [f"if {w} != 0:", f"    {gx} += {gz}", "else:",
                              f"    {gy} += {gz}  # WHERE"]
             else:
@@ -220,22 +225,95 @@ def _body(body, points):
                     else:
                         dx = f"times({op}, {g}, binary_partial_x({op}, {X}, {Y}, {Z}))"
                         dy = f"times({op}, {g}, binary_partial_y({op}, {X}, {Y}, {Z}))"
-                    sums = ([f"{gx} += {dx}"] if body.gets_adjoint(q, I_A) else []) + \
-                        ([f"{gy} += {dy}"] if body.gets_adjoint(q, I_A + 1) else [])
-                    if len(sums) == 2:         # (both read before either is written)
-                        sums = [f"gx, gy = {dx}, {dy}", f"{gx} += gx", f"{gy} += gy"]
-                    backward += sums
+                    cols = [c for c in (I_A, I_A + 1) if body.gets_adjoint(q, c)]
+                    if len(cols) == 2:         # (both read before either is written)
+                        backward += [f"gx, gy = {dx}, {dy}", f"{gx} += gx", f"{gy} += gy"]
+                        writes += [(1, I_A, False), (2, I_A + 1, False)]
+                    elif cols:
+                        target, d = (gx, dx) if cols[0] == I_A else (gy, dy)
+                        backward.append(f"{target} += {d}")
+                        writes.append((0, cols[0], False))
         lines = _block(loops, forward)
-        fwd.extend(lines)
-        if q in body.temporary:
+        if q in invariant:
+            hoisted.extend(lines)               # (a temporary: nothing to clear)
+        elif q in body.temporary:
+            fwd.extend(lines)
             again.extend(lines)
         else:
+            fwd.extend(lines)
             out = int(instr[q, I_OUT])
             clear.append(f"G[({out} + o) * C:({out + n} + o) * C] = 0.0" if points else
                          f"G[{out} + o:{out + n} + o] = 0.0")
         if backward:
-            rev.append(_block(loops, backward))
-    return fwd, again, [line for block in rev[::-1] for line in block], clear
+            rev.append((q, loops, backward, writes))
+    reverse, zero = _first_writes_assign(body, rev[::-1], points)
+    return fwd, again, zero + reverse, clear, hoisted
+
+
+def _invariant(body):
+    """The temporaries every repetition computes alike (from fixed slots and other such
+    temporaries): computed once, before the loop, in both directions."""
+    instr, found = body.instr, set()
+    for q in range(body.start, body.start + body.period):
+        if q not in body.temporary:
+            continue
+        ok = True
+        for col in (I_A, I_A + 1, I_A + 2):
+            c = int(instr[q, col])
+            if c < 0 or int(instr[q + body.period, col]) == c:
+                continue                        # none, or fixed
+            owner = body._owner(c)
+            if owner is None or owner not in found:
+                ok = False
+        if ok:
+            found.add(q)
+    return found
+
+
+def _first_writes_assign(body, steps, points):
+    """The reverse lines, where the first write (in the sweep's order) to a temporary's
+    adjoint covering it whole assigns rather than adds; and the lines zeroing, at the
+    top of each repetition, only the temporaries' adjoints that something reads or adds
+    to before any such write (GT[:] = 0 would store every temporary, every repetition)."""
+    instr = body.instr
+    temps = {}                                  # element slot -> temporary instruction
+    for u in body.temporary:
+        for k in range(int(instr[u, I_N])):
+            temps[int(instr[u, I_OUT]) + k] = u
+    ready, zeroed, lines = set(), [], []
+
+    def start(u):
+        if u not in ready:
+            ready.add(u)
+            zeroed.append(u)
+    for q, loops, backward, writes in steps:
+        if q in body.temporary:                 # its own adjoint is read first
+            start(q)
+        backward = list(backward)
+        for line, col, conditional in writes:
+            c, n = int(instr[q, col]), int(instr[q, I_N])
+            moved = int(instr[q + body.period, col]) != c
+            u = temps.get(c) if moved else None
+            if u is None:
+                continue                        # a kept slot's adjoint: always added to
+            stride = 1 if int(instr[q, I_OP]) == COPY else int(instr[q, I_SA + col - I_A])
+            count = n if stride else 1
+            whole = (c == int(instr[u, I_OUT]) and count == int(instr[u, I_N]) and
+                     (stride or n == 1))
+            if u not in ready and whole and not conditional:
+                ready.add(u)
+                backward[line] = backward[line].replace(" += ", " = ", 1)
+            else:
+                for e in range(c, c + count):
+                    if e in temps:
+                        start(temps[e])
+        lines += _block(loops, backward)
+    zero = []
+    for u in sorted(zeroed):
+        b = int(instr[u, I_OUT]) - body.base
+        e = b + int(instr[u, I_N])
+        zero.append(f"GT[{b} * C:{e} * C] = 0.0" if points else f"GT[{b}:{e}] = 0.0")
+    return lines, zero
 
 
 _HEADER = '''"""Generated by autotape.kernels.loops: one loop body of a lean program."""
@@ -253,6 +331,7 @@ _FUNCTIONS = '''
 @numba.njit(cache=True, error_model="numpy", nogil=True)
 def forward{suffix}(V, delta, first, repeats{points}):
     T = np.empty({size}{times_c}, V.dtype)
+    {hoisted}
     for t in range(first, repeats):
         o = t * delta
         {forward}
@@ -269,22 +348,23 @@ def clear{suffix}(G, delta, first, repeats{points}):
 def reverse{suffix}(V, G, delta, first, repeats{points}):
     T = np.empty({size}{times_c}, V.dtype)
     GT = np.empty({size}{times_c}, V.dtype)
+    {hoisted}
     for t in range(repeats - 1, first - 1, -1):
         o = t * delta
         {again}
-        GT[:] = 0.0
         {reverse}
 '''
 
 
 def _functions(body, points):
-    fwd, again, rev, clear = _body(body, points)
+    fwd, again, rev, clear, hoisted = _body(body, points)
     join = "\n        ".join
+    hoisted = "\n    ".join(hoisted) or "pass"
     return _FUNCTIONS.replace("{suffix}", "_points" if points else "").replace(
         "{points}", ", C" if points else "").replace("{times_c}", " * C" if points else "") \
         .replace("{size}", str(max(body.size, 1))).replace("{forward}", join(fwd)).replace(
             "{again}", join(again) or "pass").replace("{reverse}", join(rev) or "pass") \
-        .replace("{clear}", join(clear) or "pass")
+        .replace("{clear}", join(clear) or "pass").replace("{hoisted}", hoisted)
 
 
 _compiled = {}
