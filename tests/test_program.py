@@ -147,8 +147,8 @@ def test_compiled_pickles_and_runs_in_a_process_pool():
     assert copy.f is pendulum and copy.traces == 2
     np.testing.assert_array_equal(copy.hessian(thetas[1]).numpy(), c.hessian(thetas[1]).numpy())
     np.testing.assert_array_equal(copy.jacobian(thetas[2]).numpy(), c.grad(thetas[2]).numpy())
-    with concurrent.futures.ProcessPoolExecutor(
-            2, mp_context=multiprocessing.get_context("fork")) as pool:
+    with concurrent.futures.ProcessPoolExecutor(    # (spawn: numba's OpenMP threads
+            2, mp_context=multiprocessing.get_context("spawn")) as pool:   # do not fork)
         g, batch = pool.submit(_grad_in_worker, c, thetas).result()
     np.testing.assert_array_equal(g, c.grad(thetas[0]).numpy())
     np.testing.assert_array_equal(batch, F.vmap(c.grad)(thetas).numpy())
