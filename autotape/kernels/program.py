@@ -95,6 +95,7 @@ def lower(rows, ipool, shape_ndim, shape_start, shape_dims, shape_size, arena_ad
     divisor = [0.0][:0]
     const_slots = [np.int64(0)][:0]
     const_vals = [0.0][:0]
+    selected = np.zeros(n, np.bool_)            # rows lowered as gathers (track: sources)
     is_input = np.zeros(n, np.bool_)
     for r in in_rows:
         is_input[r] = True
@@ -130,9 +131,7 @@ def lower(rows, ipool, shape_ndim, shape_start, shape_dims, shape_size, arena_ad
                 _emit_gather(code, pool, divisor, ns, src)
                 at[t], strides[t] = ns, 1
                 ns += sz
-            _emit(code, op, out, at[0], at[1], at[2], sz, strides[0], strides[1],
-                  strides[2], 0)
-            divisor.append(1.0)
+            _emit_split(code, divisor, op, out, sz, ops, at, strides, selected, slot, track)
         elif op == RESHAPE or op == STRIDED or op == SETITEM or op == CONCAT or op == TAKE:
             if op == TAKE:                      # its indices are values, not slots
                 idx = rows[i, B]
@@ -140,6 +139,7 @@ def lower(rows, ipool, shape_ndim, shape_start, shape_dims, shape_size, arena_ad
                 for e in range(v.size):
                     track[slot[idx] + e] = v[e]
             indexing_forward(tracked, i)
+            selected[i] = True
             src = np.empty(sz, np.int64)
             for k in range(sz):
                 src[k] = np.int64(track[out + k])
@@ -280,6 +280,48 @@ def _emit(code, op, out, a, b, c, n, sa, sb, sc, p):
     code.append(sb)
     code.append(sc)
     code.append(p)
+
+
+MAX_PIECES = 4
+
+
+@register_jitable
+def _emit_split(code, divisor, op, out, n, ops, at, strides, selected, slot, track):
+    """An elementwise instruction. An operand that is a gather (a roll, a slice, a
+    concatenation) is read at its sources instead, in as many pieces (up to MAX_PIECES)
+    as its sources run in contiguous stretches: the gather itself is then unused, and
+    dropped, in both directions."""
+    src = np.empty((3, n), np.int64)
+    for t in range(3):
+        for k in range(n):
+            src[t, k] = at[t] + k * strides[t]
+        r = ops[t]
+        if r >= 0 and strides[t] == 1 and selected[r] and at[t] == slot[r]:
+            for k in range(n):
+                src[t, k] = np.int64(track[slot[r] + k])
+    pieces = 1
+    for k in range(1, n):
+        for t in range(3):
+            if strides[t] == 1 and src[t, k] != src[t, k - 1] + 1:
+                pieces += 1
+                break
+    if pieces > MAX_PIECES:
+        for t in range(3):
+            for k in range(n):
+                src[t, k] = at[t] + k * strides[t]
+    first = 0
+    for k in range(1, n + 1):
+        cut = k == n
+        if not cut and pieces <= MAX_PIECES:
+            for t in range(3):
+                if strides[t] == 1 and src[t, k] != src[t, k - 1] + 1:
+                    cut = True
+        if cut:
+            _emit(code, op, out + first, src[0, first] if at[0] >= 0 else -1,
+                  src[1, first] if at[1] >= 0 else -1, src[2, first] if at[2] >= 0 else -1,
+                  k - first, strides[0], strides[1], strides[2], 0)
+            divisor.append(1.0)
+            first = k
 
 
 @register_jitable
