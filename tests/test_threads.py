@@ -226,3 +226,18 @@ def test_compiled_calls_record_in_their_own_thread():
             assert r == [[3.0 * i * i] * 3 for i in range(50)]
         else:
             assert r == [scalar_chain(k, 200)] * 5
+
+
+def test_many_point_calls_from_threads():
+    """vmap of one compiled function from several threads: each call's parallel
+    kernel (or its Python-thread chunks) gives the serial answer."""
+    import autotape.func as F
+    c = at.compile(pendulum, np.array([0.5, 0.1, 0.2]))
+    batches = [np.random.default_rng(k).uniform(0.1, 1.0, (40, 3)) for k in range(THREADS)]
+    serial = [F.vmap(c.grad)(b).numpy() for b in batches]
+
+    def work(k):
+        return [F.vmap(c.grad)(batches[k]).numpy() for _ in range(6)]
+    for k, results in enumerate(run_threads(work)):
+        for got in results:
+            np.testing.assert_array_equal(got, serial[k])
