@@ -104,6 +104,19 @@ def find_loop(instr):
 # at slot - base). The reverse sweep of repetition t first recomputes its temporaries
 # from the kept values, so a long loop stores only what crosses repetitions.
 
+def _reads_back(op):
+    """The columns whose values an instruction's VJP reads (I_OUT: its own)."""
+    if op == COPY or op == ADD or op == SUB or passes_nothing(op):
+        return ()
+    if op == MUL:
+        return (I_A, I_A + 1)
+    if op <= UNARY_LAST:
+        return (I_A, I_OUT)
+    if op == WHERE:
+        return (I_A + 2,)
+    return (I_A, I_A + 1, I_OUT)
+
+
 class _Body:
     """One repetition's instructions and where each slot lives (see above)."""
 
@@ -133,7 +146,26 @@ class _Body:
         for e, q in writes.items():
             if e + last in read_after:
                 kept.add(q)
+        # An operand may span the outputs of several instructions (the pieces of a
+        # split op): they all live in V or all in T, so that one reference reads it.
+        changed = True
+        while changed:
+            changed = False
+            for q in body:
+                for col in (I_A, I_A + 1, I_A + 2):
+                    owners = {writes[e] for e in self._elements(q, col) if e in writes}
+                    if len(owners) > 1 and owners & kept and not owners <= kept:
+                        kept |= owners
+                        changed = True
         self.temporary = {q for q in body if q not in kept}
+        # The temporaries the reverse sweep recomputes: those a VJP reads, and theirs.
+        need = {writes[e] for q in body for col in _reads_back(int(instr[q, I_OP]))
+                for e in self._elements(q, col) if e in writes} & self.temporary
+        for q in reversed(body):
+            if q in need:
+                need |= {writes[e] for col in (I_A, I_A + 1, I_A + 2)
+                         for e in self._elements(q, col) if e in writes} & self.temporary
+        self.recomputed = need
         self.size = delta
 
     def ref(self, q, col, k, adjoint=False, points=False):
@@ -147,6 +179,15 @@ class _Body:
         else:
             name, index = ("G" if adjoint else "V"), f"{c}{' + o' if moved else ''}{k}"
         return f"{name}[({index}) * C + j]" if points else f"{name}[{index}]"
+
+    def _elements(self, q, col):
+        """The slots instruction q's operand ``col`` reads when it moves with the
+        repetitions (none when fixed or absent)."""
+        c = int(self.instr[q, col])
+        if c < 0 or int(self.instr[q + self.period, col]) == c:
+            return ()
+        stride = 1 if int(self.instr[q, I_OP]) == COPY else int(self.instr[q, I_SA + col - I_A])
+        return range(c, c + (int(self.instr[q, I_N]) if stride else 1))
 
     def _owner(self, c):
         for q in range(self.start, self.start + self.period):
@@ -238,7 +279,8 @@ def _body(body, points):
             hoisted.extend(lines)               # (a temporary: nothing to clear)
         elif q in body.temporary:
             fwd.extend(lines)
-            again.extend(lines)
+            if q in body.recomputed:
+                again.extend(lines)
         else:
             fwd.extend(lines)
             out = int(instr[q, I_OUT])
