@@ -13,8 +13,9 @@ from .kernels.elementwise import passes_nothing
 from .kernels.loops import find_loop, loop_kernels
 from .kernels.program import (COPY, GATHER, I_A, I_N, I_OP, I_OUT, I_P, I_SA, LOWERED,
                               SCATTER_ADD, forward_range, forward_range_points, live_sets,
-                              lower, reverse_range, reverse_range_points, run_points,
-                              run_points_parallel)
+                              load_chunk, lower, reverse_range, reverse_range_points,
+                              run_points, run_points_parallel, seed_adjoints,
+                              store_adjoints, store_values)
 from .thread_state import here
 
 
@@ -164,12 +165,7 @@ class LeanProgram:
         one = C == 1
         forward, reverse, clear = self.loop_kernels[0 if one else 1]
         first_slot, last_slot = self.loop_slots
-        m = min(C, X.shape[0] - p0)
-        V2, G2 = V.reshape(-1, C), G.reshape(-1, C)            # (slots, points)
-        V2[self.const_slots] = self.const_vals[:, None]
-        points = X[p0:p0 + m]
-        V2[self.in_slots, :m] = points.T
-        V2[self.in_slots, m:] = points[-1:].T
+        load_chunk(V, C, self.const_slots, self.const_vals, self.in_slots, X, p0)
         code = (self.instr, self.pool, self.divisor)
         extra = () if one else (C,)
 
@@ -190,22 +186,20 @@ class LeanProgram:
         else:
             interpret(start, end)
         interpret(end, count)
-        values[p0:p0 + m] = V2[self.out_slots, :m].T
+        store_values(V, C, self.out_slots, values, p0)
         for o in range(len(compiled)):
             if compiled[o]:                    # (the loop's temporaries have no adjoint)
-                G2[:first_slot] = 0.0
-                G2[last_slot:] = 0.0
                 clear(G, delta, 0, repeats, *extra)
+                seed_adjoints(G, C, first_slot, last_slot, self.out_slots[o])
             else:
-                G[:] = 0.0
-            G2[self.out_slots[o]] = 1.0
+                seed_adjoints(G, C, self.nslots, self.nslots, self.out_slots[o])
             sweep(o, end, count)
             if compiled[o]:
                 reverse(V, G, delta, 0, repeats, *extra)
             else:
                 sweep(o, start, end)
             sweep(o, 0, start)
-            jac[p0:p0 + m, o] = G2[self.in_slots, :m].T
+            store_adjoints(G, C, self.in_slots, jac, p0, o)
 
     def _loop_reached(self, live, start, end):
         """Whether the compiled body may sweep for this output: every instruction of

@@ -650,3 +650,44 @@ def live_sets(instr, pool, nslots, out_slots):
                     if r >= 0:
                         mark[r] = 1
     return live
+
+
+# ---- around a compiled loop (program.py): a chunk's inputs in, results out ----------------
+
+@cached_njit()
+def load_chunk(V, C, const_slots, const_vals, in_slots, X, p0):
+    """Constants and the points p0 .. p0 + C - 1 of X into V (a short last chunk repeats
+    its last point)."""
+    m = min(C, X.shape[0] - p0)
+    for k in range(const_slots.size):
+        for j in range(C):
+            V[const_slots[k] * C + j] = const_vals[k]
+    for e in range(in_slots.size):
+        for j in range(C):
+            V[in_slots[e] * C + j] = X[p0 + min(j, m - 1), e]
+
+
+@cached_njit()
+def store_values(V, C, out_slots, values, p0):
+    m = min(C, values.shape[0] - p0)
+    for o in range(out_slots.size):
+        for j in range(m):
+            values[p0 + j, o] = V[out_slots[o] * C + j]
+
+
+@cached_njit()
+def seed_adjoints(G, C, first, last, out_slot):
+    """Zero the adjoints outside a loop's slots [first, last) (the loop's own kept
+    slots are its ``clear``'s), then seed one output with ones."""
+    G[:first * C] = 0.0
+    G[last * C:] = 0.0
+    for j in range(C):
+        G[out_slot * C + j] = 1.0
+
+
+@cached_njit()
+def store_adjoints(G, C, in_slots, jac, p0, o):
+    m = min(C, jac.shape[0] - p0)
+    for e in range(in_slots.size):
+        for j in range(m):
+            jac[p0 + j, o, e] = G[in_slots[e] * C + j]
