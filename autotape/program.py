@@ -63,7 +63,7 @@ class LeanProgram:
         p.out_slots = _slots(tape, slot, out_rows)
         p.live = None
         p.loop = find_loop(instr)           # (start, period, repeats, delta) or None
-        p.loop_kernels = None               # compiled after COMPILE_LOOP_AFTER calls
+        p.loop_kernels = p.loop_slots = None    # compiled after COMPILE_LOOP_AFTER calls
         p.calls = 0
         return p
 
@@ -74,7 +74,8 @@ class LeanProgram:
     def __setstate__(self, state):
         for name, value in state.items():
             setattr(self, name, value)
-        self.loop_kernels, self.calls = None, 0
+        self.loop_kernels = self.loop_slots = None
+        self.calls = 0
 
     def run(self, X, jacobian=False):
         """Values (B, outputs) at the points X (B, inputs) and, with ``jacobian``, d
