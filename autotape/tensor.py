@@ -153,6 +153,12 @@ class Tensor(Traced):
         return v
 
     def __array__(self, dtype=None, copy=None):
+        """numpy's implicit conversion (np.array(t), np.asarray(t), a list of tensors, an
+        element assignment ``out[i] = t``): refused for a tensor that requires grad, as
+        torch refuses it, because the result would silently leave the graph. ``.numpy()``
+        and ``.detach()`` say so explicitly."""
+        if self.requires_grad:
+            raise RuntimeError(REQUIRES_GRAD_NUMPY_MSG)
         a = self.numpy()
         if dtype is not None and a.dtype != dtype:
             return a.astype(dtype)
@@ -239,6 +245,8 @@ NON_LEAF_GRAD_MSG = (
     "non-leaf Tensor. If you access the non-leaf Tensor by mistake, make sure you access "
     "the leaf Tensor instead.")
 LEAF_INPLACE_MSG = "a leaf Variable that requires grad is being used in an in-place operation."
+REQUIRES_GRAD_NUMPY_MSG = ("Can't call numpy() on Tensor that requires grad. Use "
+                           "tensor.detach().numpy() instead.")
 LEAF_VIEW_INPLACE_MSG = ("a view of a leaf Variable that requires grad is being used in an "
                       "in-place operation.")
 NONLEAF_NO_GRAD_INPLACE_MSG = (

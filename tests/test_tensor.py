@@ -164,7 +164,24 @@ def test_numpy_of_a_tensor_that_requires_grad_is_read_only():
         x.numpy()[0] = 5.0
     y = x * 2
     with pytest.raises(ValueError, match="read-only"):
-        np.asarray(y)[0] = 5.0
+        y.numpy()[0] = 5.0
+
+
+def test_numpy_never_converts_a_tensor_that_requires_grad_silently():
+    """np.array of tensors, np.asarray, an element assignment: torch's error, not a
+    plain array that has left the graph."""
+    x = at.tensor([1.0, 2.0], requires_grad=True)
+    a, b = x[0], x[1]
+    message = "Can't call numpy\\(\\) on Tensor that requires grad"
+    with pytest.raises(RuntimeError, match=message):
+        np.array([a * 2, b ** 2])
+    with pytest.raises(RuntimeError, match=message):
+        np.asarray(x * 2)
+    out = np.empty(3)
+    with pytest.raises(RuntimeError, match=message):
+        out[:2] = x * 3                        # (out[0] = a * 3 is float(), as in torch)
+    assert np.array_equal(np.asarray((x * 2).detach()), [2.0, 4.0])   # said explicitly
+    assert np.asarray(at.grad((x * x).sum(), x)[0]).tolist() == [2.0, 4.0]
 
 
 def test_in_place_on_non_leaf_under_no_grad_is_refused():
