@@ -51,7 +51,7 @@ class LeanProgram:
         args, held = tape.kernel_args()
         rows, ipool, ndim, start, dims, size, arena, _, big, _ = args
         in_rows, out_rows = np.asarray(in_rows, np.int64), np.asarray(out_rows, np.int64)
-        (status, _, instr, pool, divisor, slot, nslots, const_slots,
+        (status, _, instr, pool, divisor, in_slots, out_slots, nslots, const_slots,
          const_vals) = lower(rows, ipool, ndim, start, dims, size, arena, big, in_rows,
                              out_rows, DGEMM)
         if status != LOWERED:
@@ -59,8 +59,7 @@ class LeanProgram:
         p = cls.__new__(cls)
         p.instr, p.pool, p.divisor, p.nslots = instr, pool, divisor, int(nslots)
         p.const_slots, p.const_vals = const_slots, const_vals
-        p.in_slots = _slots(tape, slot, in_rows)
-        p.out_slots = _slots(tape, slot, out_rows)
+        p.in_slots, p.out_slots = in_slots, out_slots
         p.live = None
         p.loop = find_loop(instr)           # (start, period, repeats, delta) or None
         p.loop_kernels = p.loop_slots = None    # compiled after COMPILE_LOOP_AFTER calls
@@ -258,9 +257,3 @@ def _scratch(size, dtype):
     if POISON_SCRATCH:
         buf.fill(np.nan)                   # (tests: a value read before written is nan)
     return buf
-
-
-def _slots(tape, slot, rows):
-    """The slots of every element of ``rows``, one row after another."""
-    parts = [slot[r] + np.arange(tape.size(int(r)), dtype=np.int64) for r in rows]
-    return np.concatenate(parts) if parts else np.zeros(0, np.int64)

@@ -48,8 +48,9 @@ LOWERED, UNSUPPORTED = 0, 1
 def lower(rows, ipool, shape_ndim, shape_start, shape_dims, shape_size, arena_addr,
           big_addr, in_rows, out_rows, dgemm):
     """Lower the rows ``out_rows`` need into instructions. Returns (status, detail,
-    instructions, pool, divisor per instruction, slot of each row (-1: none), slot
-    count, const slots, their values): status UNSUPPORTED names the row in detail."""
+    instructions, pool, divisor per instruction, the slots of the inputs' and the
+    outputs' elements, slot count, const slots, their values): status UNSUPPORTED names
+    the row in detail."""
     n = rows.shape[0]
     none = np.zeros(1, np.int64)
     touched = np.zeros((1, 1), np.bool_)
@@ -164,7 +165,7 @@ def lower(rows, ipool, shape_ndim, shape_start, shape_dims, shape_size, arena_ad
         else:
             lane[0] = rows2[0, 0] + big2[0] + np.int64(track[0]) + touched[0, 0]
             return (UNSUPPORTED, i, np.zeros((0, WIDTH), np.int64), none, np.zeros(0),
-                    slot, ns, none, np.zeros(0))
+                    none, none, ns, none, np.zeros(0))
     # the owners of the contexts' borrowed arrays live to here (numba frees a local
     # after its last use, and the contexts do not count as uses)
     lane[0] = rows2[0, 0] + big2[0] + np.int64(track[0]) + touched[0, 0]
@@ -174,7 +175,7 @@ def lower(rows, ipool, shape_ndim, shape_start, shape_dims, shape_size, arena_ad
         for c in range(WIDTH):
             instr[q, c] = code[q * WIDTH + c]
     pool_arr = _ints(pool)
-    keep = _used(instr, pool_arr, ns, out_slot_list(slot, out_rows, real))
+    keep = _used(instr, pool_arr, ns, _row_slots(slot, out_rows, real))
     instr, divisor_arr = instr[keep], _floats(divisor)[keep]
     # Number again only the slots the kept instructions, inputs and outputs touch.
     marked = np.zeros(ns + 1, np.bool_)
@@ -215,18 +216,20 @@ def lower(rows, ipool, shape_ndim, shape_start, shape_dims, shape_size, arena_ad
     for i in range(slot.size):
         if slot[i] >= 0:
             slot[i] = renumber[slot[i]] if marked[slot[i]] else -1
-    return (LOWERED, 0, instr, pool_arr, divisor_arr, slot, np.int64(marked[:ns].sum()),
-            cs[:kept], cv[:kept])
+    return (LOWERED, 0, instr, pool_arr, divisor_arr, _row_slots(slot, in_rows, real),
+            _row_slots(slot, out_rows, real), np.int64(marked[:ns].sum()), cs[:kept],
+            cv[:kept])
 
 
 @register_jitable
-def out_slot_list(slot, out_rows, ctx):
+def _row_slots(slot, rows, ctx):
+    """The slots of every element of ``rows``, one row after another."""
     n = 0
-    for r in out_rows:
+    for r in rows:
         n += size_of(ctx, r)
     out = np.empty(n, np.int64)
     n = 0
-    for r in out_rows:
+    for r in rows:
         for e in range(size_of(ctx, r)):
             out[n] = slot[r] + e
             n += 1
