@@ -38,6 +38,32 @@ def grad(outputs, inputs, grad_outputs=None, retain_graph=None, create_graph=Fal
     (tensor([[2., 0.],
             [0., 4.]]),)
     """
+    return _grad(outputs, inputs, grad_outputs, retain_graph, create_graph, allow_unused,
+                 is_grads_batched, materialize_grads, None)
+
+
+def transform_grad(outputs, inputs, grad_outputs, is_grads_batched=False, own=()):
+    """``grad(..., retain_graph=True, allow_unused=True, materialize_grads=True)`` for a
+    transform of autotape.func: recorded (create_graph) exactly when the outputs also
+    depend on a tensor requiring grad other than ``inputs``, a variable of an enclosing
+    transform or of the user's own graph, so that an outer derivative sees the inner
+    one's dependence on it (no perturbation confusion). The fast unrecorded sweep
+    finds out: it reaches every such leaf. ``own``: more leaves of the transform itself,
+    not counted as others. Returns (gradients, whether recorded)."""
+    others = []
+    found = _grad(outputs, inputs, grad_outputs, True, False, True, is_grads_batched, True,
+                  others)
+    mine = {id(t) for t in own}
+    if not any(id(t) not in mine for t in others):
+        return found, False
+    return _grad(outputs, inputs, grad_outputs, True, True, True, is_grads_batched, True,
+                 None), True
+
+
+def _grad(outputs, inputs, grad_outputs, retain_graph, create_graph, allow_unused,
+          is_grads_batched, materialize_grads, others):
+    """grad; ``others``, a list: the leaves requiring grad, other than the inputs, that
+    the sweep reached are appended to it."""
     outputs = _tensor_tuple(outputs)
     keys = None
     if isinstance(inputs, dict):
@@ -67,7 +93,8 @@ def grad(outputs, inputs, grad_outputs=None, retain_graph=None, create_graph=Fal
     elif create_graph:
         found = _run_recorded(outputs, given, inputs, retain)
     else:
-        found = _run(outputs, grads, inputs, retain, lanes=lanes if is_grads_batched else 0)
+        found = _run(outputs, grads, inputs, retain, lanes=lanes if is_grads_batched else 0,
+                     others=others)
     result = []
     for k, t in enumerate(inputs):
         g = found[k]
@@ -274,11 +301,13 @@ def _recorded_grad(g, t):
 
 # ---- the run: sweep tapes newest first ----------------------------------------------------
 
-def _run(outputs, grads, inputs, retain, accumulate=False, lanes=0):
+def _run(outputs, grads, inputs, retain, accumulate=False, lanes=0, others=None):
     """Sweep every tape the outputs reach. With ``inputs``, return their gradients as
     float64 arrays (None where unused); with ``accumulate``, add the gradient of every
     reached leaf that requires grad into its ``.grad``. ``lanes=K`` (K >= 1): every
-    gradient carries K cotangents on a leading axis, and so does every result."""
+    gradient carries K cotangents on a leading axis, and so does every result.
+    ``others``: a list to which the reached leaves that require grad and are not among
+    ``inputs`` are appended."""
     batched = lanes > 0
     lanes = max(lanes, 1)
     seeds = {}                  # tape -> [(row, gradient)]
@@ -328,6 +357,10 @@ def _run(outputs, grads, inputs, retain, accumulate=False, lanes=0):
         for leaf, g in leaf_grads.values():
             if leaf._requires_grad:
                 _accumulate(leaf, g.reshape(leaf.shape))
+    if others is not None:
+        mine = {id(t) for t in inputs}
+        others.extend(leaf for leaf, _ in leaf_grads.values()
+                      if leaf._requires_grad and id(leaf) not in mine)
     if inputs is None:
         return None
     lead = (lanes,) if batched else ()

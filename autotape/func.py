@@ -9,14 +9,16 @@ Tensors, numpy arrays, Python numbers, or tuples / lists / dicts of them.
 
 Transforms nest: an argument that already requires grad (a leaf of an outer transform,
 or a user's tensor) is differentiated in place with ``create_graph=True``, so the
-result stays differentiable, as torch.func does.
+result stays differentiable, as torch.func does. So is a function that closes over
+such a tensor: ``grad(lambda x: x * grad(lambda y: x * y)(2.0))(1.0)`` is 2, because
+the inner derivative is recorded once its sweep finds that it reached x.
 
 >>> at.func.grad(lambda x: (x ** 3).sum())(at.tensor([1.0, 2.0]))
 tensor([ 3., 12.])
 """
 import numpy as np
 
-from .engine import grad as _grad
+from .engine import grad as _grad, transform_grad
 from .grad_mode import enable_grad
 from .ops.indexing import stack
 from .tensor import Tensor, new_leaf
@@ -117,13 +119,14 @@ class _Call:
         self.single = isinstance(argnums, int)
         self.nums = _argnums_tuple(argnums, len(args), name)
         args = list(args)
-        self.rebuilds, self.inputs, self.counts = [], [], []
+        self.rebuilds, self.inputs, self.counts, self.fresh = [], [], [], []
         # Derivatives stay differentiable when an input came in requiring grad.
         self.create_graph = False
         for a in self.nums:
             leaves, rebuild = flatten(args[a])
             tracked = [_tracked(v, name) for v in leaves]
             self.create_graph |= any(t is v for t, v in zip(tracked, leaves))
+            self.fresh.extend(t for t, v in zip(tracked, leaves) if t is not v)
             args[a] = rebuild(tracked)
             self.rebuilds.append(rebuild)
             self.inputs.extend(tracked)
@@ -137,6 +140,13 @@ class _Call:
                                    "a tuple: (output, aux) if has_aux is True")
             result, self.aux = result
         self.out = result
+
+    def retire(self, *more):
+        """The transform is done: its own leaves stop requiring grad, so that a sweep of
+        an enclosing transform that passes through them does not take them for
+        variables of its own (see transform_grad)."""
+        for t in self.fresh + list(more):
+            t.requires_grad_(False)
 
     def per_argnum(self, per_input):
         """Regroup one value per tracked input into the arguments' structures."""
@@ -155,9 +165,12 @@ class _Call:
             return [_zeros(lead + t.shape, t) for t in self.inputs]
         outs, cots = zip(*usable)
         with enable_grad():
-            return list(_grad(outs, self.inputs, cots, create_graph=self.create_graph,
-                              retain_graph=True, allow_unused=True,
-                              materialize_grads=True, is_grads_batched=batched))
+            if self.create_graph:
+                return list(_grad(outs, self.inputs, cots, create_graph=True,
+                                  retain_graph=True, allow_unused=True,
+                                  materialize_grads=True, is_grads_batched=batched))
+            found, self.create_graph = transform_grad(outs, self.inputs, cots, batched)
+            return list(found)
 
 
 def _zeros(shape, like):
@@ -205,6 +218,7 @@ def value_and_grad(f, argnums=0, has_aux=False):
         g = call.per_argnum(call.derivatives([out], [new_leaf(np.ones(out.shape), out.shape,
                                                             np.dtype(np.float64))]))
         value = out if call.create_graph else out.detach()
+        call.retire()
         return ((value, call.aux) if has_aux else value), g
     return value_and_grad_f
 
@@ -291,6 +305,7 @@ def jacrev(f, argnums=0, has_aux=False):
         call = _Call(f, args, argnums, has_aux, "jacrev")
         outs, rebuild = _outputs(call.out, "jacrev")
         jac = _jacobian_rows(call, outs)
+        call.retire()
         result = rebuild([call.per_argnum(per_input) for per_input in jac])
         return (result, call.aux) if has_aux else result
     return jacrev_f
@@ -362,11 +377,15 @@ def jvp(f, primals, tangents, has_aux=False):
             pairs = [(g, t) for g, t in zip(gs, tans) if g is not None]
         if pairs:
             gs, ts = zip(*pairs)
-            jt = _grad(gs, us, ts, allow_unused=True, materialize_grads=True,
-                       create_graph=call.create_graph, retain_graph=True)
+            if call.create_graph:
+                jt = _grad(gs, us, ts, allow_unused=True, materialize_grads=True,
+                           create_graph=True, retain_graph=True)
+            else:
+                jt, call.create_graph = transform_grad(gs, us, ts, own=call.inputs)
         else:
             jt = [_zeros(o.shape, o) for o in outs]
     out = call.out if call.create_graph else _detached(call.out)
+    call.retire(*us)
     jt = rebuild([j.astype(o.dtype) if j.dtype != o.dtype else j for j, o in zip(jt, outs)])
     return (out, jt, call.aux) if has_aux else (out, jt)
 
@@ -385,6 +404,7 @@ def hvp(f, primals, tangents):
     value, grads = call.out[0], flatten(list(call.out[1:]))[0]   # leaves, inputs' order
     tans = _tangent_tensors(call, tangents, "hvp")
     hv = call.per_argnum(call.derivatives(grads, tans))
+    call.retire()
     hv = tuple(hv) if len(primals) > 1 else hv[0]
     return (value if call.create_graph else value.detach()), hv
 

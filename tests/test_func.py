@@ -334,3 +334,49 @@ def test_hvp_with_pytree_primals():
     # d2/da2 = 2b, d2/dadb = 2a: H t for a-part = 2b*ta + 2a*tb; b-part = 2a*ta
     assert hp["a"].tolist() == [6.0, 4.0] and hp["b"].tolist() == [2.0, 0.0]
     assert hs.item() == 12.0
+
+
+# ---- nested transforms that close over an outer variable (perturbation confusion) --------
+
+@pytest.mark.parametrize("f, x, expected", [
+    # d/dx [x * d/dy (x y)] = d/dx x^2 = 2x
+    (lambda x: x * F.grad(lambda y: x * y)(2.0), 1.0, 2.0),
+    # d/dx d/dy d/dz (x^2 y z) = 2x, a third derivative through two closures
+    (lambda x: F.grad(lambda y: F.grad(lambda z: x * x * y * z)(3.0))(2.0), 1.5, 3.0),
+    # d/dx d^2/dy^2 (x y^3) at y = 3 = 18
+    (lambda x: F.hessian(lambda y: x * y ** 3)(3.0), 1.0, 18.0),
+    (lambda x: F.jacrev(lambda y: x * y * y)(3.0), 1.0, 6.0),
+    (lambda x: F.jvp(lambda y: x * y * y, (3.0,), (1.0,))[1], 1.0, 6.0),
+    (lambda x: F.vjp(lambda y: x * y, 2.0)[1](1.0)[0], 1.0, 1.0),
+    (lambda x: F.value_and_grad(lambda y: x * y * y)(2.0)[0], 3.0, 4.0),
+    (lambda x: F.hvp(lambda y: x * y ** 3, (2.0,), (1.0,))[1], 1.0, 12.0),
+    # at.grad with create_graph inside a transform
+    (lambda x: at.grad(x ** 3, x, create_graph=True)[0], 2.0, 12.0),
+])
+def test_nested_transforms_closing_over_outer_values_are_exact(f, x, expected):
+    assert float(F.grad(f)(x)) == pytest.approx(expected, rel=1e-12)
+
+
+def test_inner_transform_over_a_user_tensor_stays_differentiable():
+    x = at.tensor(2.0, requires_grad=True)
+    inner = F.grad(lambda y: x * y * y)(3.0)          # 2 x y = 12
+    assert float(inner) == 12.0
+    assert float(at.grad(inner, x)[0]) == 6.0
+
+
+def test_unnested_transforms_return_plain_results():
+    g = F.grad(lambda x: F.grad(lambda y: y ** 3)(x) * 1.0)(2.0)   # d/dx 3x^2 = 12
+    assert float(g) == 12.0 and not g.requires_grad
+    h = F.grad(lambda y: (y ** 2).sum())(at.tensor([1.0, 2.0]))
+    assert not h.requires_grad
+
+
+def test_nested_closure_matches_jax():
+    jax = pytest.importorskip("jax")
+    jax.config.update("jax_enable_x64", True)
+
+    def f(lib, g):
+        return lambda x: g(lambda y: lib.sin(x * y) * y)(0.7) * x
+    ours = F.grad(f(at, F.grad))(1.3)
+    theirs = jax.grad(f(jax.numpy, jax.grad))(1.3)
+    assert float(ours) == pytest.approx(float(theirs), rel=1e-12)
