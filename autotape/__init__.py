@@ -9,10 +9,13 @@ compiled by numba. Semantics follow torch.autograd; the op namespace follows num
 
 This module re-exports the public names; ARCHITECTURE.md says where each lives.
 """
+import numpy as np
+
 from . import tensor_methods  # noqa: F401  (attaches Tensor's operators and methods)
-from . import func, linalg
+from . import autograd, func, linalg
 from .compile import Compiled, compile
-from .creation import arange, eye, full, linspace, ones, ones_like, tensor, zeros, zeros_like
+from .creation import (arange, eye, full, linspace, manual_seed, ones, ones_like, rand, randn,
+                       tensor, zeros, zeros_like)
 from .engine import backward, grad
 from .functions.products import *  # noqa: F401,F403
 from .functions.shaping import *  # noqa: F401,F403
@@ -36,9 +39,15 @@ from .tensor import Tensor
 
 __version__ = "0.1.0"
 
+# dtype names as torch spells them (numpy's types: at.float32 == np.float32)
+float32, float64, int32, int64 = np.float32, np.float64, np.int32, np.int64
+globals().update({"float": np.float32, "double": np.float64, "long": np.int64,
+                  "bool": np.bool_})
+
 __all__ = [
     "Tensor", "tensor", "as_tensor", "zeros", "ones", "zeros_like", "ones_like", "full",
-    "eye", "arange", "linspace",
+    "eye", "arange", "linspace", "manual_seed", "rand", "randn", "autograd",
+    "float32", "float64", "int32", "int64",
     "grad", "backward", "gradcheck", "gradgradcheck", "GradcheckError", "no_grad",
     "enable_grad", "set_grad_enabled", "is_grad_enabled",
     "where", "clip", "sum", "mean", "max", "min", "amax", "amin", "prod", "cumsum", "cumprod",

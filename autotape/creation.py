@@ -1,4 +1,6 @@
-"""Making tensors: from data, and numpy-style factories."""
+"""Making tensors: from data, numpy-style factories, and torch's random ones."""
+import threading
+
 import numpy as np
 
 from .tensor import Tensor, canonical, new_leaf, tensor_from
@@ -86,3 +88,34 @@ def arange(*args, dtype=None, requires_grad=False):
 def linspace(start, stop, num=50, dtype=None, requires_grad=False):
     a = np.linspace(start, stop, num, dtype=_dtype(dtype))
     return _finish(new_leaf(*canonical(a)), requires_grad)
+
+
+# ---- random tensors, torch's spelling: one generator for the process, as torch's default
+# generator (numpy's Generator takes its own lock per call, so threads may share it).
+
+_generator = [np.random.default_rng()]
+_generator_lock = threading.Lock()
+
+
+def manual_seed(seed):
+    """Seed the generator behind rand and randn (torch.manual_seed).
+
+    >>> _ = at.manual_seed(0); a = at.rand(2); _ = at.manual_seed(0)
+    >>> bool((at.rand(2) == a).all())
+    True
+    """
+    with _generator_lock:
+        _generator[0] = np.random.default_rng(int(seed))
+    return _generator[0]
+
+
+def rand(*shape, dtype=None, requires_grad=False):
+    """Uniform samples on [0, 1): ``rand(2, 3)`` or ``rand((2, 3))``."""
+    a = _generator[0].random(_shape(shape))
+    return _finish(new_leaf(*canonical(a.astype(_dtype(dtype) or np.float64))), requires_grad)
+
+
+def randn(*shape, dtype=None, requires_grad=False):
+    """Standard normal samples: ``randn(2, 3)`` or ``randn((2, 3))``."""
+    a = _generator[0].standard_normal(_shape(shape))
+    return _finish(new_leaf(*canonical(a.astype(_dtype(dtype) or np.float64))), requires_grad)

@@ -39,7 +39,7 @@ class Tensor(Traced):
     tensor([10.,  6.])
     """
     __slots__ = ("_value", "_shape", "_dtype", "_tape", "_row", "_requires_grad",
-                 "_grad", "_retains_grad", "_cache", "__weakref__")
+                 "_grad", "_retains_grad", "_cache", "_data_of", "__weakref__")
 
     # -- attributes ------------------------------------------------------------------------
 
@@ -169,6 +169,57 @@ class Tensor(Traced):
         return new_leaf(self.numpy() if self.requires_grad else self._value, self._shape,
                       self._dtype)
 
+    def detach_(self):
+        """Make this tensor a leaf that does not require grad, in place; returns self.
+
+        >>> y = at.tensor([1.0], requires_grad=True) * 2
+        >>> y.detach_().requires_grad
+        False
+        """
+        if self._tape is not None:
+            v = self._value
+            self._value = v if type(v) is float else v.copy()   # the tape keeps the old
+            self._tape, self._row = None, -1
+            self._requires_grad = False
+            self._retains_grad = False
+        elif self._requires_grad:
+            self._set_requires_grad(False)
+        return self
+
+    @property
+    def data(self):
+        """torch's ``.data``: the value as a tensor that does not require grad. Changing
+        it in place (``p.data -= lr * p.grad``, ``p.data.zero_()``, ``p.data[0] = 1``)
+        changes this leaf's value without recording; tapes keep the value they
+        recorded.
+
+        >>> p = at.tensor([1.0, 2.0], requires_grad=True)
+        >>> p.data *= 2
+        >>> p
+        tensor([2., 4.], requires_grad=True)
+        """
+        d = new_leaf(self.numpy() if self.requires_grad else self._value, self._shape,
+                     self._dtype)
+        d._data_of = weakref.ref(self)
+        return d
+
+    @data.setter
+    def data(self, other):
+        other = other if isinstance(other, Tensor) else tensor_from(other)
+        self._set_data(other._value, other._shape, other._dtype)
+
+    def _set_data(self, value, shape, dtype):
+        """A new value for this leaf, untracked (``.data``), in a buffer of its own."""
+        if self._tape is not None:
+            raise RuntimeError("autotape does not change the value of a non-leaf tensor "
+                               "through .data: its graph was recorded with the old value. "
+                               "Detach it first (y = y.detach()) and change that.")
+        if self._requires_grad and dtype.kind != "f":
+            raise RuntimeError("data set to a tensor that requires gradients must be "
+                               f"floating point, not {dtype}")
+        self._value = value if type(value) is float else np.array(value, dtype, copy=True)
+        self._shape, self._dtype, self._cache = shape, dtype, None
+
     def item(self):
         """The single element as a Python number."""
         if self.size != 1:
@@ -255,6 +306,15 @@ NONLEAF_NO_GRAD_INPLACE_MSG = (
     "change. Detach it first (y = y.detach()) or do the update with grad enabled.")
 
 # ---- making tensors -------------------------------------------------------------------------
+
+def written_through(t):
+    """After ``t`` changed in place: a tensor from ``owner.data`` passes its new value
+    on to its owner (torch's shared storage, without writing a buffer a tape holds)."""
+    ref = getattr(t, "_data_of", None)
+    owner = ref() if ref is not None else None
+    if owner is not None:
+        owner._set_data(t._value, t._shape, t._dtype)
+
 
 def new_leaf(value, shape, dtype):
     """A tensor that does not require grad (and is a leaf)."""

@@ -19,7 +19,7 @@ from .ops.linalg import matmul
 from .ops.recording import cast_result
 from .ops.subscript import getitem, setitem
 from .tensor import (LEAF_INPLACE_MSG, NONLEAF_NO_GRAD_INPLACE_MSG, Tensor, array_of,
-                     new_leaf)
+                     new_leaf, written_through)
 
 
 class GradFn:
@@ -73,6 +73,7 @@ def inplace(self, op, other):
         other_value = array_of(other) if type(other) is Tensor else other
         with ignore_fp_errors():
             op.array(self._value, other_value, out=self._value)
+        written_through(self)
         return self
     if self._tape is not None and not is_grad_enabled():
         raise RuntimeError(NONLEAF_NO_GRAD_INPLACE_MSG)
@@ -87,6 +88,7 @@ def inplace(self, op, other):
                             "casting rule 'same_kind'")
         result = cast_result(result, self._dtype)
     self._become(result)
+    written_through(self)
     return self
 
 
@@ -104,6 +106,26 @@ def copy(self):
         return indexing.astype(self, self._dtype)
     v = self._value
     return new_leaf(v if type(v) is float else v.copy(), self._shape, self._dtype)
+
+
+def clone(self):
+    """torch's clone: a copy whose gradient flows back to self when self requires grad."""
+    return copy(self)
+
+
+def numel(self):
+    """The number of elements (torch's spelling of ``size``)."""
+    return self.size
+
+
+def dim(self):
+    """The number of axes (torch's spelling of ``ndim``)."""
+    return len(self._shape)
+
+
+def unsqueeze(self, dim):
+    """A size-1 axis inserted at ``dim`` (torch's spelling of expand_dims)."""
+    return shaping.expand_dims(self, dim)
 
 
 def reshape(self, *shape):
@@ -170,6 +192,9 @@ METHODS = {
     "swapaxes": shaping.swapaxes, "dot": products.dot, "take": shaping.take,
     "repeat": shaping.repeat, "copy": copy, "conj": conj, "conjugate": conj, "zero_": zero_,
     "reshape": reshape, "astype": indexing.astype, "transpose": transpose,
+    "clone": clone, "numel": numel, "dim": dim, "unsqueeze": unsqueeze,
+    "logsumexp": statistics.logsumexp, "softmax": statistics.softmax,
+    "log_softmax": statistics.log_softmax, "norm": statistics.norm,
     # every elementwise op of the table: x.log1p(), x.arctan2(y), ...
     **{op.name: elementwise.unary_functions[code]
        for code, op in elementwise.unary_ops.items()},

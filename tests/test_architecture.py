@@ -21,7 +21,7 @@ LAYERS = [
     ["functions.*", "linalg"],
     ["engine", "graph_backward"],
     ["numpy_dispatch", "tensor_methods"],
-    ["func", "compile", "gradcheck"],
+    ["func", "compile", "gradcheck", "autograd.*"],
     ["numpy", "__init__"],
 ]
 

@@ -11,7 +11,12 @@ from ..ops.indexing import (as_tensor, broadcast_to, c_strides, concatenate, gat
 from ..ops.reduce import normalize_axes, sum
 from ..tensor import Tensor, array_of
 
-__all__ = ["diagonal", "trace", "expand_dims", "unsqueeze", "squeeze", "ravel", "flatten", "swapaxes", "moveaxis", "flip", "split", "roll", "tile", "repeat", "pad", "triu", "tril", "take", "take_along_axis"]
+__all__ = ["cat", "diagonal", "trace", "expand_dims", "unsqueeze", "squeeze", "ravel", "flatten", "swapaxes", "moveaxis", "flip", "split", "roll", "tile", "repeat", "pad", "triu", "tril", "take", "take_along_axis"]
+
+
+def cat(tensors, dim=0, *, axis=None):
+    """torch.cat: the tensors joined along ``dim`` (numpy's concatenate)."""
+    return concatenate(tensors, dim if axis is None else axis)
 
 
 def diagonal(a, offset=0, axis1=0, axis2=1):

@@ -9,7 +9,7 @@ from numpy.lib.array_utils import normalize_axis_tuple
 from ..guards import observe
 from ..ops.elementwise import abs, exp, log, sqrt, where
 from ..ops.indexing import as_tensor, reshape
-from ..ops.reduce import amax, amin, mean, normalize_axes, sum
+from ..ops.reduce import amax, amin, mean, normalize_axes, sum, torch_axis
 from ..tensor import canonical, new_leaf
 
 __all__ = ["logsumexp", "softmax", "log_softmax", "var", "std", "average", "argmax", "argmin", "norm"]
@@ -23,12 +23,13 @@ def _shift(x, axes):
     return observe(shift, x)
 
 
-def logsumexp(x, axis=None, keepdims=False):
+def logsumexp(x, axis=None, keepdims=False, *, dim=None, keepdim=None):
     """log(sum(exp(x))) over ``axis``, without overflow. Its gradient is softmax(x).
 
     >>> at.logsumexp(at.tensor([1000.0, 1000.0])).item()
     1000.6931471805599
     """
+    axis, keepdims = torch_axis(axis, keepdims, dim, keepdim)
     x = as_tensor(x)
     axes = normalize_axes(x, axis)
     m = _shift(x, axes)
@@ -37,21 +38,32 @@ def logsumexp(x, axis=None, keepdims=False):
                                                    if d not in axes))
 
 
-def softmax(x, axis=None):
+def softmax(x, axis=None, *, dim=None):
     """exp(x) / sum(exp(x)) over ``axis`` (all axes when None, as scipy), stable."""
+    axis = torch_axis(axis, False, dim, None)[0]
     x = as_tensor(x)
     axes = normalize_axes(x, axis)
     e = exp(x - _shift(x, axes))
     return e / sum(e, axis=axes, keepdims=True)
 
 
-def log_softmax(x, axis=None):
+def log_softmax(x, axis=None, *, dim=None):
     """log(softmax(x)) over ``axis``, computed as x - logsumexp(x) (stable)."""
+    axis = torch_axis(axis, False, dim, None)[0]
     return as_tensor(x) - logsumexp(x, axis=axis, keepdims=True)
 
 
-def var(x, axis=None, ddof=0, keepdims=False):
-    """Variance over ``axis`` with numpy's default ddof=0 (torch's var is ddof=1)."""
+def var(x, axis=None, ddof=0, keepdims=False, *, dim=None, keepdim=None, correction=None,
+        unbiased=None):
+    """Variance over ``axis`` with numpy's default ddof=0. Spelled as torch (``dim=``,
+    ``correction=`` or ``unbiased=``), torch's default correction 1 applies.
+
+    >>> x = at.tensor([1.0, 2.0, 3.0, 4.0])
+    >>> at.var(x).item(), x.var(dim=0).item()
+    (1.25, 1.6666666666666667)
+    """
+    ddof = _ddof(ddof, dim, correction, unbiased)
+    axis, keepdims = torch_axis(axis, keepdims, dim, keepdim)
     x = as_tensor(x)
     axes = normalize_axes(x, axis)
     n = int(np.prod([x.shape[d] for d in axes], dtype=np.int64))
@@ -59,7 +71,19 @@ def var(x, axis=None, ddof=0, keepdims=False):
     return sum(d * d, axis=axes, keepdims=keepdims) / builtins.max(n - ddof, 0)
 
 
-def std(x, axis=None, ddof=0, keepdims=False):
+def _ddof(ddof, dim, correction, unbiased):
+    """numpy's ddof, or torch's correction (default 1 when spelled as torch)."""
+    if correction is not None and unbiased is not None:
+        raise TypeError("give correction= or unbiased=, not both")
+    if correction is not None:
+        return correction
+    if unbiased is not None:
+        return 1 if unbiased else 0
+    return 1 if dim is not None else ddof
+
+
+def std(x, axis=None, ddof=0, keepdims=False, *, dim=None, keepdim=None, correction=None,
+        unbiased=None):
     """Standard deviation, sqrt(var); the gradient is 0 where it is 0 (equal values), as
     in torch.
 
@@ -67,7 +91,8 @@ def std(x, axis=None, ddof=0, keepdims=False):
     >>> at.grad(at.std(x), x)
     (tensor([0., 0., 0.]),)
     """
-    return _safe_sqrt(var(x, axis=axis, ddof=ddof, keepdims=keepdims))
+    return _safe_sqrt(var(x, axis=axis, ddof=ddof, keepdims=keepdims, dim=dim,
+                          keepdim=keepdim, correction=correction, unbiased=unbiased))
 
 
 def average(a, axis=None, weights=None, keepdims=False):
@@ -84,14 +109,16 @@ def average(a, axis=None, weights=None, keepdims=False):
                                                         keepdims=keepdims)
 
 
-def argmax(a, axis=None, keepdims=False):
+def argmax(a, axis=None, keepdims=False, *, dim=None, keepdim=None):
     """Index of the largest element (an integer tensor: no gradient)."""
+    axis, keepdims = torch_axis(axis, keepdims, dim, keepdim)
     return new_leaf(*canonical(observe(lambda v: np.argmax(v, axis=axis, keepdims=keepdims),
                                       as_tensor(a))))
 
 
-def argmin(a, axis=None, keepdims=False):
+def argmin(a, axis=None, keepdims=False, *, dim=None, keepdim=None):
     """Index of the smallest element (an integer tensor: no gradient)."""
+    axis, keepdims = torch_axis(axis, keepdims, dim, keepdim)
     return new_leaf(*canonical(observe(lambda v: np.argmin(v, axis=axis, keepdims=keepdims),
                                       as_tensor(a))))
 
@@ -112,9 +139,11 @@ def _p_norm(x, p, axes, keepdims):
                                                    if d not in axes))
 
 
-def norm(x, ord=None, axis=None, keepdims=False):
+def norm(x, ord=None, axis=None, keepdims=False, *, dim=None, keepdim=None):
     """numpy.linalg.norm: vectors (ord None/2, 1, inf, -inf, 0 < p) and matrices
-    ('fro', 1, inf, -1, -inf). The gradient at a zero vector is 0 (torch's rule)."""
+    ('fro', 'nuc', 2, -2, 1, inf, -1, -inf). The gradient at a zero vector is 0 (torch's
+    rule)."""
+    axis, keepdims = torch_axis(axis, keepdims, dim, keepdim)
     x = as_tensor(x)
     if axis is None and ord is None:
         return _safe_sqrt(sum(x * x, keepdims=keepdims))

@@ -4,6 +4,7 @@ tier is kernels/reduce.py (whose docstring states each VJP and its exact zeros).
 import builtins
 import math
 import warnings
+from collections import namedtuple
 
 import numpy as np
 from numpy.lib.array_utils import normalize_axis_index, normalize_axis_tuple
@@ -12,8 +13,8 @@ from ..errstate import ignore_fp_errors
 from ..guards import observe
 from ..opcodes import CUMPROD, CUMSUM, MAX, MEAN, MIN, PROD, SUM
 from ..tape_format import reduce_params, reduced_axes, scan_dims, scan_params
-from ..tensor import array_of
-from .indexing import as_tensor, reshape
+from ..tensor import array_of, canonical, new_leaf
+from .indexing import as_tensor, reshape, take_flat
 from .recording import record
 
 reductions = {SUM: np.sum, MEAN: np.mean, MAX: np.max, MIN: np.min, PROD: np.prod}
@@ -34,37 +35,77 @@ def reduction(code, x, axis, keepdims):
     return record(code, z, x, params=reduce_params(axes))
 
 
-def sum(x, axis=None, keepdims=False):
+# Each reduction takes numpy's ``axis`` / ``keepdims`` and torch's ``dim`` / ``keepdim``
+# (``x.sum(dim=1, keepdim=True)``), so torch code ports unchanged.
+
+def torch_axis(axis, keepdims, dim, keepdim):
+    """(axis, keepdims) from numpy's spelling or torch's (a list of dims is a tuple)."""
+    if dim is not None:
+        if axis is not None:
+            raise TypeError("give the axis as axis= (numpy) or dim= (torch), not both")
+        axis = tuple(dim) if isinstance(dim, list) else dim
+    return axis, keepdims if keepdim is None else bool(keepdim)
+
+
+def sum(x, axis=None, keepdims=False, *, dim=None, keepdim=None):
     """Sum over ``axis`` (None: all axes; an int or a tuple of ints)."""
-    return reduction(SUM, x, axis, keepdims)
+    return reduction(SUM, x, *torch_axis(axis, keepdims, dim, keepdim))
 
 
-def mean(x, axis=None, keepdims=False):
+def mean(x, axis=None, keepdims=False, *, dim=None, keepdim=None):
     """Mean over ``axis`` (None: all axes; an int or a tuple of ints)."""
-    return reduction(MEAN, x, axis, keepdims)
+    return reduction(MEAN, x, *torch_axis(axis, keepdims, dim, keepdim))
 
 
-def max(x, axis=None, keepdims=False):
-    """Largest element over ``axis``; the gradient is split evenly among ties."""
-    return reduction(MAX, x, axis, keepdims)
+MaxMin = namedtuple("MaxMin", "values indices")
 
 
-def min(x, axis=None, keepdims=False):
-    """Smallest element over ``axis``; the gradient is split evenly among ties."""
-    return reduction(MIN, x, axis, keepdims)
+def _extreme(code, pick, x, axis, keepdims, dim, keepdim):
+    """max / min; with torch's ``dim=`` (one axis), torch's (values, indices) pair, the
+    values gathered at the indices, so the gradient goes to the picked element of a
+    tie, as in torch (numpy's spelling splits it evenly)."""
+    if dim is None:
+        return reduction(code, x, *torch_axis(axis, keepdims, None, keepdim))
+    x = as_tensor(x)
+    if axis is not None or not isinstance(dim, (int, np.integer)):
+        raise TypeError("max / min with dim= take one int dim (torch's signature)")
+    d = normalize_axis_index(int(dim), x.ndim) if x.ndim else 0
+    keep = bool(keepdim)
+    picked = observe(lambda v: pick(v, axis=d if v.ndim else None, keepdims=True), x)
+    flat = np.arange(x.size).reshape(x.shape)
+    at_index = np.take_along_axis(flat, picked, d) if x.ndim else flat
+    values = take_flat(x, at_index if keep else np.squeeze(at_index, d if x.ndim else None))
+    return MaxMin(values, tensor_of(picked if keep else np.squeeze(picked, d if x.ndim
+                                                                    else None)))
 
 
-def prod(x, axis=None, keepdims=False):
+def max(x, axis=None, keepdims=False, *, dim=None, keepdim=None):
+    """Largest element over ``axis``; the gradient is split evenly among ties. With
+    torch's ``dim=``, torch's ``(values, indices)``.
+
+    >>> at.max(at.tensor([[1.0, 5.0], [7.0, 2.0]]), dim=1)
+    MaxMin(values=tensor([5., 7.]), indices=tensor([1, 0]))
+    """
+    return _extreme(MAX, np.argmax, x, axis, keepdims, dim, keepdim)
+
+
+def min(x, axis=None, keepdims=False, *, dim=None, keepdim=None):
+    """Smallest element over ``axis``; the gradient is split evenly among ties. With
+    torch's ``dim=``, torch's ``(values, indices)``."""
+    return _extreme(MIN, np.argmin, x, axis, keepdims, dim, keepdim)
+
+
+def prod(x, axis=None, keepdims=False, *, dim=None, keepdim=None):
     """Product over ``axis``; exact gradients with zeros (see ops/reduce.py)."""
-    return reduction(PROD, x, axis, keepdims)
+    return reduction(PROD, x, *torch_axis(axis, keepdims, dim, keepdim))
 
 
-def cumsum(x, axis=None):
+def cumsum(x, axis=None, *, dim=None):
     """Cumulative sum along ``axis`` (of the flattened tensor when None)."""
-    return _scan(CUMSUM, np.cumsum, x, axis)
+    return _scan(CUMSUM, np.cumsum, x, torch_axis(axis, False, dim, None)[0])
 
 
-def cumprod(x, axis=None):
+def cumprod(x, axis=None, *, dim=None):
     """Cumulative product along ``axis`` (of the flattened tensor when None). Its
     gradient never divides by x, so it is exact where x has zeros.
 
@@ -72,7 +113,7 @@ def cumprod(x, axis=None):
     >>> at.grad(at.cumprod(x).sum(), x)
     (tensor([1., 8., 0.]),)
     """
-    return _scan(CUMPROD, np.cumprod, x, axis)
+    return _scan(CUMPROD, np.cumprod, x, torch_axis(axis, False, dim, None)[0])
 
 
 def _scan(code, np_fn, x, axis):
@@ -85,7 +126,20 @@ def _scan(code, np_fn, x, axis):
                   params=scan_params(outer, x._shape[axis], inner))
 
 
-amax, amin = max, min            # (sum, max and min shadow the builtins below: builtins.max)
+def tensor_of(value):
+    """A numpy result (an integer index, say) as a Tensor off the graph."""
+    return new_leaf(*canonical(value))
+
+
+def amax(x, axis=None, keepdims=False, *, dim=None, keepdim=None):
+    """Largest element over ``axis`` (values only, also with torch's ``dim=``)."""
+    return reduction(MAX, x, *torch_axis(axis, keepdims, dim, keepdim))
+
+
+def amin(x, axis=None, keepdims=False, *, dim=None, keepdim=None):
+    """Smallest element over ``axis`` (values only, also with torch's ``dim=``)."""
+    return reduction(MIN, x, *torch_axis(axis, keepdims, dim, keepdim))
+# (sum, max and min shadow the builtins in this module: builtins.max)
 
 
 # ---- the derivatives written with autotape ops, for create_graph=True ------------------------

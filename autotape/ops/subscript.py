@@ -10,7 +10,8 @@ import numpy as np
 from ..grad_mode import is_grad_enabled
 from ..opcodes import SETITEM
 from ..tape_format import setitem_params
-from ..tensor import LEAF_VIEW_INPLACE_MSG, NONLEAF_NO_GRAD_INPLACE_MSG, Tensor, array_of
+from ..tensor import (LEAF_VIEW_INPLACE_MSG, NONLEAF_NO_GRAD_INPLACE_MSG, Tensor, array_of,
+                      written_through)
 from .elementwise import add, where
 from .indexing import (as_tensor, broadcast_to, from_view, put_add, reshape, strided,
                        take_flat, view_pattern)
@@ -50,11 +51,13 @@ def setitem(x, index, value):
         a[index] = array_of(value) if type(value) is Tensor else value
         x._value = float(a) if (x._shape == () and x._dtype.kind == "f") else a
         x._cache = None
+        written_through(x)
         return
     if x._dtype.kind != "f":
         raise TypeError("cannot assign a tensor that requires grad into a tensor of dtype "
                         f"{x._dtype}")
     x._become(_assign_advanced(x, index, value) if advanced else _assign(x, index, value))
+    written_through(x)
 
 
 def _assign(x, index, value):
