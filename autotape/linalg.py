@@ -8,8 +8,8 @@ eigvalsh, norm), batched over leading axes. The ops are declared in ops/linalg.p
         [-1.,  2.]]),)
 """
 from .functions.statistics import norm
-from .ops.linalg import (EighResult, SlogdetResult, cholesky, det, eigh, eigvalsh, inv,
-                         slogdet, solve)
+from .ops.linalg import (EighResult, SlogdetResult, SVDResult, cholesky, det, eigh,
+                         eigvalsh, inv, slogdet, solve, svd)
 
-__all__ = ["inv", "solve", "det", "slogdet", "cholesky", "eigh", "eigvalsh", "norm",
-           "SlogdetResult", "EighResult"]
+__all__ = ["inv", "solve", "det", "slogdet", "cholesky", "eigh", "eigvalsh", "norm", "svd",
+           "SlogdetResult", "EighResult", "SVDResult"]

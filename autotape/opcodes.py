@@ -47,6 +47,8 @@ MATMUL = 700
 # numpy.linalg on the last two axes (a batch of square matrices); parameters name rows
 # of auxiliary values saved when recorded (an inverse, say) that the VJP reads.
 INV, SOLVE, SLOGDET, CHOLESKY, EIGH = 701, 702, 703, 704, 705
+# The thin SVD of the last two axes (any m x n), packed per matrix as U, s, Vh.
+SVD = 706
 LINALG_FIRST, LINALG_LAST = 700, 799
 
 

@@ -210,3 +210,19 @@ def eigh_params(upper):
 @register_jitable
 def eigh_upper(ipool, p):
     return ipool[p] != 0
+
+
+def svd_params(m, n, full):
+    """SVD: (m, n) of each matrix and whether U and Vh are full (square); per matrix its
+    row holds U (m x ku), s (k), Vh (kv x n): k = min(m, n), ku = m and kv = n when
+    full, else k."""
+    return (m, n, int(full))
+
+
+@register_jitable
+def svd_dims(ipool, p):
+    """(m, n, k, ku, kv) of an SVD row."""
+    m, n = ipool[p], ipool[p + 1]
+    k = min(m, n)
+    full = ipool[p + 2] != 0
+    return m, n, k, m if full else k, n if full else k

@@ -13,7 +13,7 @@ from .grad_mode import is_grad_enabled
 from .numpy_dispatch import array_function, array_ufunc
 from .opcodes import (ADD, CHOLESKY, CONCAT, CUMPROD, CUMSUM, DIV, EIGH, INV, MATMUL, MAX,
                       MEAN, MIN, MUL, PROD, PUT_ADD, RESHAPE, SCATTER, SETITEM, SLOGDET, SOLVE,
-                      STRIDED, SUB, SUM, TAKE, WHERE)
+                      STRIDED, SUB, SUM, SVD, TAKE, WHERE)
 from .ops import elementwise, indexing, reduce
 from .ops.linalg import matmul
 from .ops.recording import cast_result
@@ -46,7 +46,7 @@ GRAD_FN_NAMES.update({
     SETITEM: "CopySlices", CONCAT: "CatBackward", MATMUL: "MatmulBackward",
     INV: "LinalgInvBackward", SOLVE: "LinalgSolveBackward",
     SLOGDET: "LinalgSlogdetBackward", CHOLESKY: "LinalgCholeskyBackward",
-    EIGH: "LinalgEighBackward"})
+    EIGH: "LinalgEighBackward", SVD: "LinalgSvdBackward"})
 
 
 def grad_fn(self):

@@ -36,8 +36,18 @@ CASES = {
                  lambda a: np.linalg.eigh(a)[0]),
     "eigh vectors": (lambda a: _sign_free(at.linalg.eigh(sym(a)).eigenvectors), spd,
                      lambda a: _sign_free(np.linalg.eigh(a)[1])),
+    "svd values": (lambda a: at.linalg.svd(a, compute_uv=False), well_conditioned,
+                   lambda a: np.linalg.svd(a, compute_uv=False)),
+    "svd vectors": (lambda a: _svd_sign_free(at.linalg.svd(a)), well_conditioned,
+                    lambda a: _svd_sign_free(np.linalg.svd(a))),
 }
 B3 = rng.uniform(-1, 1, (3, 2))
+
+
+def _svd_sign_free(usv):
+    """U's and Vh's signs are arbitrary, together: u_i v_i^T is not."""
+    u, _, vh = usv
+    return u[..., :, :1] * vh[..., :1, :] + u[..., :, 1:2] * vh[..., 1:2, :]
 
 
 def _sign_free(v):

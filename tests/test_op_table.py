@@ -98,6 +98,8 @@ SAMPLES = {
                        np.arange(9.0) / 20),
     opcodes.EIGH: (lambda x: (at.linalg.eigh(x.reshape(3, 3) + A3)[0] * np.arange(3.0)).sum(),
                    np.arange(9.0) / 20),
+    opcodes.SVD: (lambda x: (lambda r: (r.S * np.arange(1.0, 4.0)).sum() + r.U[0, 0] * r.Vh[0, 1])(
+        at.linalg.svd(x.reshape(3, 3) + A3)), np.arange(9.0) / 20),
 }
 SAMPLES.update({code: (_elementwise_sample(op), _elementwise_point(op))
                 for code, op in ELEMENTWISE.items()})

@@ -10,8 +10,8 @@ import numpy as np
 from numba import carray
 from numba.extending import register_jitable
 
-from ..opcodes import CHOLESKY, EIGH, INV, SLOGDET, SOLVE
-from ..tape_format import A, B, OP, eigh_upper, saved_row
+from ..opcodes import CHOLESKY, EIGH, INV, SLOGDET, SOLVE, SVD
+from ..tape_format import A, B, OP, eigh_upper, saved_row, svd_dims
 from .blas import NO_TRANS, TRANS, cblas_dgemm
 from .context import (accumulator, adjoint, adjoint_address, aux, broadcast_map, dense_lanes,
                       f64_pointer, first_write, first_write_lane, has_adjoint, lane_block,
@@ -227,9 +227,14 @@ def matmul_forward(ctx, i):
 #   solve    X = A^-1 B            dB = A^-T G,  dA = -dB X^T
 #   cholesky A = L L^T             S = L^-T Phi(L^T G) L^-1, Phi: lower half, diagonal halved
 #   eigh     A = V diag(w) V^T     S = V (diag(g_w) + F o (V^T G_V)) V^T, F_ij = 1/(w_j - w_i)
+#   svd      A = U diag(s) Vh      dA = U [F o skew(U^T G_U) S + S F o skew(Vh G_Vh^T)
+#                                         + diag(g_s)] Vh + (G_U - U U^T G_U) S^-1 Vh
+#                                       + U S^-1 (G_Vh - G_Vh Vh^T Vh),  F_ij = 1/(s_j^2 - s_i^2)
 # S is the gradient for symmetric perturbations. cholesky and eigh read one triangle of
 # A only (numpy's rule), so dA is the exact gradient of that: S + S^T below the diagonal
-# (each entry there stands for two), S on it, zero in the triangle never read.
+# (each entry there stands for two), S on it, zero in the triangle never read. A
+# quotient whose numerator is 0 is 0 (eigenvalues or singular values alone have a
+# gradient at repeated or zero ones too).
 
 @register_jitable
 def _gemm(ctx, ta, tb, n, m, k, alpha, a, lda, b, ldb, beta, c, ldc):
@@ -266,6 +271,9 @@ def _add_to_triangle(ga, off, s, n, upper):
 def linalg_vjp(ctx, i):
     """The VJP of a numpy.linalg row; False for an opcode it does not know."""
     op = ctx.rows[i, OP]
+    if op == SVD:
+        _svd_vjp(ctx, i)
+        return True
     if not (op == SOLVE or op == INV or op == SLOGDET or op == CHOLESKY or op == EIGH):
         return False
     a, b = ctx.rows[i, A], ctx.rows[i, B]
@@ -334,3 +342,59 @@ def linalg_vjp(ctx, i):
             _gemm(ctx, False, True, n, n, n, 1.0, p2, n, z + op_, n, 0.0, p1, n)
             _add_to_triangle(ga, m * nn, t1, n, eigh_upper(ctx.ipool, aux(ctx, i)))
     return True
+
+
+@register_jitable
+def _quotient(num, den):
+    return 0.0 if num == 0.0 else num / den
+
+
+@register_jitable
+def _svd_vjp(ctx, i):
+    """The VJP of an SVD row (see the table above), matrix by matrix of the batch. Of a
+    full U or Vh only the first k columns or rows enter (the rest are a basis of the
+    complement that numpy picks arbitrarily: torch's rule)."""
+    a = ctx.rows[i, A]
+    if not has_adjoint(ctx, a):
+        return
+    m, n, k, ku, kv = svd_dims(ctx.ipool, aux(ctx, i))
+    packed = m * ku + k + kv * n
+    batch = size_of(ctx, a) // (m * n) if m * n > 0 else 0
+    accumulator(ctx, a)
+    j_, l_, inner = np.empty(k * k), np.empty(k * k), np.empty(k * k)
+    q, p = np.empty(k * n), np.empty(m * k)
+    zv, gv = value(ctx, i), adjoint(ctx, i)
+    for t in range(batch):
+        oz, os_, ov = t * packed, t * packed + m * ku, t * packed + m * ku + k
+        u, vh = value_address(ctx, i) + 8 * oz, value_address(ctx, i) + 8 * ov
+        g_u, g_vh = adjoint_address(ctx, i) + 8 * oz, adjoint_address(ctx, i) + 8 * ov
+        ga = adjoint_address(ctx, a) + 8 * t * m * n
+        _gemm(ctx, True, False, k, k, m, 1.0, u, ku, g_u, ku, 0.0, j_.ctypes.data, k)
+        _gemm(ctx, False, True, k, k, n, 1.0, vh, n, g_vh, n, 0.0, l_.ctypes.data, k)
+        for r in range(k):
+            for c in range(k):
+                if r == c:
+                    inner[r * k + c] = gv[os_ + r]
+                else:
+                    num = (j_[r * k + c] - j_[c * k + r]) * zv[os_ + c] + \
+                        zv[os_ + r] * (l_[r * k + c] - l_[c * k + r])
+                    inner[r * k + c] = _quotient(num, zv[os_ + c] * zv[os_ + c] -
+                                                 zv[os_ + r] * zv[os_ + r])
+        # W = inner Vh + S^-1 (G_Vh - L^T Vh), then dA += U W
+        _gemm(ctx, True, False, k, n, k, -1.0, l_.ctypes.data, k, vh, n, 0.0, q.ctypes.data, n)
+        for r in range(k):
+            for c in range(n):
+                q[r * n + c] = _quotient(q[r * n + c] + gv[ov + r * n + c], zv[os_ + r])
+        _gemm(ctx, False, False, k, n, k, 1.0, inner.ctypes.data, k, vh, n, 1.0,
+              q.ctypes.data, n)
+        _gemm(ctx, False, False, m, n, k, 1.0, u, ku, q.ctypes.data, n, 1.0, ga, n)
+        # dA += (G_U - U J) S^-1 Vh
+        for r in range(m):
+            for c in range(k):
+                p[r * k + c] = gv[oz + r * ku + c]
+        _gemm(ctx, False, False, m, k, k, -1.0, u, ku, j_.ctypes.data, k, 1.0, p.ctypes.data,
+              k)
+        for r in range(m):
+            for c in range(k):
+                p[r * k + c] = _quotient(p[r * k + c], zv[os_ + c])
+        _gemm(ctx, False, False, m, n, k, 1.0, p.ctypes.data, k, vh, n, 1.0, ga, n)

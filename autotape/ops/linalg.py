@@ -9,18 +9,20 @@ saved when it was recorded, so the sweep needs no LAPACK of its own:
   solve    X = A^-1 B            dB = A^-T G,  dA = -dB X^T
   cholesky A = L L^T             S = L^-T Phi(L^T G) L^-1, Phi: lower half, diagonal halved
   eigh     A = V diag(w) V^T     S = V (diag(g_w) + F o (V^T G_V)) V^T, F_ij = 1/(w_j - w_i)
+  svd      A = U diag(s) Vh      see kernels/linalg.py (F_ij = 1/(s_j^2 - s_i^2))
 S is the gradient for symmetric perturbations. cholesky and eigh read one triangle of
 A only (numpy's rule), so dA is the exact gradient of that: S + S^T below the diagonal
 (each entry there stands for two), S on it, zero in the triangle never read. All act
 on the last two axes, batched over the rest.
 """
+import warnings
 from collections import namedtuple
 
 import numpy as np
 
 from ..guards import observe
-from ..opcodes import CHOLESKY, EIGH, INV, MATMUL, SLOGDET, SOLVE
-from ..tape_format import eigh_params, eigh_upper, saved_params
+from ..opcodes import CHOLESKY, EIGH, INV, MATMUL, SLOGDET, SOLVE, SVD
+from ..tape_format import eigh_params, eigh_upper, saved_params, svd_dims, svd_params
 from ..tensor import F64, array_of, new_leaf
 from .elementwise import exp
 from .indexing import as_tensor, broadcast_to, reshape
@@ -46,6 +48,7 @@ def _record(code, value, a, b=None, saved=None, params=None):
 
 SlogdetResult = namedtuple("SlogdetResult", "sign logabsdet")
 EighResult = namedtuple("EighResult", "eigenvalues eigenvectors")
+SVDResult = namedtuple("SVDResult", "U S Vh")
 
 
 # What each op computes from its operands' values: (value, auxiliary value saved for
@@ -72,12 +75,21 @@ def _eigh_values(av, upper):
     return np.concatenate([v, w[..., None, :]], axis=-2), None     # (..., n + 1, n)
 
 
+def _svd_values(av, full):
+    """U, s and Vh of each matrix, flat and side by side: (..., m ku + k + kv n)."""
+    u, sv, vh = np.linalg.svd(av, full_matrices=full)
+    batch = av.shape[:-2]
+    return np.concatenate([u.reshape(batch + (-1,)), sv, vh.reshape(batch + (-1,))],
+                          axis=-1), None
+
+
 values_of = {
     INV: lambda av, bv, p: (np.linalg.inv(av), None),
     SOLVE: lambda av, bv, p: (np.linalg.solve(av, bv), _inverse_t(av)),
     SLOGDET: lambda av, bv, p: _slogdet_values(av),
     CHOLESKY: lambda av, bv, p: _cholesky_values(av),
     EIGH: lambda av, bv, p: _eigh_values(av, p[0] != 0),
+    SVD: lambda av, bv, p: _svd_values(av, p[2] != 0),
 }
 
 
@@ -187,6 +199,42 @@ def eigh(a, UPLO="L"):
     return EighResult(z[..., n, :], z[..., :n, :])
 
 
+def svd(a, full_matrices=True, compute_uv=True, hermitian=False):
+    """numpy.linalg.svd: ``(U, S, Vh)`` with ``A = U diag(S) Vh`` (or S alone without
+    ``compute_uv``), batched over leading axes. The singular values' gradient is
+    U diag(g) Vh, defined at repeated and zero ones too; U's and Vh's need distinct,
+    nonzero singular values. With ``full_matrices`` and a non-square A, the columns of U
+    (rows of Vh) past min(m, n) are a basis that numpy picks arbitrarily: they carry no
+    gradient (torch's rule), and a warning says so when A requires grad.
+
+    >>> at.linalg.svd(at.tensor([[3.0, 0.0], [0.0, -2.0]])).S
+    tensor([3., 2.])
+    """
+    a = as_tensor(a)
+    if a.ndim < 2:
+        raise np.linalg.LinAlgError(f"{a.ndim}-dimensional array given. Array must be at "
+                                    "least two-dimensional")
+    if a.dtype.kind != "f":
+        a = a.astype(F64)
+    m, n = a.shape[-2:]
+    k = min(m, n)
+    full = bool(full_matrices) and compute_uv and m != n
+    if full and a.requires_grad:
+        warnings.warn("svd(full_matrices=True) of a non-square matrix: the columns of U "
+                      "and rows of Vh past min(m, n) carry no gradient (they are an "
+                      "arbitrary basis); pass full_matrices=False to differentiate U "
+                      "and Vh", UserWarning, stacklevel=2)
+    packed, _ = _svd_values(array_of(a), full)
+    z = _record(SVD, packed, a, params=svd_params(m, n, full))
+    ku, kv = (m, n) if full else (k, k)
+    batch = a.shape[:-2]
+    s = z[..., m * ku:m * ku + k]
+    if not compute_uv:
+        return s
+    return SVDResult(reshape(z[..., :m * ku], batch + (m, ku)), s,
+                     reshape(z[..., m * ku + k:], batch + (kv, n)))
+
+
 def eigvalsh(a, UPLO="L"):
     """The eigenvalues of eigh, with its gradient.
 
@@ -262,5 +310,30 @@ def _eigh_rule(at, g, r, k):
     return _triangle(at, v @ inner @ _t(at, v), eigh_upper(r.params, 0))
 
 
+def _svd_rule(at, g, r, k):
+    """The kernel's formula as recorded ops (quotients with a zero numerator are 0)."""
+    m, n, k_, ku, kv = (int(v) for v in svd_dims(r.params, 0))
+    batch = r.x.shape[:-2]
+    u = r.z[..., :m * ku].reshape(batch + (m, ku))[..., :k_]
+    sv = r.z[..., m * ku:m * ku + k_]
+    vh = r.z[..., m * ku + k_:].reshape(batch + (kv, n))[..., :k_, :]
+    g_u = g[..., :m * ku].reshape(batch + (m, ku))[..., :k_]
+    g_s = g[..., m * ku:m * ku + k_]
+    g_vh = g[..., m * ku + k_:].reshape(batch + (kv, n))[..., :k_, :]
+    j_, l_ = _t(at, u) @ g_u, vh @ _t(at, g_vh)
+    num = (j_ - _t(at, j_)) * sv[..., None, :] + sv[..., :, None] * (l_ - _t(at, l_))
+    inner = _quotient(at, num, sv[..., None, :] ** 2 - sv[..., :, None] ** 2) + \
+        g_s[..., None, :] * np.eye(k_)
+    q = _quotient(at, g_vh - _t(at, l_) @ vh, sv[..., :, None])
+    p = _quotient(at, g_u - u @ j_, sv[..., None, :])
+    return u @ (inner @ vh + q) + p @ vh
+
+
+def _quotient(at, num, den):
+    """num / den, 0 where num is 0 (so 0 / 0 is 0, and its derivatives too)."""
+    zero = observe(lambda v: v == 0, num)
+    return at.where(zero, 0.0, num / at.where(zero, 1.0, den))
+
+
 graph_vjps = {MATMUL: _matmul, INV: _inv_rule, SLOGDET: _slogdet_rule, SOLVE: _solve_rule,
-              CHOLESKY: _cholesky_rule, EIGH: _eigh_rule}
+              CHOLESKY: _cholesky_rule, EIGH: _eigh_rule, SVD: _svd_rule}
