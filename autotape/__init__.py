@@ -14,13 +14,17 @@ import numpy as np
 from . import tensor_methods  # noqa: F401  (attaches Tensor's operators and methods)
 from . import autograd, func, linalg
 from .compile import Compiled, compile
-from .creation import (arange, eye, full, linspace, manual_seed, ones, ones_like, rand, randn,
-                       tensor, zeros, zeros_like)
+from .creation import (arange, eye, full, manual_seed, ones, ones_like, rand, randn, tensor,
+                       zeros, zeros_like)
 from .engine import backward, grad
+from .functions.calculus import *  # noqa: F401,F403
+from .functions.mathfuncs import *  # noqa: F401,F403
 from .functions.products import *  # noqa: F401,F403
 from .functions.shaping import *  # noqa: F401,F403
+from .functions.stacking import *  # noqa: F401,F403
 from .functions.statistics import *  # noqa: F401,F403
-from .functions import products as _products, shaping as _shaping, statistics as _statistics
+from .functions import (calculus as _calculus, mathfuncs as _mathfuncs, products as _products,
+                        shaping as _shaping, stacking as _stacking, statistics as _statistics)
 from .grad_mode import enable_grad, is_grad_enabled, no_grad, set_grad_enabled
 from .gradcheck import GradcheckError, gradcheck, gradgradcheck
 from .ops.elementwise import (abs, add, arccos, arccosh, arcsin, arcsinh, arctan, arctan2,
@@ -46,12 +50,13 @@ globals().update({"float": np.float32, "double": np.float64, "long": np.int64,
 
 __all__ = [
     "Tensor", "tensor", "as_tensor", "zeros", "ones", "zeros_like", "ones_like", "full",
-    "eye", "arange", "linspace", "manual_seed", "rand", "randn", "autograd",
+    "eye", "arange", "manual_seed", "rand", "randn", "autograd",
     "float32", "float64", "int32", "int64",
     "grad", "backward", "gradcheck", "gradgradcheck", "GradcheckError", "no_grad",
     "enable_grad", "set_grad_enabled", "is_grad_enabled",
     "where", "clip", "sum", "mean", "max", "min", "amax", "amin", "prod", "cumsum", "cumprod",
     "matmul", "reshape", "transpose", "astype",
     "broadcast_to", "stack", "concatenate", "compile", "Compiled",
-] + _statistics.__all__ + _shaping.__all__ + _products.__all__ + [
+] + _statistics.__all__ + _shaping.__all__ + _products.__all__ + _calculus.__all__ + \
+    _mathfuncs.__all__ + _stacking.__all__ + [
     op.name for op in _unary_ops.values()] + [op.name for op in _binary_ops.values()]

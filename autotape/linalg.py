@@ -1,5 +1,5 @@
 """autotape.linalg: numpy.linalg on Tensors (inv, solve, det, slogdet, cholesky, eigh,
-eigvalsh, norm), batched over leading axes. The ops are declared in ops/linalg.py
+eigvalsh, svd, qr, pinv, lstsq, matrix_power, norm), batched over leading axes. The ops are declared in ops/linalg.py
 (values from numpy's LAPACK; each VJP a few matrix products, see there).
 
 >>> a = at.tensor([[2.0, 1.0], [1.0, 3.0]], requires_grad=True)
@@ -7,9 +7,11 @@ eigvalsh, norm), batched over leading axes. The ops are declared in ops/linalg.p
 (tensor([[ 3., -1.],
         [-1.,  2.]]),)
 """
+from .functions.matrices import LstsqResult, QRResult, lstsq, matrix_power, pinv, qr
 from .functions.statistics import norm
 from .ops.linalg import (EighResult, SlogdetResult, SVDResult, cholesky, det, eigh,
                          eigvalsh, inv, slogdet, solve, svd)
 
 __all__ = ["inv", "solve", "det", "slogdet", "cholesky", "eigh", "eigvalsh", "norm", "svd",
-           "SlogdetResult", "EighResult", "SVDResult"]
+           "qr", "pinv", "lstsq", "matrix_power", "SlogdetResult", "EighResult",
+           "SVDResult", "QRResult", "LstsqResult"]

@@ -11,11 +11,15 @@ import numpy as _np
 
 from . import linalg  # noqa: F401  (numpy.linalg's names: inv, solve, det, ...)
 from . import tensor_methods  # noqa: F401  (Tensor's operators and methods)
-from .creation import arange, eye, full, linspace, ones, zeros  # noqa: F401
-from .creation import ones_like as _ones_like, tensor as _tensor, zeros_like as _zeros_like
+from .creation import arange, eye, full, ones, zeros  # noqa: F401
+from .creation import tensor as _tensor
+from .functions.calculus import *  # noqa: F401,F403
+from .functions.mathfuncs import *  # noqa: F401,F403
 from .functions.products import *  # noqa: F401,F403
 from .functions.shaping import *  # noqa: F401,F403
+from .functions.stacking import *  # noqa: F401,F403
 from .functions.statistics import *  # noqa: F401,F403
+from .numpy_dispatch import FUNCTIONS as _FUNCTIONS, PREDICATES as _PREDICATES
 from .ops import elementwise as _elementwise
 from .ops.indexing import as_tensor as _as_tensor
 from .ops.indexing import broadcast_to, concatenate, reshape, stack, transpose  # noqa: F401
@@ -46,12 +50,12 @@ def array(object, dtype=None):
 asarray = array
 
 
-def zeros_like(a, dtype=None):
-    return _zeros_like(_as_tensor(a), dtype=dtype)
-
-
-def ones_like(a, dtype=None):
-    return _ones_like(_as_tensor(a), dtype=dtype)
+# numpy's own dispatch table serves the names it covers that are not defined above
+# (zeros_like, copy, ...), and predicates return plain numpy results.
+for _fn, _impl in _FUNCTIONS.items():
+    globals().setdefault(_fn.__name__, _impl)
+for _fn in _PREDICATES:
+    globals().setdefault(_fn.__name__, _fn)
 
 
 def __getattr__(name):

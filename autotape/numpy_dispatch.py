@@ -1,15 +1,21 @@
 """numpy on Tensors: np.sin(t), np.sum(t, axis=0), ndarray * t record on the tape.
 
 Tensor implements numpy's ``__array_ufunc__`` and ``__array_function__`` protocols with
-the two tables below. A numpy ufunc or function that is not in them raises a TypeError
-naming it: numpy would otherwise turn the Tensor into an array and drop its gradient
-without a word.
+the tables below (and the ufunc methods reduce, accumulate and outer). A numpy function
+that is not in them runs on plain arrays when no argument requires grad (its result is
+plain numpy: a gradient works with np.allclose, scipy, ...), and raises a TypeError
+naming it when one does: numpy would otherwise turn the Tensor into an array and drop
+its gradient without a word. Predicates (isfinite, isnan, isinf, isclose, allclose,
+array_equal) return plain numpy results.
 """
 import numpy as np
 
 from . import linalg
-from .functions import products, shaping, statistics
+from .creation import full, zeros
+from .functions import calculus, mathfuncs, products, shaping, stacking, statistics
+from .guards import observe
 from .ops import elementwise, indexing, reduce
+from .tensor import Tensor
 from .ops.elementwise import binary_functions, binary_ops, unary_functions, unary_ops
 from .ops.linalg import matmul
 
@@ -23,6 +29,10 @@ UFUNCS["matmul"] = matmul
 for _name in ("less", "less_equal", "greater", "greater_equal", "equal", "not_equal"):
     UFUNCS[_name] = (lambda fn: lambda x, y: elementwise.compare(fn, indexing.as_tensor(x), y))(
         getattr(np, _name))
+UFUNCS.update({name: getattr(mathfuncs, name) for name in (
+    "fabs", "fmax", "fmin", "logaddexp2", "deg2rad", "rad2deg", "degrees", "radians")})
+PREDICATES = {np.isfinite, np.isnan, np.isinf, np.signbit, np.isclose, np.allclose,
+              np.array_equal, np.array_equiv}
 
 
 def _reduction(fn):
@@ -41,6 +51,13 @@ def _dot(a, b, out=None):
     _refuse("dot", out=out)
     a, b = indexing.as_tensor(a), indexing.as_tensor(b)
     return a * b if a.ndim == 0 or b.ndim == 0 else matmul(a, b)
+
+
+def _like(fill):
+    def like(a, dtype=None, order="K", subok=True, shape=None):
+        a = indexing.as_tensor(a)
+        return full(a.shape if shape is None else shape, fill, dtype=dtype or a.dtype)
+    return like
 
 
 def _plain_call(name, fn, *args, **unsupported):
@@ -105,11 +122,18 @@ FUNCTIONS = {
     np.linalg.norm: lambda x, ord=None, axis=None, keepdims=False: statistics.norm(
         x, ord, axis, keepdims),
     **{getattr(np.linalg, name): getattr(linalg, name) for name in (
-        "inv", "solve", "det", "slogdet", "cholesky", "eigh", "eigvalsh")},
+        "inv", "solve", "det", "slogdet", "cholesky", "eigh", "eigvalsh", "svd", "qr",
+        "pinv", "lstsq", "matrix_power")},
     **{getattr(np, name): getattr(shaping, name) for name in shaping.__all__
        if hasattr(np, name) and name not in ("flatten", "trace")},
     **{getattr(np, name): getattr(products, name) for name in (
         "vdot", "outer", "tensordot", "inner")},
+    **{getattr(np, name): getattr(module, name) for module in (stacking, calculus, mathfuncs)
+       for name in module.__all__ if hasattr(np, name)},
+    np.zeros_like: _like(0), np.empty_like: _like(0), np.ones_like: _like(1),
+    np.full_like: lambda a, fill_value, dtype=None, order="K", subok=True, shape=None: (
+        _like(fill_value)(a, dtype, shape=shape)),
+    np.copy: lambda a, order="K", subok=False: indexing.as_tensor(a).copy(),
     np.shape: lambda a: indexing.as_tensor(a).shape,
     np.ndim: lambda a: indexing.as_tensor(a).ndim,
     np.size: lambda a: indexing.as_tensor(a).size,
@@ -117,20 +141,124 @@ FUNCTIONS = {
 
 
 def array_ufunc(ufunc, method, inputs, kwargs):
+    name = ufunc.__name__
+    if ufunc in PREDICATES:
+        return _numpy_result(ufunc, inputs, kwargs)
+    fn = UFUNCS.get(name)
     if method != "__call__":
-        raise TypeError(f"autotape does not support numpy.{ufunc.__name__}.{method} on "
-                        "Tensors")
-    fn = UFUNCS.get(ufunc.__name__)
+        special = _UFUNC_METHODS.get(method)
+        if fn is None or special is None or kwargs.get("out") is not None:
+            return _passed_through(f"{name}.{method}", getattr(ufunc, method), inputs,
+                                   kwargs)
+        return special(ufunc, fn, *inputs, **kwargs)
     if fn is None:
-        raise TypeError(f"autotape does not support numpy.{ufunc.__name__} on Tensors")
+        return _passed_through(name, ufunc, inputs, kwargs)
     if kwargs:
         raise TypeError(f"autotape does not support the argument(s) "
-                        f"{', '.join(sorted(kwargs))} of numpy.{ufunc.__name__} on Tensors")
+                        f"{', '.join(sorted(kwargs))} of numpy.{name} on Tensors")
     return fn(*inputs)
 
 
 def array_function(func, args, kwargs):
+    if func in PREDICATES:
+        return _numpy_result(func, args, kwargs)
     fn = FUNCTIONS.get(func)
     if fn is None:
-        raise TypeError(f"autotape does not support numpy.{func.__name__} on Tensors")
+        return _passed_through(func.__name__, func, args, kwargs)
     return fn(*args, **kwargs)
+
+
+# ---- ufunc methods --------------------------------------------------------------------------
+
+_REDUCTIONS = {"add": reduce.sum, "multiply": reduce.prod, "maximum": reduce.amax,
+               "minimum": reduce.amin}
+_SCANS = {"add": reduce.cumsum, "multiply": reduce.cumprod}
+_RUNNING = {"maximum": np.maximum, "minimum": np.minimum}
+
+
+def _ufunc_reduce(ufunc, fn, array, axis=0, dtype=None, out=None, keepdims=False,
+                  **more):
+    _refuse(f"{ufunc.__name__}.reduce", dtype=dtype, out=out,
+            **{k: v for k, v in more.items() if v is not np._NoValue and v is not True})
+    reduction = _REDUCTIONS.get(ufunc.__name__)
+    if reduction is None:
+        raise TypeError(f"autotape does not support numpy.{ufunc.__name__}.reduce on "
+                        "Tensors")
+    return reduction(array, axis=axis, keepdims=keepdims)
+
+
+def _ufunc_accumulate(ufunc, fn, array, axis=0, dtype=None, out=None):
+    """add / multiply: cumsum / cumprod; maximum / minimum: the running extreme, a
+    gather of the element reached so far (its gradient goes there)."""
+    _refuse(f"{ufunc.__name__}.accumulate", dtype=dtype, out=out)
+    a = indexing.as_tensor(array)
+    if ufunc.__name__ in _SCANS:
+        return _SCANS[ufunc.__name__](a, axis)
+    running = _RUNNING.get(ufunc.__name__)
+    if running is None:
+        raise TypeError(f"autotape does not support numpy.{ufunc.__name__}.accumulate on "
+                        "Tensors")
+
+    def source(v):                     # the index each running extreme comes from
+        best = running.accumulate(v, axis=axis)
+        idx = np.broadcast_to(np.arange(v.shape[axis]).reshape(
+            (-1,) + (1,) * (v.ndim - 1 - (axis % v.ndim))), v.shape)
+        hit = np.where(v == best, idx, -1)
+        return np.maximum.accumulate(hit, axis=axis)
+    return shaping.take_along_axis(a, observe(source, a), axis)
+
+
+def _ufunc_outer(ufunc, fn, a, b, **kwargs):
+    if kwargs:
+        raise TypeError(f"autotape does not support the argument(s) "
+                        f"{', '.join(sorted(kwargs))} of numpy.{ufunc.__name__}.outer")
+    a, b = indexing.as_tensor(a), indexing.as_tensor(b)
+    return fn(indexing.reshape(a, a.shape + (1,) * b.ndim), b)
+
+
+_UFUNC_METHODS = {"reduce": _ufunc_reduce, "accumulate": _ufunc_accumulate,
+                  "outer": _ufunc_outer}
+
+
+# ---- everything else: plain numpy where no gradient is lost ------------------------------
+
+def _tensors_in(value, found):
+    if isinstance(value, Tensor):
+        found.append(value)
+    elif isinstance(value, (list, tuple)):
+        for v in value:
+            _tensors_in(v, found)
+    elif isinstance(value, dict):
+        for v in value.values():
+            _tensors_in(v, found)
+    return found
+
+
+def _with_values(value, values):
+    """``value`` with each Tensor replaced by the next of ``values`` (numpy arrays)."""
+    if isinstance(value, Tensor):
+        return next(values)
+    if isinstance(value, (list, tuple)):
+        return type(value)(_with_values(v, values) for v in value)
+    if isinstance(value, dict):
+        return {k: _with_values(v, values) for k, v in value.items()}
+    return value
+
+
+def _numpy_result(func, args, kwargs):
+    """func on the arrays inside args (a guard under at.compile); a plain numpy result."""
+    tensors = _tensors_in([args, kwargs], [])
+
+    def call(*values):
+        it = iter(values)
+        a, k = _with_values([list(args), kwargs], it)
+        return func(*a, **k)
+    return observe(call, *tensors)
+
+
+def _passed_through(name, func, args, kwargs):
+    if any(t.requires_grad for t in _tensors_in([args, kwargs], [])):
+        raise TypeError(f"autotape does not support numpy.{name} on Tensors that require "
+                        "grad (it would drop their gradient); call it on t.detach() if "
+                        "that is intended")
+    return _numpy_result(func, args, kwargs)

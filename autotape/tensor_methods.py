@@ -8,7 +8,7 @@ import numpy as np
 
 from .engine import backward
 from .errstate import ignore_fp_errors
-from .functions import products, shaping, statistics
+from .functions import calculus, products, shaping, statistics
 from .grad_mode import is_grad_enabled
 from .numpy_dispatch import array_function, array_ufunc
 from .opcodes import (ADD, CHOLESKY, CONCAT, CUMPROD, CUMSUM, DIV, EIGH, INV, MATMUL, MAX,
@@ -128,6 +128,17 @@ def unsqueeze(self, dim):
     return shaping.expand_dims(self, dim)
 
 
+def sort(self, axis=-1, kind=None, order=None):
+    """Sort in place along ``axis``, as ndarray.sort (returns None; recorded as an index
+    assignment when self requires grad). ``at.sort(x)`` returns a sorted copy."""
+    self[...] = calculus.sort(self, axis, kind)
+
+
+def partition(self, kth, axis=-1, kind="introselect", order=None):
+    """Partition in place, as ndarray.partition (returns None)."""
+    self[...] = calculus.partition(self, kth, axis)
+
+
 def reshape(self, *shape):
     """``reshape(3, 4)`` or ``reshape((3, 4))``; -1 infers one dimension."""
     return indexing.reshape(self, shape[0] if len(shape) == 1 else shape)
@@ -193,6 +204,8 @@ METHODS = {
     "repeat": shaping.repeat, "copy": copy, "conj": conj, "conjugate": conj, "zero_": zero_,
     "reshape": reshape, "astype": indexing.astype, "transpose": transpose,
     "clone": clone, "numel": numel, "dim": dim, "unsqueeze": unsqueeze,
+    "sort": sort, "argsort": calculus.argsort, "partition": partition,
+    "argpartition": calculus.argpartition,
     "logsumexp": statistics.logsumexp, "softmax": statistics.softmax,
     "log_softmax": statistics.log_softmax, "norm": statistics.norm,
     # every elementwise op of the table: x.log1p(), x.arctan2(y), ...

@@ -32,8 +32,8 @@ def test_norm_of_zero_vector_has_zero_gradient():
 
 
 def test_unsupported_norms_raise():
-    with pytest.raises(ValueError, match="SVD"):
-        at.norm(at.ones(2, 2), 2)
+    with pytest.raises(ValueError, match="ord=3"):
+        at.norm(at.ones(2, 2), 3)
     with pytest.raises(ValueError, match="ord=-1"):
         at.norm(at.ones(3), -1)
 

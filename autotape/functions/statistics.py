@@ -9,8 +9,10 @@ from numpy.lib.array_utils import normalize_axis_tuple
 from ..guards import observe
 from ..ops.elementwise import abs, exp, log, sqrt, where
 from ..ops.indexing import as_tensor, reshape
+from ..ops.linalg import svd
 from ..ops.reduce import amax, amin, mean, normalize_axes, sum, torch_axis
 from ..tensor import canonical, new_leaf
+from .shaping import expand_dims, moveaxis
 
 __all__ = ["logsumexp", "softmax", "log_softmax", "var", "std", "average", "argmax", "argmin", "norm"]
 
@@ -171,6 +173,12 @@ def norm(x, ord=None, axis=None, keepdims=False, *, dim=None, keepdim=None):
             out = pick(s, axis=other, keepdims=True)
             return out if keepdims else reshape(out, tuple(
                 n for d, n in enumerate(out.shape) if d not in axes))
-        raise ValueError(f"autotape's norm does not support ord={ord!r} for matrices "
-                         "(the spectral and nuclear norms need an SVD)")
+        if ord in ("nuc", 2, -2):
+            moved = moveaxis(x, (rows, cols), (-2, -1))
+            s = svd(moved, compute_uv=False)
+            out = sum(s, axis=-1) if ord == "nuc" else (amax if ord == 2 else amin)(s, axis=-1)
+            if keepdims:
+                out = expand_dims(out, tuple(sorted((rows, cols))))
+            return out
+        raise ValueError(f"autotape's norm does not support ord={ord!r} for matrices")
     raise ValueError("Improper number of dimensions to norm.")

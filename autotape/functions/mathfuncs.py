@@ -1,0 +1,105 @@
+"""numpy's elementwise functions composed of table ops: fabs, fmax, fmin, logaddexp2,
+deg2rad / radians, rad2deg / degrees, sinc, nan_to_num, select. NaN and infinity tests
+are comparisons (x != x, |x| == inf), so a compiled replay recomputes them."""
+import numpy as np
+
+from ..ops.elementwise import abs, compare, logaddexp, maximum, minimum, sin, where
+from ..ops.indexing import as_tensor, broadcast_to
+
+__all__ = ["fabs", "fmax", "fmin", "logaddexp2", "deg2rad", "rad2deg", "radians", "degrees",
+           "sinc", "nan_to_num", "select"]
+
+_LN2 = np.log(2.0)
+
+
+def _isnan(x):
+    return compare(np.not_equal, x, x)
+
+
+def fabs(x):
+    """|x| (numpy.fabs: abs for real numbers)."""
+    return abs(x)
+
+
+def fmax(x, y):
+    """Elementwise maximum that ignores a NaN (the other operand wins), as numpy.fmax."""
+    x, y = as_tensor(x), as_tensor(y)
+    return where(_isnan(y), x, where(_isnan(x), y, maximum(x, y)))
+
+
+def fmin(x, y):
+    """Elementwise minimum that ignores a NaN, as numpy.fmin."""
+    x, y = as_tensor(x), as_tensor(y)
+    return where(_isnan(y), x, where(_isnan(x), y, minimum(x, y)))
+
+
+def logaddexp2(x, y):
+    """log2(2**x + 2**y), without overflow."""
+    return logaddexp(as_tensor(x) * _LN2, as_tensor(y) * _LN2) / _LN2
+
+
+def deg2rad(x):
+    """Degrees to radians."""
+    return as_tensor(x) * (np.pi / 180.0)
+
+
+def rad2deg(x):
+    """Radians to degrees."""
+    return as_tensor(x) * (180.0 / np.pi)
+
+
+radians, degrees = deg2rad, rad2deg
+
+# Below this |x|, sinc is its Taylor polynomial: exact to rounding there, and its
+# derivatives to every order that matters are those of sinc (sin(pi x) / (pi x) has a
+# removable 0 / 0 at x = 0 that would give NaN derivatives).
+_SINC_SERIES_BELOW = 1e-3
+
+
+def sinc(x):
+    """sin(pi x) / (pi x), 1 at x = 0, with exact derivatives there too.
+
+    >>> x = at.tensor(0.0, requires_grad=True)
+    >>> at.grad(at.sinc(x), x)
+    (tensor(0.),)
+    """
+    x = as_tensor(x)
+    small = compare(np.less, abs(x), _SINC_SERIES_BELOW)
+    px = np.pi * where(small, 1.0, x)
+    u = (np.pi * x) ** 2
+    series = 1.0 - u / 6.0 + u * u / 120.0 - u * u * u / 5040.0
+    return where(small, series, sin(px) / px)
+
+
+def nan_to_num(x, copy=True, nan=0.0, posinf=None, neginf=None):
+    """NaN, +inf and -inf replaced by ``nan``, ``posinf`` and ``neginf`` (numpy's
+    defaults: 0 and the largest finite numbers); the gradient passes where x is finite."""
+    x = as_tensor(x)
+    if x.dtype.kind != "f":
+        return x.copy()
+    info = np.finfo(x.dtype)
+    posinf = info.max if posinf is None else posinf
+    neginf = info.min if neginf is None else neginf
+    out = where(_isnan(x), nan, x)
+    out = where(compare(np.equal, x, np.inf), posinf, out)
+    return where(compare(np.equal, x, -np.inf), neginf, out)
+
+
+def select(condlist, choicelist, default=0):
+    """numpy.select: each element from the first choice whose condition holds, else
+    ``default``."""
+    if len(condlist) != len(choicelist):
+        raise ValueError("list of cases must be same length as list of conditions")
+    if not condlist:
+        raise ValueError("select with an empty condition list is not possible")
+    choices = [as_tensor(c) for c in choicelist]
+    conds = [c if hasattr(c, "shape") and not isinstance(c, (list, tuple)) else
+             np.asarray(c) for c in condlist]
+    shape = np.broadcast_shapes(*(c.shape for c in choices), *(np.shape(c) for c in conds),
+                                np.shape(default))
+    out = broadcast_to(as_tensor(default), shape)
+    for c, v in zip(reversed(conds), reversed(choices)):
+        if getattr(c, "dtype", np.dtype(bool)) != np.dtype(bool):
+            raise TypeError(f"invalid entry in condlist: should be boolean ndarray")
+        out = where(c, v, out)
+    return out
