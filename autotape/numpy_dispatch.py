@@ -160,10 +160,14 @@ def array_ufunc(ufunc, method, inputs, kwargs):
 
 
 def array_function(func, args, kwargs):
+    """A numpy function records when an argument requires grad; otherwise it is
+    numpy's own, on the arrays, with a plain numpy result (np.atleast_1d of a gradient
+    is an ndarray, so scipy and other numpy code take it as they take arrays)."""
     if func in PREDICATES:
         return _numpy_result(func, args, kwargs)
     fn = FUNCTIONS.get(func)
-    if fn is None:
+    if fn is None or not any(
+            t.requires_grad for t in _tensors_in([args, kwargs], [])):
         return _passed_through(func.__name__, func, args, kwargs)
     return fn(*args, **kwargs)
 

@@ -10,6 +10,7 @@ from .engine import backward
 from .errstate import ignore_fp_errors
 from .functions import calculus, products, shaping, statistics
 from .grad_mode import is_grad_enabled
+from .guards import observe
 from .numpy_dispatch import array_function, array_ufunc
 from .opcodes import (ADD, CHOLESKY, CONCAT, CUMPROD, CUMSUM, DIV, EIGH, INV, MATMUL, MAX,
                       MEAN, MIN, MUL, PROD, PUT_ADD, RESHAPE, SCATTER, SETITEM, SLOGDET, SOLVE,
@@ -139,6 +140,16 @@ def partition(self, kth, axis=-1, kind="introselect", order=None):
     self[...] = calculus.partition(self, kth, axis)
 
 
+def all_(self, axis=None, keepdims=False):
+    """Whether every element is true, as numpy (a plain numpy bool: a decision)."""
+    return observe(lambda v: np.all(v, axis=axis, keepdims=keepdims), self)
+
+
+def any_(self, axis=None, keepdims=False):
+    """Whether any element is true, as numpy (a plain numpy bool: a decision)."""
+    return observe(lambda v: np.any(v, axis=axis, keepdims=keepdims), self)
+
+
 def reshape(self, *shape):
     """``reshape(3, 4)`` or ``reshape((3, 4))``; -1 infers one dimension."""
     return indexing.reshape(self, shape[0] if len(shape) == 1 else shape)
@@ -205,7 +216,7 @@ METHODS = {
     "reshape": reshape, "astype": indexing.astype, "transpose": transpose,
     "clone": clone, "numel": numel, "dim": dim, "unsqueeze": unsqueeze,
     "sort": sort, "argsort": calculus.argsort, "partition": partition,
-    "argpartition": calculus.argpartition,
+    "argpartition": calculus.argpartition, "all": all_, "any": any_,
     "logsumexp": statistics.logsumexp, "softmax": statistics.softmax,
     "log_softmax": statistics.log_softmax, "norm": statistics.norm,
     # every elementwise op of the table: x.log1p(), x.arctan2(y), ...

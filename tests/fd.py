@@ -24,7 +24,8 @@ def numeric_grads(f, arrays, weights, eps=1e-6):
     def phi(args):
         with at.no_grad():
             out = f(*[at.tensor(a) for a in args])
-        return float(np.sum(np.asarray(out.numpy(), np.float64) * weights))
+        value = out.numpy() if isinstance(out, at.Tensor) else out   # (np.<f> of plain
+        return float(np.sum(np.asarray(value, np.float64) * weights))  # tensors: numpy's)
     return central_differences(phi, arrays, eps)
 
 

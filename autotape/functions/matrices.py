@@ -37,7 +37,7 @@ def qr(a, mode="reduced"):
     >>> q, r = at.linalg.qr(at.tensor([[3.0, 1.0], [4.0, 2.0]]))
     >>> r
     tensor([[-5. , -2.2],
-            [ 0. , -0.4]])
+            [ 0. ,  0.4]])
     """
     if mode not in ("reduced", "complete", "r"):
         raise ValueError(f"autotape's qr supports mode 'reduced', 'complete' and 'r', not "
