@@ -20,6 +20,7 @@ read from Python too (``decide`` and ``Pending``).
 import contextlib
 import os
 import sys
+import warnings
 
 import numpy as np
 
@@ -123,12 +124,45 @@ class Pending:
             self.guard = None
 
 
-def observe_value(t):
-    """t's value read out of the graph (``.numpy()``, ``.item()``): under a trace the
-    guard is the values themselves."""
+def observe_value(t, decision=False):
+    """t's value read out of the graph (``.numpy()``, ``.item()``, ``float()``): under
+    a trace the guard is the values themselves. Unless the read is a ``decision`` (a
+    branch on ``bool(t)``), the user's code now computes with a number autotape cannot
+    follow: a warning names the line (autotape's own reads are not warned about)."""
     trace = here().trace
     if trace is not None and trace.row(t) is not None:
         observe(_identity, t)
+        if not decision:
+            _warn_left_graph()
+
+
+LEFT_GRAPH_MSG = (
+    "at.compile: {what} reads a traced value that depends on the inputs, so from here "
+    "on it is a plain number: no gradient flows through it, and the function is "
+    "recorded again whenever it changes. Keep the computation in autotape ops (at.exp, "
+    "not math.exp) to keep the gradient; to branch, compare the tensor itself "
+    "(`if s > 0:`), which records again only when the branch changes.")
+_TENSOR_FILE = os.path.join(_PACKAGE_DIR, "tensor.py")
+
+
+def _warn_left_graph():
+    frame = sys._getframe(2)
+    what = "a conversion"
+    while frame is not None and os.path.abspath(frame.f_code.co_filename) == _TENSOR_FILE:
+        name = frame.f_code.co_name
+        if name in ("detach", "data"):
+            return                              # cut on purpose
+        what = {"__float__": "float()", "__int__": "int()", "__index__": "an index",
+                "item": ".item()", "numpy": ".numpy()", "tolist": ".tolist()"}.get(
+                    name, what)
+        frame = frame.f_back
+    if frame is None or (os.path.abspath(frame.f_code.co_filename) + os.sep).startswith(
+            _PACKAGE_DIR + os.sep):
+        return                                  # autotape's own read
+    warnings.warn_explicit(LEFT_GRAPH_MSG.format(what=what), UserWarning,
+                           frame.f_code.co_filename, frame.f_lineno,
+                           module=frame.f_globals.get("__name__", ""),
+                           registry=frame.f_globals.setdefault("__warningregistry__", {}))
 
 
 def _identity(v):

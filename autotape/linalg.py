@@ -7,10 +7,10 @@ eigvalsh, svd, qr, pinv, lstsq, matrix_power, norm), batched over leading axes. 
 (tensor([[ 3., -1.],
         [-1.,  2.]]),)
 """
-from .functions.matrices import LstsqResult, QRResult, lstsq, matrix_power, pinv, qr
+from .functions.matrices import LstsqResult, QRResult, lstsq, matrix_power, qr
 from .functions.statistics import norm
 from .ops.linalg import (EighResult, SlogdetResult, SVDResult, cholesky, det, eigh,
-                         eigvalsh, inv, slogdet, solve, svd)
+                         eigvalsh, inv, pinv, slogdet, solve, svd)
 
 __all__ = ["inv", "solve", "det", "slogdet", "cholesky", "eigh", "eigvalsh", "norm", "svd",
            "qr", "pinv", "lstsq", "matrix_power", "SlogdetResult", "EighResult",

@@ -49,6 +49,8 @@ MATMUL = 700
 INV, SOLVE, SLOGDET, CHOLESKY, EIGH = 701, 702, 703, 704, 705
 # The thin SVD of the last two axes (any m x n), packed per matrix as U, s, Vh.
 SVD = 706
+# The Moore-Penrose pseudo-inverse of the last two axes, its rank held constant.
+PINV = 707
 LINALG_FIRST, LINALG_LAST = 700, 799
 
 

@@ -226,3 +226,13 @@ def svd_dims(ipool, p):
     k = min(m, n)
     full = ipool[p + 2] != 0
     return m, n, k, m if full else k, n if full else k
+
+
+def pinv_params(rcond):
+    """PINV: the relative cutoff of singular values, as the bits of a float64."""
+    return (int(np.float64(rcond).view(np.int64)),)
+
+
+def pinv_rcond(params):
+    """The cutoff of a PINV row (Python side: the replay recomputes the value)."""
+    return float(np.int64(params[0]).view(np.float64))

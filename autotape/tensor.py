@@ -251,7 +251,10 @@ class Tensor(Traced):
     def __bool__(self):
         if self.size != 1:
             raise RuntimeError("Boolean value of Tensor with more than one value is ambiguous")
-        return bool(self.item())
+        if current_trace() is not None:
+            observe_value(self, decision=True)      # a branch: the guard is the decision
+        v = self._value
+        return bool(v if type(v) is float else v.reshape(-1)[0])
 
     def __len__(self):
         if not self._shape:

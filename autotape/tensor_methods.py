@@ -14,7 +14,7 @@ from .guards import observe
 from .numpy_dispatch import array_function, array_ufunc
 from .opcodes import (ADD, CHOLESKY, CONCAT, CUMPROD, CUMSUM, DIV, EIGH, INV, MATMUL, MAX,
                       MEAN, MIN, MUL, PROD, PUT_ADD, RESHAPE, SCATTER, SETITEM, SLOGDET, SOLVE,
-                      STRIDED, SUB, SUM, SVD, TAKE, WHERE)
+                      STRIDED, SUB, SUM, SVD, TAKE, WHERE, PINV)
 from .ops import elementwise, indexing, reduce
 from .ops.linalg import matmul
 from .ops.recording import cast_result
@@ -47,7 +47,8 @@ GRAD_FN_NAMES.update({
     SETITEM: "CopySlices", CONCAT: "CatBackward", MATMUL: "MatmulBackward",
     INV: "LinalgInvBackward", SOLVE: "LinalgSolveBackward",
     SLOGDET: "LinalgSlogdetBackward", CHOLESKY: "LinalgCholeskyBackward",
-    EIGH: "LinalgEighBackward", SVD: "LinalgSvdBackward"})
+    EIGH: "LinalgEighBackward", SVD: "LinalgSvdBackward",
+    PINV: "LinalgPinvBackward"})
 
 
 def grad_fn(self):

@@ -242,6 +242,7 @@ def test_a_comparison_read_from_python_is_still_a_guard():
     assert cg(np.array([-1.0, 5.0])).tolist() == [2.0, 7.0] and cg.traces == 2
 
 
+@pytest.mark.filterwarnings("ignore:at.compile. float")
 def test_python_branch_on_a_value_is_guarded():
     def f(x):
         s = x.sum()
@@ -321,6 +322,7 @@ def test_recording_does_not_disturb_open_recordings():
     assert cf(np.full(2, 3.0)).tolist() == [9.0, 9.0]     # and the recording still replays
 
 
+@pytest.mark.filterwarnings("ignore:at.compile. float")
 def test_recording_again_and_again_warns_once_naming_the_line():
     def f(x):
         return x * 2.0 if float(x.sum()) > 0 else x * 3.0     # the guard's line
@@ -328,8 +330,38 @@ def test_recording_again_and_again_warns_once_naming_the_line():
     with pytest.warns(RuntimeWarning) as caught:
         for k in range(20):
             cf(np.full(2, (-1.0) ** k))
-    messages = [str(w.message) for w in caught if "recorded again" in str(w.message)]
+    messages = [str(w.message) for w in caught if w.category is RuntimeWarning and
+                "recorded again" in str(w.message)]
     assert len(messages) == 1
     assert "test_compile.py:" in messages[0] and "float(x.sum())" not in messages[0]
     line = f.__code__.co_firstlineno + 1
     assert f"test_compile.py:{line}" in messages[0]
+
+
+# ---- values that leave the graph under at.compile ------------------------------------------
+
+def test_a_value_leaving_the_graph_under_compile_warns_at_the_users_line():
+    import math
+    import warnings
+
+    def f(k):
+        return math.exp(-k * 2.0) + k          # float(k * 2.0): the gradient of exp is lost
+    with pytest.warns(UserWarning, match=r"float\(\) reads a traced value") as caught:
+        c = at.compile(f, np.float64(0.5))
+    assert any(w.filename == __file__ for w in caught)
+    assert float(c.grad(np.float64(0.5))) == 1.0    # torch's eager answer, as warned
+
+    def g(x):
+        return x * 2 if x > 0 else -x           # a branch is a decision: no warning
+    with warnings.catch_warnings():
+        warnings.simplefilter("error")
+        assert float(at.compile(g, np.float64(0.5)).grad(np.float64(0.5))) == 2.0
+        assert float(at.compile(lambda x: at.exp(-x * 2.0) + x, np.float64(0.5)).grad(
+            np.float64(0.5))) == pytest.approx(1 - 2 * np.exp(-1.0))
+
+
+def test_item_and_numpy_inside_compile_warn_too():
+    with pytest.warns(UserWarning, match=r"\.item\(\) reads"):
+        at.compile(lambda x: x * x.sum().item(), np.ones(2))
+    with pytest.warns(UserWarning, match=r"\.numpy\(\) reads"):
+        at.compile(lambda x: x * np.sum(x.numpy()), np.ones(2))

@@ -306,3 +306,18 @@ def test_scipy_optimize_with_value_and_grad_and_compiled():
     r = optimize.minimize(lambda x: float(rosen(at.tensor(x))), x0,
                           jac=lambda x: F.grad(rosen)(x), method="L-BFGS-B")
     assert np.allclose(r.x, 1.0, atol=1e-4)
+
+
+def test_second_derivatives_through_a_zero_singular_value_of_a_square_matrix():
+    """pinv(X^T X) has a zero singular value: the SVD rule skips the terms that vanish
+    for square U and Vh (rounding over the tiny value made them O(1) in the second
+    derivative)."""
+    from fd import check_second_order
+    x = u(5, 6)
+    check_grads(lambda a: np.linalg.pinv(a.T @ a), x)
+    check_second_order(lambda a: np.linalg.pinv(a.T @ a), x)
+    check_second_order(lambda a: (lambda r: (r.U[:, :5] * r.S[:5]) @ r.Vh[:5])(
+        np.linalg.svd(a.T @ a)), x)
+    a, b = u(4, 2), u(2, 3)                          # rank 2, not square, staying so
+    check_second_order(lambda a_, b_: np.linalg.pinv(a_ @ b_), a, b)
+    check_second_order(lambda a_, b_: np.linalg.pinv((a_ @ b_).T), a, b)

@@ -100,6 +100,8 @@ SAMPLES = {
                    np.arange(9.0) / 20),
     opcodes.SVD: (lambda x: (lambda r: (r.S * np.arange(1.0, 4.0)).sum() + r.U[0, 0] * r.Vh[0, 1])(
         at.linalg.svd(x.reshape(3, 3) + A3)), np.arange(9.0) / 20),
+    opcodes.PINV: (lambda x: (at.linalg.pinv(x.reshape(3, 3)[:, :2] + A3[:, :2]) *
+                              np.arange(6.0).reshape(2, 3)).sum(), np.arange(9.0) / 20),
 }
 SAMPLES.update({code: (_elementwise_sample(op), _elementwise_point(op))
                 for code, op in ELEMENTWISE.items()})

@@ -1,5 +1,5 @@
 """numpy.linalg's functions composed of table ops: qr (Householder reflections, as
-LAPACK's geqrf computes them), pinv and lstsq (through the SVD op), matrix_power. They
+LAPACK's geqrf computes them), lstsq (through pinv), matrix_power. They
 have no derivative rules of their own: the chain rule through their ops gives them, to
 any order."""
 from collections import namedtuple
@@ -9,12 +9,12 @@ import numpy as np
 from ..guards import observe
 from ..ops.elementwise import sqrt, where
 from ..ops.indexing import as_tensor, concatenate, reshape
-from ..ops.linalg import inv, matmul, svd
-from ..ops.reduce import amax, sum
+from ..ops.linalg import inv, matmul, pinv, svd
+from ..ops.reduce import sum
 from ..tensor import F64
-from .shaping import swapaxes, triu
+from .shaping import triu
 
-__all__ = ["qr", "pinv", "lstsq", "matrix_power"]
+__all__ = ["qr", "lstsq", "matrix_power"]
 
 QRResult = namedtuple("QRResult", "Q R")
 LstsqResult = namedtuple("LstsqResult", "x residuals rank s")
@@ -89,24 +89,6 @@ def _cutoff(s, rcond):
     return observe(lambda v: v > rcond * np.max(v, axis=-1, keepdims=True), s)
 
 
-def pinv(a, rcond=None, hermitian=False, *, rtol=None):
-    """The Moore-Penrose pseudo-inverse, V diag(1/s) U^T over the singular values above
-    ``rcond`` (numpy's default: max(m, n) * eps) times the largest, batched.
-
-    >>> at.linalg.pinv(at.tensor([[2.0, 0.0], [0.0, 0.0]]))
-    tensor([[0.5, 0. ],
-            [0. , 0. ]])
-    """
-    a = _matrices(a, "pinv")
-    m, n = a.shape[-2:]
-    if rcond is None:
-        rcond = rtol if rtol is not None else max(m, n) * np.finfo(np.float64).eps
-    u, s, vh = svd(a, full_matrices=False)
-    keep = _cutoff(s, rcond)
-    s_inv = where(keep, 1.0 / where(keep, s, 1.0), 0.0)
-    return matmul(swapaxes(vh, -1, -2) * s_inv[..., None, :], swapaxes(u, -1, -2))
-
-
 def lstsq(a, b, rcond=None):
     """numpy.linalg.lstsq: ``(x, residuals, rank, s)`` minimising |a x - b|, x through
     the pseudo-inverse (singular values above ``rcond`` times the largest; numpy's
@@ -126,13 +108,11 @@ def lstsq(a, b, rcond=None):
         raise np.linalg.LinAlgError("Incompatible dimensions")
     if rcond is None:
         rcond = np.finfo(np.float64).eps * max(m, n)
-    u, s, vh = svd(a, full_matrices=False)
-    keep = _cutoff(s, rcond)
-    s_inv = where(keep, 1.0 / where(keep, s, 1.0), 0.0)
+    s = svd(a, compute_uv=False)
     vector = b.ndim == 1
     bm = reshape(b, (m, 1)) if vector else b
-    x = matmul(swapaxes(vh, -1, -2), s_inv[:, None] * matmul(swapaxes(u, -1, -2), bm))
-    rank = int(np.sum(keep))
+    x = matmul(pinv(a, rcond), bm)
+    rank = int(np.sum(_cutoff(s, rcond)))
     if rank == n and m > n:
         resid = bm - matmul(a, x)
         residuals = sum(resid * resid, axis=0)

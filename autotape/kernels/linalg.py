@@ -10,7 +10,7 @@ import numpy as np
 from numba import carray
 from numba.extending import register_jitable
 
-from ..opcodes import CHOLESKY, EIGH, INV, SLOGDET, SOLVE, SVD
+from ..opcodes import CHOLESKY, EIGH, INV, PINV, SLOGDET, SOLVE, SVD
 from ..tape_format import A, B, OP, eigh_upper, saved_row, svd_dims
 from .blas import NO_TRANS, TRANS, cblas_dgemm
 from .context import (accumulator, adjoint, adjoint_address, aux, broadcast_map, dense_lanes,
@@ -230,6 +230,8 @@ def matmul_forward(ctx, i):
 #   svd      A = U diag(s) Vh      dA = U [F o skew(U^T G_U) S + S F o skew(Vh G_Vh^T)
 #                                         + diag(g_s)] Vh + (G_U - U U^T G_U) S^-1 Vh
 #                                       + U S^-1 (G_Vh - G_Vh Vh^T Vh),  F_ij = 1/(s_j^2 - s_i^2)
+#            (the last two terms vanish when U, resp. Vh, is square, and are skipped)
+#   pinv     Z = A^+ (rank held)   dA = -Z^T G Z^T + (I - A Z) G^T Z Z^T + Z^T Z G^T (I - Z A)
 # S is the gradient for symmetric perturbations. cholesky and eigh read one triangle of
 # A only (numpy's rule), so dA is the exact gradient of that: S + S^T below the diagonal
 # (each entry there stands for two), S on it, zero in the triangle never read. A
@@ -273,6 +275,9 @@ def linalg_vjp(ctx, i):
     op = ctx.rows[i, OP]
     if op == SVD:
         _svd_vjp(ctx, i)
+        return True
+    if op == PINV:
+        _pinv_vjp(ctx, i)
         return True
     if not (op == SOLVE or op == INV or op == SLOGDET or op == CHOLESKY or op == EIGH):
         return False
@@ -380,15 +385,23 @@ def _svd_vjp(ctx, i):
                         zv[os_ + r] * (l_[r * k + c] - l_[c * k + r])
                     inner[r * k + c] = _quotient(num, zv[os_ + c] * zv[os_ + c] -
                                                  zv[os_ + r] * zv[os_ + r])
-        # W = inner Vh + S^-1 (G_Vh - L^T Vh), then dA += U W
-        _gemm(ctx, True, False, k, n, k, -1.0, l_.ctypes.data, k, vh, n, 0.0, q.ctypes.data, n)
-        for r in range(k):
-            for c in range(n):
-                q[r * n + c] = _quotient(q[r * n + c] + gv[ov + r * n + c], zv[os_ + r])
+        # W = inner Vh + S^-1 (G_Vh - L^T Vh), then dA += U W; the second term is
+        # G_Vh (I - V V^T), exactly 0 when V is square (k = n): not computed then, as
+        # rounding over a tiny singular value would make it O(1)
+        if n > k:
+            _gemm(ctx, True, False, k, n, k, -1.0, l_.ctypes.data, k, vh, n, 0.0,
+                  q.ctypes.data, n)
+            for r in range(k):
+                for c in range(n):
+                    q[r * n + c] = _quotient(q[r * n + c] + gv[ov + r * n + c], zv[os_ + r])
+        else:
+            q[:] = 0.0
         _gemm(ctx, False, False, k, n, k, 1.0, inner.ctypes.data, k, vh, n, 1.0,
               q.ctypes.data, n)
         _gemm(ctx, False, False, m, n, k, 1.0, u, ku, q.ctypes.data, n, 1.0, ga, n)
-        # dA += (G_U - U J) S^-1 Vh
+        # dA += (I - U U^T) G_U S^-1 Vh: exactly 0 when U is square (k = m)
+        if m == k:
+            continue
         for r in range(m):
             for c in range(k):
                 p[r * k + c] = gv[oz + r * ku + c]
@@ -398,3 +411,41 @@ def _svd_vjp(ctx, i):
             for c in range(k):
                 p[r * k + c] = _quotient(p[r * k + c], zv[os_ + c])
         _gemm(ctx, False, False, m, n, k, 1.0, p.ctypes.data, k, vh, n, 1.0, ga, n)
+
+
+@register_jitable
+def _pinv_vjp(ctx, i):
+    """The VJP of a PINV row (Golub and Pereyra's derivative at constant rank), matrix
+    by matrix of the batch: A is (m, n), Z = A^+ and G are (n, m)."""
+    a = ctx.rows[i, A]
+    if not has_adjoint(ctx, a):
+        return
+    sa = shape_of(ctx, a)
+    m, n = sa[sa.size - 2], sa[sa.size - 1]
+    batch = size_of(ctx, a) // (m * n) if m * n > 0 else 0
+    accumulator(ctx, a)
+    mm, nn, mn, mn2 = np.empty(m * m), np.empty(n * n), np.empty(m * n), np.empty(m * n)
+    pmm, pnn, pmn = mm.ctypes.data, nn.ctypes.data, mn.ctypes.data
+    for t in range(batch):
+        o = 8 * t * m * n
+        av, z, g = value_address(ctx, a) + o, value_address(ctx, i) + o, \
+            adjoint_address(ctx, i) + o
+        ga = adjoint_address(ctx, a) + o
+        # -Z^T G Z^T
+        _gemm(ctx, True, False, m, m, n, 1.0, z, m, g, m, 0.0, pmm, m)
+        _gemm(ctx, False, True, m, n, m, -1.0, pmm, m, z, m, 1.0, ga, n)
+        # (I - A Z) Y with Y = G^T Z Z^T (m, n)
+        _gemm(ctx, False, True, n, n, m, 1.0, z, m, z, m, 0.0, pnn, n)
+        _gemm(ctx, True, False, m, n, n, 1.0, g, m, pnn, n, 0.0, pmn, n)
+        _gemm(ctx, False, False, n, n, m, 1.0, z, m, pmn, n, 0.0, pnn, n)     # Z Y
+        _gemm(ctx, False, False, m, n, n, -1.0, av, n, pnn, n, 1.0, pmn, n)   # Y - A Z Y
+        for e in range(m * n):
+            mn2[e] = mn[e]
+        # W (I - Z A) with W = Z^T Z G^T (m, n)
+        _gemm(ctx, True, False, m, m, n, 1.0, z, m, z, m, 0.0, pmm, m)
+        _gemm(ctx, False, True, m, n, m, 1.0, pmm, m, g, m, 0.0, pmn, n)
+        _gemm(ctx, False, False, m, m, n, 1.0, pmn, n, z, m, 0.0, pmm, m)     # W Z
+        _gemm(ctx, False, False, m, n, m, -1.0, pmm, m, av, n, 1.0, pmn, n)   # W - W Z A
+        ga_ = carray(f64_pointer(ga), m * n)
+        for e in range(m * n):
+            ga_[e] += mn2[e] + mn[e]

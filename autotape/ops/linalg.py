@@ -10,6 +10,7 @@ saved when it was recorded, so the sweep needs no LAPACK of its own:
   cholesky A = L L^T             S = L^-T Phi(L^T G) L^-1, Phi: lower half, diagonal halved
   eigh     A = V diag(w) V^T     S = V (diag(g_w) + F o (V^T G_V)) V^T, F_ij = 1/(w_j - w_i)
   svd      A = U diag(s) Vh      see kernels/linalg.py (F_ij = 1/(s_j^2 - s_i^2))
+  pinv     Z = A^+ (rank held)   dA = -Z^T G Z^T + (I - A Z) G^T Z Z^T + Z^T Z G^T (I - Z A)
 S is the gradient for symmetric perturbations. cholesky and eigh read one triangle of
 A only (numpy's rule), so dA is the exact gradient of that: S + S^T below the diagonal
 (each entry there stands for two), S on it, zero in the triangle never read. All act
@@ -21,8 +22,9 @@ from collections import namedtuple
 import numpy as np
 
 from ..guards import observe
-from ..opcodes import CHOLESKY, EIGH, INV, MATMUL, SLOGDET, SOLVE, SVD
-from ..tape_format import eigh_params, eigh_upper, saved_params, svd_dims, svd_params
+from ..opcodes import CHOLESKY, EIGH, INV, MATMUL, PINV, SLOGDET, SOLVE, SVD
+from ..tape_format import (eigh_params, eigh_upper, pinv_params, pinv_rcond, saved_params,
+                           svd_dims, svd_params)
 from ..tensor import F64, array_of, new_leaf
 from .elementwise import exp
 from .indexing import as_tensor, broadcast_to, reshape
@@ -90,6 +92,7 @@ values_of = {
     CHOLESKY: lambda av, bv, p: _cholesky_values(av),
     EIGH: lambda av, bv, p: _eigh_values(av, p[0] != 0),
     SVD: lambda av, bv, p: _svd_values(av, p[2] != 0),
+    PINV: lambda av, bv, p: (np.linalg.pinv(av, rcond=pinv_rcond(p)), None),
 }
 
 
@@ -235,6 +238,28 @@ def svd(a, full_matrices=True, compute_uv=True, hermitian=False):
                      reshape(z[..., m * ku + k:], batch + (kv, n)))
 
 
+def pinv(a, rcond=None, hermitian=False, *, rtol=None):
+    """The Moore-Penrose pseudo-inverse, over the singular values above ``rcond``
+    (numpy's default: max(m, n) * eps) times the largest, batched. Its derivative is
+    Golub and Pereyra's, exact while the rank stays the same (as torch's), to any
+    order: it needs no singular vectors, so rank-deficient matrices are fine.
+
+    >>> at.linalg.pinv(at.tensor([[2.0, 0.0], [0.0, 0.0]]))
+    tensor([[0.5, 0. ],
+            [0. , 0. ]])
+    """
+    a = as_tensor(a)
+    if a.ndim < 2:
+        raise np.linalg.LinAlgError(f"{a.ndim}-dimensional array given. Array must be at "
+                                    "least two-dimensional")
+    if a.dtype.kind != "f":
+        a = a.astype(F64)
+    if rcond is None:
+        rcond = rtol if rtol is not None else max(a.shape[-2:]) * np.finfo(np.float64).eps
+    return _record(PINV, np.linalg.pinv(array_of(a), rcond=rcond), a,
+                   params=pinv_params(rcond))
+
+
 def eigvalsh(a, UPLO="L"):
     """The eigenvalues of eigh, with its gradient.
 
@@ -324,9 +349,13 @@ def _svd_rule(at, g, r, k):
     num = (j_ - _t(at, j_)) * sv[..., None, :] + sv[..., :, None] * (l_ - _t(at, l_))
     inner = _quotient(at, num, sv[..., None, :] ** 2 - sv[..., :, None] ** 2) + \
         g_s[..., None, :] * np.eye(k_)
-    q = _quotient(at, g_vh - _t(at, l_) @ vh, sv[..., :, None])
-    p = _quotient(at, g_u - u @ j_, sv[..., None, :])
-    return u @ (inner @ vh + q) + p @ vh
+    w = inner @ vh
+    if n > k_:                         # (both terms vanish for a square U or Vh: kernel)
+        w = w + _quotient(at, g_vh - _t(at, l_) @ vh, sv[..., :, None])
+    out = u @ w
+    if m > k_:
+        out = out + _quotient(at, g_u - u @ j_, sv[..., None, :]) @ vh
+    return out
 
 
 def _quotient(at, num, den):
@@ -335,5 +364,13 @@ def _quotient(at, num, den):
     return at.where(zero, 0.0, num / at.where(zero, 1.0, den))
 
 
+def _pinv_rule(at, g, r, k):
+    a, z = r.x, r.z
+    zt, gt = _t(at, z), _t(at, g)
+    y = gt @ (z @ zt)
+    w = (zt @ z) @ gt
+    return -(zt @ g @ zt) + (y - a @ (z @ y)) + (w - (w @ z) @ a)
+
+
 graph_vjps = {MATMUL: _matmul, INV: _inv_rule, SLOGDET: _slogdet_rule, SOLVE: _solve_rule,
-              CHOLESKY: _cholesky_rule, EIGH: _eigh_rule, SVD: _svd_rule}
+              CHOLESKY: _cholesky_rule, EIGH: _eigh_rule, SVD: _svd_rule, PINV: _pinv_rule}

@@ -34,6 +34,8 @@ def _wrap(fn):
 
 
 def __getattr__(name):
+    if name in ("linalg", "random"):          # this package's own submodules
+        raise AttributeError(name)
     try:
         fn = getattr(_anp, name)
     except AttributeError:
