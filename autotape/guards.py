@@ -146,21 +146,44 @@ _TENSOR_FILE = os.path.join(_PACKAGE_DIR, "tensor.py")
 
 
 def _warn_left_graph():
-    frame = sys._getframe(2)
+    found = _conversion_site()
+    if found is not None:
+        _warn_at(LEFT_GRAPH_MSG.format(what=found[1]), found[0])
+
+
+SCALAR_MSG = ("Converting a tensor with requires_grad=True to a scalar may lead to "
+              "unexpected behavior.\nConsider using tensor.detach() first.")
+
+
+def warn_scalar_conversion():
+    """torch's warning for ``float(t)`` of a tensor that requires grad (eager: the
+    number carries no gradient), at the user's line."""
+    found = _conversion_site()
+    if found is not None:
+        _warn_at(SCALAR_MSG, found[0])
+
+
+def _conversion_site():
+    """(the user's frame, what it called) for a value read out of a Tensor, or None
+    when autotape itself read it, or ``detach`` / ``data`` cut the graph on purpose."""
+    frame = sys._getframe(3)
     what = "a conversion"
     while frame is not None and os.path.abspath(frame.f_code.co_filename) == _TENSOR_FILE:
         name = frame.f_code.co_name
         if name in ("detach", "data"):
-            return                              # cut on purpose
+            return None
         what = {"__float__": "float()", "__int__": "int()", "__index__": "an index",
                 "item": ".item()", "numpy": ".numpy()", "tolist": ".tolist()"}.get(
                     name, what)
         frame = frame.f_back
     if frame is None or (os.path.abspath(frame.f_code.co_filename) + os.sep).startswith(
             _PACKAGE_DIR + os.sep):
-        return                                  # autotape's own read
-    warnings.warn_explicit(LEFT_GRAPH_MSG.format(what=what), UserWarning,
-                           frame.f_code.co_filename, frame.f_lineno,
+        return None
+    return frame, what
+
+
+def _warn_at(message, frame):
+    warnings.warn_explicit(message, UserWarning, frame.f_code.co_filename, frame.f_lineno,
                            module=frame.f_globals.get("__name__", ""),
                            registry=frame.f_globals.setdefault("__warningregistry__", {}))
 

@@ -18,7 +18,7 @@ import weakref
 
 import numpy as np
 
-from .guards import Traced, current_trace, observe_value
+from .guards import Traced, current_trace, observe_value, warn_scalar_conversion
 
 F64 = np.dtype(np.float64)
 F32 = np.dtype(np.float32)
@@ -237,6 +237,8 @@ class Tensor(Traced):
         return v if type(v) is float else v.tolist()
 
     def __float__(self):
+        if (self._tape is not None or self._requires_grad) and current_trace() is None:
+            warn_scalar_conversion()            # torch's warning: the float has no grad
         return float(self.item())
 
     def __int__(self):

@@ -50,3 +50,16 @@ def test_shape_queries():
     x = at.ones(2, 3)
     assert (np.shape(x), np.ndim(x), np.size(x)) == ((2, 3), 2, 6)
     assert np.round(at.tensor([0.4, 1.6])).tolist() == [0.0, 2.0]
+
+
+def test_float_of_a_tensor_that_requires_grad_warns_as_torch():
+    import math
+    x = at.tensor(0.5, requires_grad=True)
+    with pytest.warns(UserWarning, match="Converting a tensor with requires_grad=True to a "
+                                         "scalar"):
+        y = math.exp(-x * 2.0) + x           # the silent drop: now said
+    assert float(at.grad(y, x)[0]) == 1.0
+    import warnings
+    with warnings.catch_warnings():
+        warnings.simplefilter("error")
+        assert x.item() == 0.5 and float(x.detach()) == 0.5 and float(at.tensor(2.0)) == 2.0

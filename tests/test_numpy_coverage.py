@@ -190,7 +190,7 @@ def test_sinc_derivatives_at_zero_are_exact():
     x = at.tensor(0.0, requires_grad=True)
     g, = at.grad(np.sinc(x), x, create_graph=True)
     h, = at.grad(g, x)
-    assert float(g) == 0.0 and float(h) == pytest.approx(-np.pi ** 2 / 3, rel=1e-12)
+    assert g.item() == 0.0 and float(h) == pytest.approx(-np.pi ** 2 / 3, rel=1e-12)
 
 
 def test_fmax_fmin_nan_to_num_ignore_nans_like_numpy():

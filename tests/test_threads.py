@@ -51,7 +51,7 @@ def array_program(seed, n=20_000):
     y = at.sin(x) * x + at.exp(-x * x) * 0.5
     loss = (y * y).sum() + (y[1:] * y[:-1]).sum()
     g, = at.grad(loss, x)
-    return float(loss), g.numpy()
+    return loss.item(), g.numpy()
 
 
 def scalar_chain(seed, n=3000):
@@ -60,7 +60,7 @@ def scalar_chain(seed, n=3000):
     for i in range(n):
         y = at.sin(y) * 0.99 + x * 0.01
     g, = at.grad(y, x)
-    return float(y), float(g)
+    return y.item(), float(g)
 
 
 def test_independent_array_graphs_in_threads():
