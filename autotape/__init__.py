@@ -11,6 +11,7 @@ This module re-exports the public names; ARCHITECTURE.md says where each lives.
 """
 import numpy as np
 
+from . import memory  # noqa: F401  (freed memory is kept for reuse: see memory.py)
 from . import tensor_methods  # noqa: F401  (attaches Tensor's operators and methods)
 from . import autograd, func, linalg
 from .compile import Compiled, compile

@@ -7,6 +7,7 @@ cotangents, swept together as K lanes of one compiled sweep.
 Checks and messages follow torch.autograd so that code and searches carry over.
 """
 import heapq
+import itertools
 import threading
 import warnings
 
@@ -328,7 +329,8 @@ def _run(outputs, grads, inputs, retain, accumulate=False, lanes=0, others=None)
     state = here()
     while queue:
         _, tape = heapq.heappop(queue)
-        adj, adj_off = _sweep(tape, seeds.pop(tape), retain, lanes)
+        adj, adj_off = _sweep(tape, seeds.pop(tape), retain, lanes,
+                              [row for (tid, row) in wanted if tid == tape.id])
         swept = adj_off.size    # another thread may still be recording past these rows:
         for row, (parent, prow) in list(tape.imports.items()):   # (one C call: a copy)
             if row < swept and adj_off[row] >= 0:
@@ -381,10 +383,12 @@ def _input_grads(inputs, leaf_grads, by_row, finish):
     return result
 
 
-def _sweep(tape, seeds, retain, lanes):
+def _sweep(tape, seeds, retain, lanes, wanted=()):
     """One compiled sweep of ``tape`` with ``lanes`` cotangents per seed. Returns the
     adjoint offsets and ``adjoint(row)``: a copy of row's adjoint, ``(lanes, size)`` when
-    lanes > 1, else flat."""
+    lanes > 1, else flat; only rows the engine reads (leaves, imports, retain_grad()
+    rows, ``wanted`` non-leaf inputs) keep their adjoint to the end, so the others' space
+    is reused as the sweep goes (a working set that stays in cache)."""
     offsets = [0]
     for _, g in seeds:
         offsets.append(offsets[-1] + g.size)
@@ -392,8 +396,12 @@ def _sweep(tape, seeds, retain, lanes):
     seed_off = np.array(offsets, np.int64)
     seed_vals = seeds[0][1] if len(seeds) == 1 else np.concatenate([g for _, g in seeds])
     own, row_addr = _leaf_buffers(tape) if lanes == 1 else (None, NO_ROWS)
+    read = np.fromiter(itertools.chain(list(tape.leaves), list(tape.imports),
+                                       list(tape.retained), wanted), np.int64)
+    if not read.size:
+        read = NO_READ
     adj, adj_off, stride = executor_for(tape).sweep(tape, seed_rows, seed_vals, seed_off,
-                                                    lanes, retain, row_addr)
+                                                    lanes, retain, row_addr, read)
 
     def adjoint(row):
         if own and row in own:                 # written in place: the caller's to keep
@@ -405,6 +413,7 @@ def _sweep(tape, seeds, retain, lanes):
     return adjoint, adj_off
 
 
+NO_READ = np.array([-1], np.int64)   # a read list that names no row (empty means all)
 OWN_BUFFER_MIN = 4096          # elements: a leaf this large gets its gradient written in place
 
 

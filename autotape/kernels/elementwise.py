@@ -432,6 +432,20 @@ _same_shape_add, _same_shape_sub, _same_shape_mul, _same_shape_div, _same_shape_
     _same_shape_any = (_same_shape_loops(c) for c in (ADD, SUB, MUL, DIV, POW, -1))
 
 
+@register_jitable
+def _square_vjp(ctx, a, x, g):
+    if not has_adjoint(ctx, a):
+        return
+    if first_write(ctx, a):
+        ga = adjoint(ctx, a)
+        for k in range(x.size):
+            ga[k] = 2.0 * x[k] * g[k]
+    else:
+        ga = accumulator(ctx, a)
+        for k in range(x.size):
+            ga[k] += 2.0 * x[k] * g[k]
+
+
 def _trailing_loops(code):
     """The VJP loops of a binary op whose operands each repeat along leading axes of the
     output (a bias row, say): the output is walked as rows of the smaller period, so
@@ -496,6 +510,8 @@ def binary_vjp(ctx, i):
             _same_shape_mul(ctx, op, a, b, x, y, z, g, sx, sy)
         elif op == DIV:
             _same_shape_div(ctx, op, a, b, x, y, z, g, sx, sy)
+        elif op == POW and sy == 0 and y[0] == 2.0 and sx == 1 and not has_adjoint(ctx, b):
+            _square_vjp(ctx, a, x, g)            # x ** 2: 2 x g, no pow per element
         elif op == POW:
             _same_shape_pow(ctx, op, a, b, x, y, z, g, sx, sy)
         else:

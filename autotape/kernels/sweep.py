@@ -74,7 +74,7 @@ def _recycled_offsets(rows, ipool, shape_size, reached, top, seed_rows, read, ad
     in cache. Returns that stride."""
     pinned = np.zeros(top + 1, np.bool_)
     for r in read:
-        if r <= top:
+        if 0 <= r <= top:
             pinned[r] = True
     free_off = np.empty(top + 1, np.int64)
     free_size = np.empty(top + 1, np.int64)
@@ -147,8 +147,8 @@ def reverse_sweep(rows, ipool, shape_ndim, shape_start, shape_dims, shape_size,
     1]]``, lane-major. ``row_addr[row]``, where nonzero, is the address of a row's own
     adjoint buffer (one lane only; see kernels/context.py). ``dgemm`` is the address of
     a CBLAS dgemm, or 0 for none (kernels/blas.py). ``read``: the rows whose adjoints
-    the caller reads (every row when empty); those come back written in every lane,
-    zeros included."""
+    the caller reads (every row when empty; -1 names none); those come back written in
+    every lane, zeros included, and the others' space is reused as the sweep goes."""
     n = rows.shape[0]
     adj_off = np.full(n, -1, np.int64)
     reached, top = reach(rows, ipool, seed_rows)
@@ -232,7 +232,7 @@ def reverse_sweep(rows, ipool, shape_ndim, shape_start, shape_dims, shape_size,
         ctx.lane[0] = k
         for j in range(read.size if read.size else top + 1):
             i = read[j] if read.size else j
-            if i <= top and adj_off[i] >= 0 and not touched[k, i]:
+            if 0 <= i <= top and adj_off[i] >= 0 and not touched[k, i]:
                 adjoint(ctx, i)[:] = 0.0
     if not retain:
         for i in range(top + 1):
