@@ -13,6 +13,7 @@ import abc
 import numpy as np
 
 from .kernels.blas import DGEMM
+from .memory import busy
 from .kernels.replay import forward_replay, replay_and_sweep
 from .kernels.sweep import OK, RELEASED, UNKNOWN_OP, reverse_sweep
 from .opcodes import opcode_name
@@ -77,6 +78,7 @@ class CpuExecutor(Executor):
 
     def sweep(self, tape, seed_rows, seed_vals, seed_off, lanes, retain, row_addr=NO_ROWS,
               read=NO_ROWS):
+        busy()
         adj = self.scratch(lanes * tape.columns().total_size)
         args, held = tape.kernel_args()        # held: what args' addresses point into
         status, adj_off, stride = reverse_sweep(*args, retain, seed_rows, seed_vals,

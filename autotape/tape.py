@@ -60,7 +60,7 @@ FLUSH_ROWS = 4096
 
 class Tape:
     __slots__ = ("id", "staged", "rows_log", "flushed", "checkpoint", "extra", "arena", "arrays", "big_addr", "shape_ids", "shapes",
-                 "shape_ndim", "shape_dims", "shape_size", "released", "leaves",
+                 "shape_ndim", "shape_dims", "shape_size", "released", "leaves", "frozen",
                  "retained", "imports", "import_rows", "consts", "owner", "nrows",
                  "array_bytes", "ipool", "_columns", "_kernel_args", "__weakref__")
 
@@ -87,6 +87,7 @@ class Tape:
         self.imports = {}                # IMPORT row -> (older tape, row there)
         self.import_rows = {}            # (older tape id, row there) -> IMPORT row
         self.consts = {}                 # Python number -> CONST row
+        self.frozen = {}                 # id(read-only array) -> (array, its CONST row)
         self.owner = owner               # the ThreadState recording here; None: closed
         self.nrows = 0
         self.array_bytes = 0
@@ -191,6 +192,17 @@ class Tape:
                 row = self.consts[value] = self.push_scalar(CONST, NO_ROW, NO_ROW, value)
             return row
         return self.push(CONST, NO_ROW, NO_ROW, shape, NO_ROW, value)
+
+    def const_array(self, v):
+        """The CONST row of a read-only, C-contiguous float64 array that owns its data
+        (it can never change), made once per tape: a constant used by every step of a
+        loop (a roll's index map, a tensor that does not require grad) is one row."""
+        hit = self.frozen.get(id(v))
+        if hit is not None and hit[0] is v:
+            return hit[1]
+        row = self.push(CONST, NO_ROW, NO_ROW, v.shape, NO_ROW, v.reshape(-1))
+        self.frozen[id(v)] = (v, row)
+        return row
 
     def import_row(self, t, value):
         key = (t._tape.id, t._row)

@@ -1,8 +1,11 @@
 """numpy's shape and selection functions composed of table ops (reshapes, strided
 gathers, concatenations, gathers by index arrays): expand_dims ... tril, diagonal,
 trace, take, take_along_axis."""
+import functools
+import math
+
 import numpy as np
-from numpy.lib.array_utils import normalize_axis_tuple
+from numpy.lib.array_utils import normalize_axis_index, normalize_axis_tuple
 
 from ..creation import full
 from ..ops.elementwise import where
@@ -112,20 +115,38 @@ def split(a, indices_or_sections, axis=0):
 
 
 def roll(a, shift, axis=None):
-    """Shift elements along ``axis`` cyclically (on the flattened tensor when None)."""
+    """Shift elements along ``axis`` cyclically (on the flattened tensor when None): one
+    gather by a cached index map, so one tape row (its gradient rolls back)."""
     a = as_tensor(a)
-    if axis is None:
-        return reshape(roll(ravel(a), shift, 0), a.shape)
-    shifts = (shift,) if isinstance(shift, (int, np.integer)) else tuple(shift)
-    axes = normalize_axis_tuple(axis, a.ndim, allow_duplicate=True)
-    out = a
-    for s, d in zip(np.broadcast_to(shifts, len(axes)), axes):
-        k = int(s) % out.shape[d] if out.shape[d] else 0
-        if k:
-            lead = (slice(None),) * d
-            out = concatenate([out[lead + (slice(-k, None),)],
-                               out[lead + (slice(None, -k),)]], axis=d)
-    return out if out is not a else a.copy()       # a new tensor, never an alias of a
+    if a.ndim == 0 or a.size == 0:
+        return a.copy()                          # a new tensor, never an alias of a
+    if type(shift) is int and (axis is None or type(axis) is int):       # the common case
+        key = (a._shape, (shift,), None if axis is None else
+               (normalize_axis_index(axis, a.ndim),))
+    else:
+        shifts = np.atleast_1d(np.asarray(shift, np.int64))
+        axes = None if axis is None else np.atleast_1d(normalize_axis_tuple(
+            axis, a.ndim, allow_duplicate=True))
+        if axes is not None:
+            shifts, axes = np.broadcast_arrays(shifts, axes)
+            axes = tuple(int(d) for d in axes)
+        elif shifts.size != 1:
+            raise ValueError("with axis=None, roll takes a single shift")
+        key = (a._shape, tuple(int(s) for s in shifts), axes)
+    index, positions = _roll_map(*key)
+    return take_flat(a, index, a._value.reshape(-1)[positions])
+
+
+@functools.lru_cache(maxsize=256)
+def _roll_map(shape, shifts, axes):
+    """The flat source index of every element of a roll, as float64 (read-only: a tape
+    keeps it as a constant, one row per tape while it is the same array) and as int64
+    (to gather the value)."""
+    positions = np.roll(np.arange(math.prod(shape), dtype=np.int64).reshape(shape),
+                        shifts, axes)
+    index = positions.astype(np.float64)
+    index.flags.writeable = False
+    return index, positions
 
 
 def tile(a, reps):

@@ -8,6 +8,7 @@ same pattern. Concatenation places each operand in a band of columns of the outp
 viewed as (outer, width). Lists that hold Tensors are stacked on the tape wherever a
 Tensor is expected (``as_tensor``), so ``np.mean([x, 1.0])`` keeps x's gradient.
 """
+import functools
 import math
 import numbers
 
@@ -24,6 +25,7 @@ from .recording import record, record_listed, recording
 
 # ---- index maps -----------------------------------------------------------------------------
 
+@functools.lru_cache(maxsize=1024)
 def c_strides(shape, itemsize):
     """The strides of a C-contiguous array of ``shape``."""
     strides, s = [], itemsize
@@ -115,12 +117,17 @@ def scatter(x, pattern, base_shape):
                   params=view_params(offset, strides))
 
 
-def take_flat(x, flat_index):
+def take_flat(x, flat_index, value=None):
     """x's elements at ``flat_index`` (an int array of any shape, into x's flat C-order
-    data): the gather behind advanced indexing, take and take_along_axis."""
+    data): the gather behind advanced indexing, take, take_along_axis and roll.
+    ``value``: the gathered values, when the caller has them already."""
     x = as_tensor(x)
-    idx = np.asarray(flat_index, np.int64)
-    return record(TAKE, array_of(x).reshape(-1)[idx], x, idx.astype(F64))
+    flat_index = np.asarray(flat_index)
+    if value is None:
+        idx = np.asarray(flat_index, np.int64)
+        value = array_of(x).reshape(-1)[idx]
+    return record(TAKE, value, x, flat_index if flat_index.dtype == F64 else
+                  flat_index.astype(F64))
 
 
 def put_add(x, flat_index, base_shape):

@@ -22,14 +22,14 @@ def row_of(t, tape):
     Python number or a numpy array (both constants)."""
     if type(t) is not Tensor:
         if type(t) is np.ndarray:
-            return tape.const(snapshot(t), t.shape)
+            return _const_array(tape, t)
         return tape.const(float(t), ())
     if t._tape is tape:
         return t._row
     if t._tape is None:
         if not t._requires_grad:
             v = t._value
-            return tape.const(v if type(v) is float else snapshot(v), t._shape)
+            return tape.const(v, ()) if type(v) is float else _const_array(tape, v)
         cache = t._cache
         if cache is not None and cache[0]() is tape:
             return cache[1]
@@ -39,15 +39,15 @@ def row_of(t, tape):
     return tape.import_row(t, tape_value(t._value))
 
 
-def snapshot(v):
-    """A constant's array as a tape keeps it. An array the tensor owns is frozen rather
-    than copied: later in-place updates of the tensor then copy first (see
-    tensor_methods.py), so the tape's value never changes. A view is copied, since its
-    base may still be written."""
+def _const_array(tape, v):
+    """A constant array's row. An array that owns its data is frozen rather than copied
+    (later in-place updates of its tensor then copy first, see tensor_methods.py, so
+    the tape's value never changes) and is one row per tape however often it is used;
+    a view is copied, since its base may still be written."""
     if v.flags.owndata and v.dtype == F64 and v.flags.c_contiguous:
         v.flags.writeable = False
-        return v.reshape(-1)
-    return np.array(v, F64).reshape(-1)
+        return tape.const_array(v)
+    return tape.const(np.array(v, F64).reshape(-1), v.shape)
 
 
 def tape_for(*operands):

@@ -13,8 +13,8 @@ from ..tape_format import setitem_params
 from ..tensor import (LEAF_VIEW_INPLACE_MSG, NONLEAF_NO_GRAD_INPLACE_MSG, Tensor, array_of,
                       written_through)
 from .elementwise import add, where
-from .indexing import (as_tensor, broadcast_to, from_view, put_add, reshape, strided,
-                       take_flat, view_pattern)
+from .indexing import (as_tensor, broadcast_to, c_strides, from_view, put_add, reshape,
+                       strided, take_flat, view_pattern)
 from .recording import cast_result, record, recording
 
 
@@ -26,13 +26,39 @@ def getitem(x, index):
     view = array_of(x)[index]
     if not recording(x):
         return from_view(x, view)
-    if len(index) == 2 and type(index[0]) is int and x._shape:   # x[i]: the common case
-        i = index[0] + x._shape[0] if index[0] < 0 else index[0]
-        inner = int(np.prod(x._shape[1:], dtype=np.int64))
-        strides = tuple(int(np.prod(x._shape[d + 1:], dtype=np.int64))
-                        for d in range(1, len(x._shape)))
-        return strided(x, view, (x._shape[1:], i * inner, strides))
-    return strided(x, view, view_pattern(x._shape, index))
+    return strided(x, view, _basic_pattern(x._shape, index))
+
+
+def _basic_pattern(shape, index):
+    """(shape, offset, strides in elements) of a normalised basic index into a
+    C-contiguous array of ``shape``, by arithmetic (numpy has already checked the index
+    in computing the view)."""
+    strides = c_strides(shape, 1)
+    real = sum(1 for k in index if k is not None and k is not Ellipsis)
+    out_shape, out_strides = [], []
+    offset = d = 0
+    for k in index:
+        if k is None:
+            out_shape.append(1)
+            out_strides.append(0)
+        elif k is Ellipsis:
+            for _ in range(len(shape) - real):
+                out_shape.append(shape[d])
+                out_strides.append(strides[d])
+                d += 1
+            real = len(shape)                    # (a second Ellipsis adds nothing)
+        elif type(k) is slice:
+            start, stop, step = k.indices(shape[d])
+            length = len(range(start, stop, step))
+            if length:
+                offset += start * strides[d]
+            out_shape.append(length)
+            out_strides.append(step * strides[d])
+            d += 1
+        else:
+            offset += (k + shape[d] if k < 0 else k) * strides[d]
+            d += 1
+    return tuple(out_shape), offset, tuple(out_strides)
 
 
 def setitem(x, index, value):
