@@ -40,6 +40,7 @@ from .ops.indexing import (as_tensor, astype, broadcast_to, concatenate, reshape
                            transpose)
 from .ops.linalg import matmul
 from .ops.reduce import amax, amin, cumprod, cumsum, max, mean, min, prod, sum
+from .parallel import get_num_threads, set_num_threads
 from .tensor import Tensor
 
 __version__ = "0.1.0"
@@ -52,7 +53,7 @@ globals().update({"float": np.float32, "double": np.float64, "long": np.int64,
 __all__ = [
     "Tensor", "tensor", "as_tensor", "zeros", "ones", "zeros_like", "ones_like", "full",
     "eye", "arange", "manual_seed", "rand", "randn", "autograd",
-    "float32", "float64", "int32", "int64",
+    "float32", "float64", "int32", "int64", "set_num_threads", "get_num_threads",
     "grad", "backward", "gradcheck", "gradgradcheck", "GradcheckError", "no_grad",
     "enable_grad", "set_grad_enabled", "is_grad_enabled",
     "where", "clip", "sum", "mean", "max", "min", "amax", "amin", "prod", "cumsum", "cumprod",

@@ -9,13 +9,16 @@ implements the same three methods with ``numba.cuda`` kernels built from the sam
 ``executor_for`` is where a tape would be matched to its device.
 """
 import abc
+import weakref
 
 import numpy as np
 
 from .kernels.blas import DGEMM
-from .memory import busy
+from .memory import KEPT, busy, on_idle
+from .parallel import PARALLEL_MIN, for_numba, get_num_threads, parallel_launch
 from .kernels.replay import forward_replay, replay_and_sweep
-from .kernels.sweep import OK, RELEASED, UNKNOWN_OP, reverse_sweep
+from .kernels.sweep import (OK, RELEASED, SPLIT, SPLIT_STATE, UNKNOWN_OP, reverse_sweep,
+                            split_row_vjp)
 from .opcodes import opcode_name
 from .thread_state import here
 
@@ -62,18 +65,20 @@ class CpuExecutor(Executor):
     @staticmethod
     def scratch(size):
         """Adjoint space for a sweep, the calling thread's own (the kernels run without
-        the GIL, so threads sweep at once), reused from call to call up to
-        KEEP_SCRATCH_BYTES (fresh pages cost more to touch than small sweeps'
-        arithmetic). A larger one is given back after its sweep: the caller's reference
-        keeps it until the results are copied out, then the memory returns to the
-        system."""
+        the GIL, so threads sweep at once), reused from call to call (fresh pages cost
+        more to touch than a sweep's arithmetic, and two threads faulting them in at
+        once cost ten times more). Up to KEEP_SCRATCH_BYTES it is kept for good; a
+        larger one (memory.KEPT) until the program goes idle, or, without that policy,
+        only for its own sweep."""
         state = here()
         buf = state.scratch
         if buf is None or buf.size < size:
             old = 0 if buf is None else buf.size
             buf = np.empty(max(size, int(old * 1.5)))
-            if buf.nbytes <= KEEP_SCRATCH_BYTES:
+            if buf.nbytes <= KEEP_SCRATCH_BYTES or KEPT:
                 state.scratch = buf
+                if buf.nbytes > KEEP_SCRATCH_BYTES:
+                    _LARGE_SCRATCH.add(state)
         return buf
 
     def sweep(self, tape, seed_rows, seed_vals, seed_off, lanes, retain, row_addr=NO_ROWS,
@@ -81,12 +86,32 @@ class CpuExecutor(Executor):
         busy()
         adj = self.scratch(lanes * tape.columns().total_size)
         args, held = tape.kernel_args()        # held: what args' addresses point into
-        status, adj_off, stride = reverse_sweep(*args, retain, seed_rows, seed_vals,
-                                                seed_off, lanes, adj, row_addr, self.dgemm,
-                                                read)
+        n = tape.columns().nrows
+        adj_off, touched = np.empty(n, np.int64), np.empty((lanes, n), np.bool_)
+        state = np.full(SPLIT_STATE, -1, np.int64)
+        # large elementwise rows are split among threads (one lane: a Jacobian's lanes
+        # already give each row enough work)
+        split = PARALLEL_MIN if lanes == 1 and get_num_threads() > 1 and \
+            tape.columns().total_size >= PARALLEL_MIN else 0
+        status, detail = reverse_sweep(*args, retain, seed_rows, seed_vals, seed_off, lanes,
+                                       adj, row_addr, self.dgemm, read, adj_off, touched,
+                                       state, split)
+        if status == SPLIT:
+            head = args[:7] + (args[8],)       # rows .. arena address, big_addr
+            chunks = for_numba()
+            with parallel_launch():
+                while status == SPLIT:
+                    split_row_vjp(*head, adj, adj_off, row_addr, touched, self.dgemm,
+                                  detail, state, min(chunks, tape.size(detail) //
+                                                     (PARALLEL_MIN // 2)))
+                    state[0] = detail - 1
+                    status, detail = reverse_sweep(*args, retain, seed_rows, seed_vals,
+                                                   seed_off, lanes, adj, row_addr,
+                                                   self.dgemm, read, adj_off, touched,
+                                                   state, split)
         if status != OK:
-            self._raise(tape, status, stride)
-        return adj, adj_off, stride
+            self._raise(tape, status, detail)
+        return adj, adj_off, detail
 
     def replay(self, tape, in_rows, in_vals, python_row):
         (rows, ipool, ndim, start, dims, size, arena, _, big, _), held = tape.kernel_args()
@@ -122,6 +147,18 @@ class CpuExecutor(Executor):
                            "please report this")
 
 
+_LARGE_SCRATCH = weakref.WeakSet()     # thread states keeping a large scratch
+
+
+def _drop_large_scratch():
+    for state in list(_LARGE_SCRATCH):
+        buf = state.scratch
+        if buf is not None and buf.nbytes > KEEP_SCRATCH_BYTES:
+            state.scratch = None               # (a sweep running holds its own reference)
+    _LARGE_SCRATCH.clear()
+
+
+on_idle(_drop_large_scratch)
 cpu = CpuExecutor()
 
 

@@ -6,9 +6,11 @@ defaults a large freed block goes back to the system and the next one of the sam
 is faulted in again page by page, which costs more than the arithmetic (a 1M-element
 multiply: 1.1 ms instead of 0.35 ms here). At import autotape asks glibc to keep up to
 KEEP_BYTES of freed heap and to serve blocks up to MMAP_BYTES from the heap, and a
-daemon thread gives the kept memory back (``malloc_trim``) once no sweep has run for
-IDLE_SECONDS, so the resident size returns to its baseline after a large backward is
-dropped. Set AUTOTAPE_KEEP_FREED_MEMORY=0 before importing autotape to keep glibc's
+daemon thread gives the kept memory back (``malloc_trim``, after dropping the large
+sweep scratch that threads keep, ``on_idle``) once no sweep has run for IDLE_SECONDS,
+so the resident size returns to its baseline after a large backward is dropped. Blocks
+over MMAP_BYTES always come fresh from the system: the sweep's scratch is kept by the
+executor for that reason. Set AUTOTAPE_KEEP_FREED_MEMORY=0 before importing autotape to keep glibc's
 defaults. Other platforms and C libraries are left alone.
 """
 import ctypes
@@ -23,6 +25,12 @@ MMAP_BYTES = 32 << 20          # glibc's largest mmap threshold on 64-bit system
 IDLE_SECONDS = 1.0
 _M_TRIM_THRESHOLD, _M_MMAP_THRESHOLD = -1, -3
 _last_busy = [0.0, True]       # [time of the last sweep, trimmed since]
+_when_idle = []                # what drops kept buffers (executor.py's large scratch)
+
+
+def on_idle(release):
+    """Call ``release()`` when the program goes idle, before memory is given back."""
+    _when_idle.append(release)
 
 
 def _libc():
@@ -51,6 +59,8 @@ def _give_back(libc):
         time.sleep(IDLE_SECONDS / 2)
         if not _last_busy[1] and time.monotonic() - _last_busy[0] >= IDLE_SECONDS:
             _last_busy[1] = True
+            for release in _when_idle:
+                release()
             libc.malloc_trim(0)
 
 

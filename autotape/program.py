@@ -2,14 +2,13 @@
 then evaluated at one point or at B points at once, on every core. compile.py uses it
 for every recording it can lower (``at.compile``, ``autotape.func.vmap``)."""
 import concurrent.futures
-import contextlib
-import threading
 
 import numba
 import numpy as np
 
 from .kernels.blas import DGEMM
 from .kernels.elementwise import passes_nothing
+from .parallel import parallel_launch
 from .kernels.loops import find_loop, loop_kernels
 from .kernels.program import (COPY, GATHER, I_A, I_N, I_OP, I_OUT, I_P, I_SA, LOWERED,
                               SCATTER_ADD, forward_range, forward_range_points, live_sets,
@@ -101,7 +100,7 @@ class LeanProgram:
                 self.const_vals, self.in_slots, self.out_slots, X, values, jac, jacobian,
                 chunk)
         if workers > 1:
-            with _parallel_launch():
+            with parallel_launch():
                 run_points_parallel(*args, workers, self.nslots)
         else:
             scratch = _scratch(2 * self.nslots * chunk, X.dtype)
@@ -207,20 +206,6 @@ class LeanProgram:
         skipped = live[start:end] == 0
         return not skipped.any() or bool(passes_nothing_mask(
             self.instr[start:end, I_OP][skipped]).all())
-
-
-_PARALLEL_LOCK = threading.Lock()
-
-
-def _parallel_launch():
-    """numba's workqueue threading layer (used where neither OpenMP nor TBB is there)
-    aborts the process when two threads launch parallel kernels at once: with it (or
-    before the layer is known) launches take turns; OpenMP and TBB need nothing."""
-    try:
-        layer = numba.threading_layer()
-    except ValueError:                      # no parallel kernel has run yet
-        return _PARALLEL_LOCK
-    return contextlib.nullcontext() if layer in ("omp", "tbb") else _PARALLEL_LOCK
 
 
 def passes_nothing_mask(ops):

@@ -15,7 +15,7 @@ LAYERS = [
     ["opcodes", "tape_format", "thread_state", "grad_mode", "guards", "errstate", "memory"],
     ["kernels.*"],
     ["tape"],
-    ["executor", "program"],
+    ["parallel", "executor", "program"],
     ["tensor"],
     ["creation", "ops.*"],
     ["functions.*", "linalg"],

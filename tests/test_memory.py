@@ -36,9 +36,11 @@ def test_rss_returns_after_a_large_backward():
     before = rss_mib()
     large_backward(2_000_000)                  # ~250 MiB of adjoints and values
     gc.collect()
-    if memory.KEPT:
-        time.sleep(2.5 * memory.IDLE_SECONDS)   # the idle trim
-    assert rss_mib() - before < 20
+    waited = 0.0
+    while memory.KEPT and rss_mib() - before >= 20 and waited < 10 * memory.IDLE_SECONDS:
+        time.sleep(0.25)                        # the idle trim
+        waited += 0.25
+    assert rss_mib() - before < 20, (before, rss_mib(), waited)
 
 
 def test_small_scratch_is_kept_between_sweeps():

@@ -35,6 +35,19 @@ def _find_dgemm():
 
 
 DGEMM, _LIBRARY = _find_dgemm()      # keep the library loaded
+_SET_THREADS = ("scipy_openblas_set_num_threads64_", "openblas_set_num_threads64_",
+                "openblas_set_num_threads")
+
+
+def set_blas_threads(n):
+    """Limit numpy's OpenBLAS to n threads; False where its library has no such call."""
+    for name in _SET_THREADS:
+        fn = getattr(_LIBRARY, name, None) if _LIBRARY is not None else None
+        if fn is not None:
+            fn.argtypes, fn.restype = [ctypes.c_int], None
+            fn(int(n))
+            return True
+    return False
 
 
 @intrinsic

@@ -377,7 +377,12 @@ def unary_vjp(ctx, i):
     if not has_adjoint(ctx, a) or passes_nothing(op):
         return
     x, z, g, ga = value(ctx, a), value(ctx, i), adjoint(ctx, i), adjoint(ctx, a)
-    assign = first_write(ctx, a)
+    unary_loop(op, x, z, g, ga, first_write(ctx, a))
+
+
+@register_jitable
+def unary_loop(op, x, z, g, ga, assign):
+    """ga (=, or += unless ``assign``) g times op's partial, over the given elements."""
     if op == SIN or op == COS:
         # the table's cos(x) and -sin(x) as one SIMD loop, by the identity
         # d/dx sin(x + k pi/2) = sin(x + (k + 1) pi/2)
@@ -430,6 +435,70 @@ def _same_shape_loops(code):
 
 _same_shape_add, _same_shape_sub, _same_shape_mul, _same_shape_div, _same_shape_pow, \
     _same_shape_any = (_same_shape_loops(c) for c in (ADD, SUB, MUL, DIV, POW, -1))
+
+
+@register_jitable
+def binary_chunk(op, x, y, z, g, sx, sy, want_a, assign_a, ga, want_b, assign_b, gb):
+    """Part of a same-shape binary VJP, elements given as slices: each wanted operand is
+    of the slice's size (kernels/sweep.py splits a large row among threads this way).
+    ``assign``: write rather than add."""
+    n = z.size
+    if op == POW and sy == 0 and y[0] == 2.0 and not want_b:
+        if want_a:
+            if assign_a:
+                for k in range(n):
+                    ga[k] = 2.0 * x[k] * g[k]
+            else:
+                for k in range(n):
+                    ga[k] += 2.0 * x[k] * g[k]
+        return
+    if op == ADD or op == SUB:
+        sign = 1.0 if op == ADD else -1.0
+        if want_a:
+            if assign_a:
+                for k in range(n):
+                    ga[k] = g[k]
+            else:
+                for k in range(n):
+                    ga[k] += g[k]
+        if want_b:
+            if assign_b:
+                for k in range(n):
+                    gb[k] = sign * g[k]
+            else:
+                for k in range(n):
+                    gb[k] += sign * g[k]
+        return
+    if op == MUL:
+        if want_a:
+            if assign_a:
+                for k in range(n):
+                    ga[k] = g[k] * y[k * sy]
+            else:
+                for k in range(n):
+                    ga[k] += g[k] * y[k * sy]
+        if want_b:
+            if assign_b:
+                for k in range(n):
+                    gb[k] = g[k] * x[k * sx]
+            else:
+                for k in range(n):
+                    gb[k] += g[k] * x[k * sx]
+        return
+    if want_a:
+        if assign_a:
+            for k in range(n):
+                ga[k] = times(op, g[k], binary_partial_x(op, x[k * sx], y[k * sy], z[k]))
+        else:
+            for k in range(n):
+                ga[k] += times(op, g[k], binary_partial_x(op, x[k * sx], y[k * sy], z[k]))
+    if want_b:
+        if assign_b:
+            for k in range(n):
+                gb[k] = times(op, g[k], binary_partial_y(op, x[k * sx], y[k * sy], z[k]))
+        else:
+            for k in range(n):
+                gb[k] += times(op, g[k], binary_partial_y(op, x[k * sx], y[k * sy], z[k]))
 
 
 @register_jitable

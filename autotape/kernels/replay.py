@@ -17,7 +17,7 @@ from .elementwise import elementwise_forward, where_forward
 from .indexing import indexing_forward
 from .linalg import matmul_forward
 from .reduce import reduce_forward
-from .sweep import reverse_sweep
+from .sweep import SPLIT_STATE, reverse_sweep
 
 
 @cached_njit()
@@ -72,10 +72,12 @@ def replay_and_sweep(rows, ipool, shape_ndim, shape_start, shape_dims, shape_siz
                           arena_addr, big_addr, in_rows, in_vals, 0, n, dgemm)
     if stop != n:
         return -1, stop
-    status, adj_off, stride = reverse_sweep(
+    adj_off, touched = np.empty(n, np.int64), np.empty((lanes, n), np.bool_)
+    state = np.full(SPLIT_STATE, -1, np.int64)
+    status, stride = reverse_sweep(
         rows, ipool, shape_ndim, shape_start, shape_dims, shape_size, arena_addr,
         arena_size, big_addr, released, True, seed_rows, seed_vals, seed_off, lanes, adj,
-        in_rows[:0], dgemm, in_rows)
+        in_rows[:0], dgemm, in_rows, adj_off, touched, state, 0)
     col = 0
     for j in range(in_rows.size):
         r = in_rows[j]

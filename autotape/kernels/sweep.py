@@ -12,6 +12,7 @@ Lanes. One sweep can carry K cotangents at once (a whole Jacobian, a Hessian,
 per lane while its values are still in cache; the kernels themselves never know about
 lanes: the context's ``lane`` array says which copy of the adjoints they work on.
 """
+import numba
 import numpy as np
 from numba import carray
 from numba.extending import register_jitable
@@ -21,16 +22,17 @@ from ..opcodes import (BINARY_FIRST, BINARY_LAST, CONST, INDEX_FIRST, INDEX_LAST
                        SOURCE_LAST, UNARY_FIRST, UNARY_LAST, WHERE)
 from ..tape_format import A, B, OP, SHAPE, VLOC, operand, operand_count, reach
 from .cache import cached_njit
-from .context import adjoint, f64_pointer, first_write, sweep_context
-from .elementwise import (binary_partial_x, binary_partial_y, binary_vjp,
-                          elementwise_vjp_lanes, times, unary_partial, unary_vjp,
-                          where_vjp)
+from .context import (accumulator, adjoint, f64_pointer, first_write, has_adjoint, size_of,
+                      sweep_context, value)
+from .elementwise import (binary_chunk, binary_partial_x, binary_partial_y, binary_vjp,
+                          elementwise_vjp_lanes, passes_nothing, times, unary_loop,
+                          unary_partial, unary_vjp, where_vjp)
 from .indexing import indexing_vjp
 from .linalg import linalg_vjp, matmul_vjp, matmul_vjp_lanes
 from .reduce import reduce_vjp
 
-# Status codes of a sweep; with UNKNOWN_OP the third result is the row.
-OK, RELEASED, UNKNOWN_OP = 0, 1, 2
+# Status codes of a sweep; with UNKNOWN_OP and SPLIT the second result is the row.
+OK, RELEASED, UNKNOWN_OP, SPLIT = 0, 1, 2, 3
 
 
 @register_jitable
@@ -140,33 +142,46 @@ def seed(ctx, rows, shape_size, touched, seed_rows, seed_vals, seed_off, lanes):
 @cached_njit()
 def reverse_sweep(rows, ipool, shape_ndim, shape_start, shape_dims, shape_size,
                   arena_addr, arena_size, big_addr, released, retain,
-                  seed_rows, seed_vals, seed_off, lanes, adj, row_addr, dgemm, read):
-    """Returns (status, adjoint offset per row, lane stride or the unknown row).
-    ``adj`` is scratch space at least ``lanes`` times as long as the sizes of all rows
-    together; seed j's values for all lanes are ``seed_vals[seed_off[j]:seed_off[j +
-    1]]``, lane-major. ``row_addr[row]``, where nonzero, is the address of a row's own
-    adjoint buffer (one lane only; see kernels/context.py). ``dgemm`` is the address of
-    a CBLAS dgemm, or 0 for none (kernels/blas.py). ``read``: the rows whose adjoints
-    the caller reads (every row when empty; -1 names none); those come back written in
-    every lane, zeros included, and the others' space is reused as the sweep goes."""
-    n = rows.shape[0]
-    adj_off = np.full(n, -1, np.int64)
-    reached, top = reach(rows, ipool, seed_rows)
-    total = allocate(rows, ipool, shape_size, released, reached, top, seed_rows, read,
-                     adj_off)
-    if total < 0:
-        return RELEASED, adj_off, 0
-    touched = np.zeros((lanes, n), np.bool_)   # per lane: a lane never written is zero
+                  seed_rows, seed_vals, seed_off, lanes, adj, row_addr, dgemm, read,
+                  adj_off, touched, state, split_min):
+    """Returns (status, lane stride or the unknown or split row). ``adj`` is scratch
+    space at least ``lanes`` times as long as the sizes of all rows together; seed j's
+    values for all lanes are ``seed_vals[seed_off[j]:seed_off[j + 1]]``, lane-major.
+    ``row_addr[row]``, where nonzero, is the address of a row's own adjoint buffer (one
+    lane only; see kernels/context.py). ``dgemm`` is the address of a CBLAS dgemm, or 0
+    for none (kernels/blas.py). ``read``: the rows whose adjoints the caller reads
+    (every row when empty; -1 names none); those come back written in every lane, zeros
+    included, and the others' space is reused as the sweep goes. The adjoint offsets
+    (-1: no gradient reached the row) land in ``adj_off``, the written-marks in
+    ``touched`` (lanes, rows).
+
+    Splitting: with ``split_min`` > 0 (one lane), the sweep stops at an elementwise row
+    of at least that many elements, prepares it (``split_row``) and returns SPLIT with
+    the row; the caller runs ``row_chunk`` on pieces of it in threads, then calls again
+    with ``state[0]`` set to the next row down. ``state`` (int64, SPLIT_STATE long)
+    carries the sweep between calls; ``state[0] < 0`` starts one."""
+    if state[0] < 0:
+        adj_off[:] = -1
+        reached, top = reach(rows, ipool, seed_rows)
+        total = allocate(rows, ipool, shape_size, released, reached, top, seed_rows, read,
+                         adj_off)
+        if total < 0:
+            return RELEASED, 0
+        touched[:, :] = False                     # per lane: a lane never written is zero
+        state[1], state[2] = total, top
+    total, top = state[1], state[2]
     lane = np.array([0, total])               # [lane being swept, lane stride]
     ctx = sweep_context(rows, ipool, shape_ndim, shape_start, shape_dims, shape_size,
                         arena_addr, big_addr, adj.ctypes.data, adj_off, row_addr, touched,
                         lane, dgemm)
+    start = top if state[0] < 0 else state[0]
     arena = carray(f64_pointer(arena_addr), arena_size)
-    seed(ctx, rows, shape_size, touched, seed_rows, seed_vals, seed_off, lanes)
+    if state[0] < 0:
+        seed(ctx, rows, shape_size, touched, seed_rows, seed_vals, seed_off, lanes)
     # sweep the rows: top .. 0 handed to their VJP kernels. (This stage stays in the
     # entry point's body: as a function of its own it costs a 50-lane Jacobian 8 us,
     # and numba compiles an always-inlined one twice, 12 s more of cold compile.)
-    for i in range(top, -1, -1):
+    for i in range(start, -1, -1):
         any_lane = False
         for k in range(lanes):
             if touched[k, i]:
@@ -196,11 +211,14 @@ def reverse_sweep(rows, ipool, shape_ndim, shape_start, shape_dims, shape_size,
                     _pass_scalar(adj, adj_off, touched, op, i, b,
                                  binary_partial_y(op, x, y, z), total, lanes)
                 continue
+        if split_min > 0 and shape_size[rows[i, SHAPE]] >= split_min and \
+                split_row(ctx, i, state):
+            return SPLIT, i
         # kernels that take every lane at once (a row's partials or index map are
         # computed once); the others run once per lane
         if INDEX_FIRST <= op <= INDEX_LAST:
             if not indexing_vjp(ctx, i, lanes):
-                return UNKNOWN_OP, adj_off, i
+                return UNKNOWN_OP, i
             continue
         if op == WHERE:
             where_vjp(ctx, i, lanes)
@@ -219,15 +237,15 @@ def reverse_sweep(rows, ipool, shape_ndim, shape_start, shape_dims, shape_size,
                 binary_vjp(ctx, i)
             elif REDUCE_FIRST <= op <= REDUCE_LAST:
                 if not reduce_vjp(ctx, i):
-                    return UNKNOWN_OP, adj_off, i
+                    return UNKNOWN_OP, i
             elif op == MATMUL:
                 if done != 3:
                     matmul_vjp(ctx, i, 3 & ~done)
             elif LINALG_FIRST <= op <= LINALG_LAST:
                 if not linalg_vjp(ctx, i):
-                    return UNKNOWN_OP, adj_off, i
+                    return UNKNOWN_OP, i
             else:
-                return UNKNOWN_OP, adj_off, i
+                return UNKNOWN_OP, i
     for k in range(lanes):                     # read by the caller: never left unwritten
         ctx.lane[0] = k
         for j in range(read.size if read.size else top + 1):
@@ -239,4 +257,78 @@ def reverse_sweep(rows, ipool, shape_ndim, shape_start, shape_dims, shape_size,
             if adj_off[i] >= 0 and rows[i, OP] > SOURCE_LAST:
                 released[i] = 1
     lane[0] = touched[0, 0]                    # the owners of ctx's arrays live to here
-    return OK, adj_off, total
+    return OK, total
+
+
+# ---- one large elementwise row, split among threads ------------------------------------------
+# state[3:]: what split_row resolved for row_chunk: the kind (1 unary, 2 binary), for
+# each operand whether it gets a gradient and whether it is written (not added to),
+# and each operand's stride (1: the row's size, 0: one element).
+SPLIT_STATE = 10
+
+
+@register_jitable
+def split_row(ctx, i, state):
+    """Whether row i (one lane) can be split: a unary op, or a binary one whose
+    operands are each of the row's size or get no gradient. If so, marks the operands
+    written (zeroing those added to) and leaves what row_chunk needs in state."""
+    op, a, b = ctx.rows[i, OP], ctx.rows[i, A], ctx.rows[i, B]
+    if passes_nothing(op):
+        return False
+    n = size_of(ctx, i)
+    if UNARY_FIRST <= op <= UNARY_LAST:
+        if not has_adjoint(ctx, a) or size_of(ctx, a) != n:
+            return False
+        state[3], state[4] = 1, first_write(ctx, a)
+        return True
+    if not (BINARY_FIRST <= op <= BINARY_LAST):
+        return False
+    na, nb = size_of(ctx, a), size_of(ctx, b)
+    want_a, want_b = has_adjoint(ctx, a), has_adjoint(ctx, b)
+    if not ((na == n or (na == 1 and not want_a)) and (nb == n or (nb == 1 and not want_b))):
+        return False
+    assign_a = want_a and first_write(ctx, a)
+    if want_a and not assign_a:
+        accumulator(ctx, a)
+    assign_b = want_b and first_write(ctx, b)
+    if want_b and not assign_b:
+        accumulator(ctx, b)
+    state[3], state[4], state[5], state[6], state[7] = 2, want_a, assign_a, want_b, assign_b
+    state[8], state[9] = (1 if na == n else 0), (1 if nb == n else 0)
+    return True
+
+
+@cached_njit(parallel=True)
+def split_row_vjp(rows, ipool, shape_ndim, shape_start, shape_dims, shape_size, arena_addr,
+                  big_addr, adj, adj_off, row_addr, touched, dgemm, i, state, chunks):
+    """The VJP of the row a sweep returned SPLIT at (see split_row), in ``chunks``
+    pieces on numba's threads. A parallel entry point of its own: called from the
+    sweep, it would keep the sweep out of numba's on-disk cache."""
+    n = shape_size[rows[i, SHAPE]]
+    for c in numba.prange(chunks):
+        _row_piece(rows, ipool, shape_ndim, shape_start, shape_dims, shape_size, arena_addr,
+                   big_addr, adj, adj_off, row_addr, touched, dgemm, i, state,
+                   c * n // chunks, (c + 1) * n // chunks)
+
+
+@register_jitable
+def _row_piece(rows, ipool, shape_ndim, shape_start, shape_dims, shape_size, arena_addr,
+               big_addr, adj, adj_off, row_addr, touched, dgemm, i, state, lo, hi):
+    """Elements lo .. hi of the split row's VJP (pieces never share an element)."""
+    lane = np.array([0, state[1]])
+    ctx = sweep_context(rows, ipool, shape_ndim, shape_start, shape_dims, shape_size,
+                        arena_addr, big_addr, adj.ctypes.data, adj_off, row_addr, touched,
+                        lane, dgemm)
+    op, a, b = rows[i, OP], rows[i, A], rows[i, B]
+    z, g = value(ctx, i)[lo:hi], adjoint(ctx, i)[lo:hi]
+    if state[3] == 1:
+        unary_loop(op, value(ctx, a)[lo:hi], z, g, adjoint(ctx, a)[lo:hi], state[4] != 0)
+    else:
+        sx, sy = state[8], state[9]
+        x = value(ctx, a)[lo:hi] if sx else value(ctx, a)
+        y = value(ctx, b)[lo:hi] if sy else value(ctx, b)
+        ga = adjoint(ctx, a)[lo:hi] if state[4] else g
+        gb = adjoint(ctx, b)[lo:hi] if state[6] else g
+        binary_chunk(op, x, y, z, g, sx, sy, state[4] != 0, state[5] != 0, ga,
+                     state[6] != 0, state[7] != 0, gb)
+    lane[0] = touched[0, 0]                    # the owners of ctx's arrays live to here

@@ -21,6 +21,7 @@ from ..errstate import ignore_fp_errors
 from ..guards import current_trace, decide, observe
 from ..kernels import vmath
 from ..kernels.elementwise import LN2, LN10, TWO_OVER_SQRT_PI, unary_into
+from ..parallel import PARALLEL_MIN, get_num_threads, in_chunks
 from ..opcodes import (ABS, ADD, ARCCOS, ARCCOSH, ARCSIN, ARCSINH, ARCTAN, ARCTAN2, ARCTANH,
                        CEIL, COS, COSH, DIV, EQUAL, ERF, EXP, EXP2, EXPM1, FLOOR, FMOD,
                        GREATER, GREATER_EQUAL, HYPOT, LESS, LESS_EQUAL, LOG, LOG1P, LOG2,
@@ -416,10 +417,41 @@ def _unary_function(op):
     return unary
 
 
+# Ops cheaper than a thread handoff per element chunk: memory-bound, so a second thread
+# would not speed them up anyway. The others are split among threads on large arrays.
+_MEMORY_BOUND = {NEG, ABS, SQUARE, SIGN, FLOOR, CEIL, ROUND, RELU, ADD, SUB, MUL, DIV,
+                 MAXIMUM, MINIMUM}
+
+
 def _unary_array(op, x):
+    v = x._value
+    if v.size >= PARALLEL_MIN and get_num_threads() > 1 and v.dtype == F64 and \
+            op.code not in _MEMORY_BOUND:
+        return record(op.code, _in_chunks(op.array, v.reshape(-1), None).reshape(v.shape),
+                      x)
     with ignore_fp_errors():
-        z = op.array(x._value)
+        z = op.array(v)
     return record(op.code, z, x)
+
+
+def _in_chunks(fn, xf, yf):
+    """fn over large flat operands (y: the same size, a number or None), a chunk per
+    thread; numpy's ufuncs write into the result, other functions' chunks are copied."""
+    n = xf.size if type(xf) is not float else yf.size
+    z = np.empty(n)
+    ufunc = isinstance(fn, np.ufunc)
+
+    def work(lo, hi):
+        with ignore_fp_errors():
+            args = (xf[lo:hi],) if yf is None else (
+                xf if type(xf) is float else xf[lo:hi],
+                yf if type(yf) is float else yf[lo:hi])
+            if ufunc:
+                fn(*args, out=z[lo:hi])
+            else:
+                z[lo:hi] = fn(*args)
+    in_chunks(work, n)
+    return z
 
 
 def _binary_function(op):
@@ -521,11 +553,31 @@ def _binary_arrays(op, x, y):
         y = as_tensor(y)
     xa = array_of(x) if type(x) is Tensor else x
     ya = array_of(y) if type(y) is Tensor else y
-    with ignore_fp_errors():
-        z = op.array(xa, ya)
+    big = _chunkable(xa, ya) if op.code not in _MEMORY_BOUND else None
+    if big is not None:
+        z = _in_chunks(op.array, big[0], big[1]).reshape(big[2])
+    else:
+        with ignore_fp_errors():
+            z = op.array(xa, ya)
     if type(z) is np.ndarray and z.dtype is F64 and z.ndim and z.flags.c_contiguous:
         return _record_array(op.code, z, x, y)
     return record(op.code, z, x, y)
+
+
+def _chunkable(xa, ya):
+    """(flat x or a float, flat y or a float, shape) when x op y is large enough for
+    threads: two float64 arrays of one shape, or one and a number; else None."""
+    if get_num_threads() == 1:
+        return None
+    if type(xa) is np.ndarray and xa.size >= PARALLEL_MIN and xa.dtype == F64:
+        if type(ya) is np.ndarray and ya.shape == xa.shape and ya.dtype == F64:
+            return xa.reshape(-1), ya.reshape(-1), xa.shape
+        if type(ya) is float:
+            return xa.reshape(-1), ya, xa.shape
+    elif type(xa) is float and type(ya) is np.ndarray and ya.size >= PARALLEL_MIN and \
+            ya.dtype == F64:
+        return xa, ya.reshape(-1), ya.shape
+    return None
 
 
 def _record_array(code, z, x, y):
