@@ -1,17 +1,16 @@
 """Intra-op threads: how many threads one large-array op may use, as torch's
 ``set_num_threads``; and the one lock that numba's workqueue threading layer needs.
 
-The count covers the three places work is split: numpy's elementwise ops on large
-arrays (chunks run in a small pool of Python threads; numpy and autotape's kernels
-release the GIL), the compiled sweep's elementwise loops on large rows (numba's
-threads), and numpy's OpenBLAS (its own threads, set to the same count, so that a
-matrix product and the ops around it never use more threads than asked for).
+The count covers the three places work is split: large +, -, *, / and x ** 2 in the
+forward and the compiled sweep's large elementwise rows (numba's threads: one pool,
+whose workers wait between the two), and numpy's OpenBLAS (its own threads, set to the
+same count, so that a matrix product never uses more threads than asked for). Other
+forward ops stay numpy's own, single-threaded: their values are numpy's to the bit.
 Default: ``OMP_NUM_THREADS`` if set, else the cores this process may run on.
 
 >>> at.set_num_threads(1); at.get_num_threads()
 1
 """
-import concurrent.futures
 import contextlib
 import os
 import threading
@@ -21,8 +20,7 @@ import numba
 from .kernels.blas import set_blas_threads
 
 PARALLEL_MIN = 1 << 18          # elements: below this an op runs on the calling thread
-_state = {"threads": 1, "pool": None}
-_pool_lock = threading.Lock()
+_state = {"threads": 1}
 
 
 def _default_threads():
@@ -56,27 +54,6 @@ def for_numba():
     if numba.get_num_threads() != n:
         numba.set_num_threads(n)
     return n
-
-
-def in_chunks(work, n):
-    """Run ``work(lo, hi)`` over [0, n) in up to get_num_threads() pieces at once (the
-    calling thread takes the first); one piece when n is small."""
-    k = min(_state["threads"], n // (PARALLEL_MIN // 2))
-    if k <= 1:
-        work(0, n)
-        return
-    pool = _state["pool"]
-    if pool is None or pool._max_workers < k - 1:
-        with _pool_lock:
-            pool = _state["pool"]
-            if pool is None or pool._max_workers < k - 1:
-                pool = _state["pool"] = concurrent.futures.ThreadPoolExecutor(
-                    max_workers=max(k - 1, 1), thread_name_prefix="autotape")
-    bounds = [n * j // k for j in range(k + 1)]
-    futures = [pool.submit(work, bounds[j], bounds[j + 1]) for j in range(1, k)]
-    work(bounds[0], bounds[1])
-    for f in futures:
-        f.result()                              # (re-raises a worker's exception)
 
 
 _PARALLEL_LOCK = threading.Lock()

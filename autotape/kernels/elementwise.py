@@ -10,6 +10,7 @@ gives nan; tests/test_op_table.py checks that every opcode is in every table.
 """
 import math
 
+import numba
 import numpy as np
 from numba.extending import register_jitable
 
@@ -709,3 +710,67 @@ def unary_into(op, x, out):
     (erf) or computes other than the scalar forward does (sigmoid)."""
     for k in range(x.size):
         out[k] = unary_value(op, x[k])
+
+
+# ---- large forward ops split among numba's threads -------------------------------------------
+# +, -, *, / and x ** 2 are exact in IEEE arithmetic, so these give numpy's values bit
+# for bit; ops.elementwise calls them on large arrays when more than one thread is set.
+
+@cached_njit(parallel=True)
+def binary_parallel(op, x, y, out, sx, sy, chunks):
+    """out = x op y for op in ADD SUB MUL DIV POW (exponent 2), over ``chunks`` pieces
+    on numba's threads; sx / sy are 1 for an operand of out's size, 0 for one element."""
+    n = out.size
+    for c in numba.prange(chunks):
+        lo, hi = c * n // chunks, (c + 1) * n // chunks
+        _binary_piece(op, x[lo * sx:hi * sx + (1 - sx)], y[lo * sy:hi * sy + (1 - sy)],
+                      out[lo:hi], sx, sy)
+
+
+@register_jitable
+def _binary_piece(op, x, y, z, sx, sy):
+    n = z.size
+    if op == POW:                                  # (exponent 2 only: x * x)
+        for k in range(n):
+            z[k] = x[k] * x[k]
+    elif sx == 1 and sy == 1:
+        if op == ADD:
+            for k in range(n):
+                z[k] = x[k] + y[k]
+        elif op == SUB:
+            for k in range(n):
+                z[k] = x[k] - y[k]
+        elif op == MUL:
+            for k in range(n):
+                z[k] = x[k] * y[k]
+        else:
+            for k in range(n):
+                z[k] = x[k] / y[k]
+    elif sx == 1:
+        v = y[0]
+        if op == ADD:
+            for k in range(n):
+                z[k] = x[k] + v
+        elif op == SUB:
+            for k in range(n):
+                z[k] = x[k] - v
+        elif op == MUL:
+            for k in range(n):
+                z[k] = x[k] * v
+        else:
+            for k in range(n):
+                z[k] = x[k] / v
+    else:
+        v = x[0]
+        if op == ADD:
+            for k in range(n):
+                z[k] = v + y[k]
+        elif op == SUB:
+            for k in range(n):
+                z[k] = v - y[k]
+        elif op == MUL:
+            for k in range(n):
+                z[k] = v * y[k]
+        else:
+            for k in range(n):
+                z[k] = v / y[k]

@@ -20,8 +20,8 @@ import numpy as np
 from ..errstate import ignore_fp_errors
 from ..guards import current_trace, decide, observe
 from ..kernels import vmath
-from ..kernels.elementwise import LN2, LN10, TWO_OVER_SQRT_PI, unary_into
-from ..parallel import PARALLEL_MIN, get_num_threads, in_chunks
+from ..kernels.elementwise import LN2, LN10, TWO_OVER_SQRT_PI, binary_parallel, unary_into
+from ..parallel import PARALLEL_MIN, for_numba, get_num_threads, parallel_launch
 from ..opcodes import (ABS, ADD, ARCCOS, ARCCOSH, ARCSIN, ARCSINH, ARCTAN, ARCTAN2, ARCTANH,
                        CEIL, COS, COSH, DIV, EQUAL, ERF, EXP, EXP2, EXPM1, FLOOR, FMOD,
                        GREATER, GREATER_EQUAL, HYPOT, LESS, LESS_EQUAL, LOG, LOG1P, LOG2,
@@ -417,41 +417,10 @@ def _unary_function(op):
     return unary
 
 
-# Ops cheaper than a thread handoff per element chunk: memory-bound, so a second thread
-# would not speed them up anyway. The others are split among threads on large arrays.
-_MEMORY_BOUND = {NEG, ABS, SQUARE, SIGN, FLOOR, CEIL, ROUND, RELU, ADD, SUB, MUL, DIV,
-                 MAXIMUM, MINIMUM}
-
-
 def _unary_array(op, x):
-    v = x._value
-    if v.size >= PARALLEL_MIN and get_num_threads() > 1 and v.dtype == F64 and \
-            op.code not in _MEMORY_BOUND:
-        return record(op.code, _in_chunks(op.array, v.reshape(-1), None).reshape(v.shape),
-                      x)
     with ignore_fp_errors():
-        z = op.array(v)
+        z = op.array(x._value)
     return record(op.code, z, x)
-
-
-def _in_chunks(fn, xf, yf):
-    """fn over large flat operands (y: the same size, a number or None), a chunk per
-    thread; numpy's ufuncs write into the result, other functions' chunks are copied."""
-    n = xf.size if type(xf) is not float else yf.size
-    z = np.empty(n)
-    ufunc = isinstance(fn, np.ufunc)
-
-    def work(lo, hi):
-        with ignore_fp_errors():
-            args = (xf[lo:hi],) if yf is None else (
-                xf if type(xf) is float else xf[lo:hi],
-                yf if type(yf) is float else yf[lo:hi])
-            if ufunc:
-                fn(*args, out=z[lo:hi])
-            else:
-                z[lo:hi] = fn(*args)
-    in_chunks(work, n)
-    return z
 
 
 def _binary_function(op):
@@ -553,15 +522,32 @@ def _binary_arrays(op, x, y):
         y = as_tensor(y)
     xa = array_of(x) if type(x) is Tensor else x
     ya = array_of(y) if type(y) is Tensor else y
-    big = _chunkable(xa, ya) if op.code not in _MEMORY_BOUND else None
-    if big is not None:
-        z = _in_chunks(op.array, big[0], big[1]).reshape(big[2])
+    big = _chunkable(xa, ya) if op.code in _EXACT else None
+    if big is not None and (op.code != POW or (type(big[1]) is float and big[1] == 2.0)):
+        z = _exact_in_threads(op.code, *big)
     else:
         with ignore_fp_errors():
             z = op.array(xa, ya)
     if type(z) is np.ndarray and z.dtype is F64 and z.ndim and z.flags.c_contiguous:
         return _record_array(op.code, z, x, y)
     return record(op.code, z, x, y)
+
+
+# Large +, -, *, / and x ** 2 run on numba's threads (bit for bit numpy's values: IEEE
+# arithmetic is exact). Other ops keep numpy's own functions, whose values autotape
+# follows; threads would change their last bits.
+_EXACT = {ADD, SUB, MUL, DIV, POW}
+
+
+def _exact_in_threads(code, xf, yf, shape):
+    """x op y on numba's threads (kernels/elementwise.py)."""
+    sx, sy = (0 if type(xf) is float else 1), (0 if type(yf) is float else 1)
+    out = np.empty(math.prod(shape))
+    chunks = min(for_numba(), out.size // (PARALLEL_MIN // 2))
+    with parallel_launch():
+        binary_parallel(code, np.array([xf]) if sx == 0 else xf,
+                        np.array([yf]) if sy == 0 else yf, out, sx, sy, chunks)
+    return out.reshape(shape)
 
 
 def _chunkable(xa, ya):
