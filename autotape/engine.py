@@ -330,7 +330,8 @@ def _run(outputs, grads, inputs, retain, accumulate=False, lanes=0, others=None)
     while queue:
         _, tape = heapq.heappop(queue)
         adj, adj_off = _sweep(tape, seeds.pop(tape), retain, lanes,
-                              [row for (tid, row) in wanted if tid == tape.id])
+                              [row for (tid, row) in wanted if tid == tape.id] if wanted
+                              else ())
         swept = adj_off.size    # another thread may still be recording past these rows:
         for row, (parent, prow) in list(tape.imports.items()):   # (one C call: a copy)
             if row < swept and adj_off[row] >= 0:
@@ -386,9 +387,9 @@ def _input_grads(inputs, leaf_grads, by_row, finish):
 def _sweep(tape, seeds, retain, lanes, wanted=()):
     """One compiled sweep of ``tape`` with ``lanes`` cotangents per seed. Returns the
     adjoint offsets and ``adjoint(row)``: a copy of row's adjoint, ``(lanes, size)`` when
-    lanes > 1, else flat; only rows the engine reads (leaves, imports, retain_grad()
-    rows, ``wanted`` non-leaf inputs) keep their adjoint to the end, so the others' space
-    is reused as the sweep goes (a working set that stays in cache)."""
+    lanes > 1, else flat. In a large sweep only rows the engine reads (leaves, imports,
+    retain_grad() rows, ``wanted`` non-leaf inputs) keep their adjoint to the end, so
+    the others' space is reused as the sweep goes (a working set that stays in cache)."""
     offsets = [0]
     for _, g in seeds:
         offsets.append(offsets[-1] + g.size)
@@ -396,10 +397,13 @@ def _sweep(tape, seeds, retain, lanes, wanted=()):
     seed_off = np.array(offsets, np.int64)
     seed_vals = seeds[0][1] if len(seeds) == 1 else np.concatenate([g for _, g in seeds])
     own, row_addr = _leaf_buffers(tape) if lanes == 1 else (None, NO_ROWS)
-    read = np.fromiter(itertools.chain(list(tape.leaves), list(tape.imports),
-                                       list(tape.retained), wanted), np.int64)
-    if not read.size:
-        read = NO_READ
+    if lanes * tape.columns().total_size < RECYCLE_MIN:
+        read = NO_ROWS                 # every adjoint kept: small enough to stay in cache
+    else:
+        read = np.fromiter(itertools.chain(list(tape.leaves), list(tape.imports),
+                                           list(tape.retained), wanted), np.int64)
+        if not read.size:
+            read = NO_READ
     adj, adj_off, stride = executor_for(tape).sweep(tape, seed_rows, seed_vals, seed_off,
                                                     lanes, retain, row_addr, read)
 
@@ -414,6 +418,7 @@ def _sweep(tape, seeds, retain, lanes, wanted=()):
 
 
 NO_READ = np.array([-1], np.int64)   # a read list that names no row (empty means all)
+RECYCLE_MIN = 1 << 19                # adjoint elements: below this (4 MiB) no space is reused
 OWN_BUFFER_MIN = 4096          # elements: a leaf this large gets its gradient written in place
 
 

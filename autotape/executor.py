@@ -30,6 +30,10 @@ RELEASED_MSG = (
     "calling backward.")
 
 NO_ROWS = np.zeros(0, np.int64)
+# The state of a sweep that never splits (split_min 0): the kernel only reads it (its
+# state[0] < 0), so all threads share this one.
+FRESH_STATE = np.full(SPLIT_STATE, -1, np.int64)
+NO_MARKS = np.zeros((0, 0), np.bool_)
 KEEP_SCRATCH_BYTES = 16 << 20       # scratch kept between sweeps; a larger one is given back
 
 
@@ -86,16 +90,14 @@ class CpuExecutor(Executor):
         busy()
         adj = self.scratch(lanes * tape.columns().total_size)
         args, held = tape.kernel_args()        # held: what args' addresses point into
-        n = tape.columns().nrows
-        adj_off, touched = np.empty(n, np.int64), np.empty((lanes, n), np.bool_)
-        state = np.full(SPLIT_STATE, -1, np.int64)
         # large elementwise rows are split among threads (one lane: a Jacobian's lanes
         # already give each row enough work)
-        split = PARALLEL_MIN if lanes == 1 and get_num_threads() > 1 and \
-            tape.columns().total_size >= PARALLEL_MIN else 0
-        status, detail = reverse_sweep(*args, retain, seed_rows, seed_vals, seed_off, lanes,
-                                       adj, row_addr, self.dgemm, read, adj_off, touched,
-                                       state, split)
+        split = PARALLEL_MIN if lanes == 1 and tape.columns().total_size >= \
+            PARALLEL_MIN and get_num_threads() > 1 else 0
+        state = np.full(SPLIT_STATE, -1, np.int64) if split else FRESH_STATE
+        status, detail, adj_off, touched = reverse_sweep(
+            *args, retain, seed_rows, seed_vals, seed_off, lanes, adj, row_addr, self.dgemm,
+            read, NO_ROWS, NO_MARKS, state, split)
         if status == SPLIT:
             head = args[:7] + (args[8],)       # rows .. arena address, big_addr
             chunks = for_numba()
@@ -105,10 +107,9 @@ class CpuExecutor(Executor):
                                   detail, state, min(chunks, tape.size(detail) //
                                                      (PARALLEL_MIN // 2)))
                     state[0] = detail - 1
-                    status, detail = reverse_sweep(*args, retain, seed_rows, seed_vals,
-                                                   seed_off, lanes, adj, row_addr,
-                                                   self.dgemm, read, adj_off, touched,
-                                                   state, split)
+                    status, detail, adj_off, touched = reverse_sweep(
+                        *args, retain, seed_rows, seed_vals, seed_off, lanes, adj, row_addr,
+                        self.dgemm, read, adj_off, touched, state, split)
         if status != OK:
             self._raise(tape, status, detail)
         return adj, adj_off, detail

@@ -26,6 +26,7 @@ IDLE_SECONDS = 1.0
 _M_TRIM_THRESHOLD, _M_MMAP_THRESHOLD = -1, -3
 _last_busy = [0.0, True]       # [time of the last sweep, trimmed since]
 _when_idle = []                # what drops kept buffers (executor.py's large scratch)
+_LIBC = [None]
 
 
 def on_idle(release):
@@ -54,14 +55,21 @@ def busy():
     _last_busy[1] = False
 
 
-def _give_back(libc):
+def give_back():
+    """Drop kept buffers and return freed memory to the system now (what the idle
+    thread does after IDLE_SECONDS without a sweep)."""
+    for release in _when_idle:
+        release()
+    if _LIBC[0] is not None:
+        _LIBC[0].malloc_trim(0)
+
+
+def _give_back_when_idle():
     while True:
         time.sleep(IDLE_SECONDS / 2)
         if not _last_busy[1] and time.monotonic() - _last_busy[0] >= IDLE_SECONDS:
             _last_busy[1] = True
-            for release in _when_idle:
-                release()
-            libc.malloc_trim(0)
+            give_back()
 
 
 def keep_freed_memory():
@@ -70,8 +78,8 @@ def keep_freed_memory():
     if libc is None or not (libc.mallopt(_M_MMAP_THRESHOLD, MMAP_BYTES) and
                             libc.mallopt(_M_TRIM_THRESHOLD, KEEP_BYTES)):
         return False
-    threading.Thread(target=_give_back, args=(libc,), name="autotape-trim",
-                     daemon=True).start()
+    _LIBC[0] = libc
+    threading.Thread(target=_give_back_when_idle, name="autotape-trim", daemon=True).start()
     return True
 
 

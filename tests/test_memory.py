@@ -33,6 +33,7 @@ def large_backward(n):
 def test_rss_returns_after_a_large_backward():
     large_backward(1000)                       # kernels loaded, small scratch in place
     gc.collect()
+    memory.give_back()                         # a baseline without other tests' leftovers
     before = rss_mib()
     large_backward(2_000_000)                  # ~250 MiB of adjoints and values
     gc.collect()

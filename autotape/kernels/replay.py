@@ -72,12 +72,11 @@ def replay_and_sweep(rows, ipool, shape_ndim, shape_start, shape_dims, shape_siz
                           arena_addr, big_addr, in_rows, in_vals, 0, n, dgemm)
     if stop != n:
         return -1, stop
-    adj_off, touched = np.empty(n, np.int64), np.empty((lanes, n), np.bool_)
     state = np.full(SPLIT_STATE, -1, np.int64)
-    status, stride = reverse_sweep(
+    status, stride, adj_off, _ = reverse_sweep(
         rows, ipool, shape_ndim, shape_start, shape_dims, shape_size, arena_addr,
         arena_size, big_addr, released, True, seed_rows, seed_vals, seed_off, lanes, adj,
-        in_rows[:0], dgemm, in_rows, adj_off, touched, state, 0)
+        in_rows[:0], dgemm, in_rows, in_rows[:0], np.empty((0, 0), np.bool_), state, 0)
     col = 0
     for j in range(in_rows.size):
         r = in_rows[j]

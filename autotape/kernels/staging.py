@@ -6,10 +6,10 @@ from ..tape_format import A, AUX, B, NO_ROW, OP, ROW_WIDTH, SHAPE, VLOC, array_l
 from .cache import cached_njit
 
 
+@cached_njit()
 def address_of(a):
-    """Data address of an array (``__array_interface__``: 0.8 us, where numba's dispatch
-    of an array argument costs 2 us and ``a.ctypes`` builds an object)."""
-    return a.__array_interface__["data"][0]
+    """Data address of a float64 array (a numba call is 5x cheaper than ``a.ctypes``)."""
+    return a.ctypes.data
 
 
 @cached_njit()

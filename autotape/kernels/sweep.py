@@ -144,7 +144,8 @@ def reverse_sweep(rows, ipool, shape_ndim, shape_start, shape_dims, shape_size,
                   arena_addr, arena_size, big_addr, released, retain,
                   seed_rows, seed_vals, seed_off, lanes, adj, row_addr, dgemm, read,
                   adj_off, touched, state, split_min):
-    """Returns (status, lane stride or the unknown or split row). ``adj`` is scratch
+    """Returns (status, lane stride or the unknown or split row, adj_off, touched).
+    ``adj`` is scratch
     space at least ``lanes`` times as long as the sizes of all rows together; seed j's
     values for all lanes are ``seed_vals[seed_off[j]:seed_off[j + 1]]``, lane-major.
     ``row_addr[row]``, where nonzero, is the address of a row's own adjoint buffer (one
@@ -153,30 +154,36 @@ def reverse_sweep(rows, ipool, shape_ndim, shape_start, shape_dims, shape_size,
     (every row when empty; -1 names none); those come back written in every lane, zeros
     included, and the others' space is reused as the sweep goes. The adjoint offsets
     (-1: no gradient reached the row) land in ``adj_off``, the written-marks in
-    ``touched`` (lanes, rows).
+    ``touched`` (lanes, rows); given empty, both are made here.
 
     Splitting: with ``split_min`` > 0 (one lane), the sweep stops at an elementwise row
     of at least that many elements, prepares it (``split_row``) and returns SPLIT with
     the row; the caller runs ``row_chunk`` on pieces of it in threads, then calls again
     with ``state[0]`` set to the next row down. ``state`` (int64, SPLIT_STATE long)
-    carries the sweep between calls; ``state[0] < 0`` starts one."""
-    if state[0] < 0:
+    carries the sweep between calls (written only with SPLIT); ``state[0] < 0`` starts
+    one."""
+    fresh = state[0] < 0
+    if fresh:
+        n = rows.shape[0]
+        if adj_off.size < n:                      # (the caller may leave them to us)
+            adj_off = np.empty(n, np.int64)
+            touched = np.empty((lanes, n), np.bool_)
         adj_off[:] = -1
         reached, top = reach(rows, ipool, seed_rows)
         total = allocate(rows, ipool, shape_size, released, reached, top, seed_rows, read,
                          adj_off)
         if total < 0:
-            return RELEASED, 0
+            return RELEASED, 0, adj_off, touched
         touched[:, :] = False                     # per lane: a lane never written is zero
-        state[1], state[2] = total, top
-    total, top = state[1], state[2]
+    else:
+        total, top = state[1], state[2]
     lane = np.array([0, total])               # [lane being swept, lane stride]
     ctx = sweep_context(rows, ipool, shape_ndim, shape_start, shape_dims, shape_size,
                         arena_addr, big_addr, adj.ctypes.data, adj_off, row_addr, touched,
                         lane, dgemm)
-    start = top if state[0] < 0 else state[0]
+    start = top if fresh else state[0]
     arena = carray(f64_pointer(arena_addr), arena_size)
-    if state[0] < 0:
+    if fresh:
         seed(ctx, rows, shape_size, touched, seed_rows, seed_vals, seed_off, lanes)
     # sweep the rows: top .. 0 handed to their VJP kernels. (This stage stays in the
     # entry point's body: as a function of its own it costs a 50-lane Jacobian 8 us,
@@ -213,12 +220,13 @@ def reverse_sweep(rows, ipool, shape_ndim, shape_start, shape_dims, shape_size,
                 continue
         if split_min > 0 and shape_size[rows[i, SHAPE]] >= split_min and \
                 split_row(ctx, i, state):
-            return SPLIT, i
+            state[1], state[2] = total, top
+            return SPLIT, i, adj_off, touched
         # kernels that take every lane at once (a row's partials or index map are
         # computed once); the others run once per lane
         if INDEX_FIRST <= op <= INDEX_LAST:
             if not indexing_vjp(ctx, i, lanes):
-                return UNKNOWN_OP, i
+                return UNKNOWN_OP, i, adj_off, touched
             continue
         if op == WHERE:
             where_vjp(ctx, i, lanes)
@@ -237,15 +245,15 @@ def reverse_sweep(rows, ipool, shape_ndim, shape_start, shape_dims, shape_size,
                 binary_vjp(ctx, i)
             elif REDUCE_FIRST <= op <= REDUCE_LAST:
                 if not reduce_vjp(ctx, i):
-                    return UNKNOWN_OP, i
+                    return UNKNOWN_OP, i, adj_off, touched
             elif op == MATMUL:
                 if done != 3:
                     matmul_vjp(ctx, i, 3 & ~done)
             elif LINALG_FIRST <= op <= LINALG_LAST:
                 if not linalg_vjp(ctx, i):
-                    return UNKNOWN_OP, i
+                    return UNKNOWN_OP, i, adj_off, touched
             else:
-                return UNKNOWN_OP, i
+                return UNKNOWN_OP, i, adj_off, touched
     for k in range(lanes):                     # read by the caller: never left unwritten
         ctx.lane[0] = k
         for j in range(read.size if read.size else top + 1):
@@ -257,7 +265,7 @@ def reverse_sweep(rows, ipool, shape_ndim, shape_start, shape_dims, shape_size,
             if adj_off[i] >= 0 and rows[i, OP] > SOURCE_LAST:
                 released[i] = 1
     lane[0] = touched[0, 0]                    # the owners of ctx's arrays live to here
-    return OK, total
+    return OK, total, adj_off, touched
 
 
 # ---- one large elementwise row, split among threads ------------------------------------------
