@@ -9,23 +9,14 @@ import numpy as np
 from ..guards import observe
 from ..ops.elementwise import sqrt, where
 from ..ops.indexing import as_tensor, concatenate, reshape
-from ..ops.linalg import inv, matmul, pinv, svd
+from ..ops.linalg import as_matrices, inv, matmul, pinv, svd
 from ..ops.reduce import sum
-from ..tensor import F64
 from .shaping import triu
 
 __all__ = ["qr", "lstsq", "matrix_power"]
 
 QRResult = namedtuple("QRResult", "Q R")
 LstsqResult = namedtuple("LstsqResult", "x residuals rank s")
-
-
-def _matrices(a, name):
-    a = as_tensor(a)
-    if a.ndim < 2:
-        raise np.linalg.LinAlgError(f"{a.ndim}-dimensional array given. Array must be at "
-                                    "least two-dimensional")
-    return a if a.dtype.kind == "f" else a.astype(F64)
 
 
 def qr(a, mode="reduced"):
@@ -42,7 +33,7 @@ def qr(a, mode="reduced"):
     if mode not in ("reduced", "complete", "r"):
         raise ValueError(f"autotape's qr supports mode 'reduced', 'complete' and 'r', not "
                          f"{mode!r}")
-    a = _matrices(a, "qr")
+    a = as_matrices(a)
     m, n = a.shape[-2:]
     k = min(m, n)
     batch = a.shape[:-2]
@@ -99,7 +90,7 @@ def lstsq(a, b, rcond=None):
     ...                 at.tensor([1.0, 2.0, 3.0])).x
     tensor([1., 2.])
     """
-    a, b = _matrices(a, "lstsq"), as_tensor(b)
+    a, b = as_matrices(a), as_tensor(b)
     if a.ndim != 2:
         raise np.linalg.LinAlgError(f"{a.ndim}-dimensional array given. Array must be "
                                     "two-dimensional")
@@ -129,7 +120,7 @@ def matrix_power(a, n):
     tensor([[1., 3.],
             [0., 1.]])
     """
-    a = _matrices(a, "matrix_power")
+    a = as_matrices(a)
     if a.shape[-1] != a.shape[-2]:
         raise np.linalg.LinAlgError("Last 2 dimensions of the array must be square")
     if not isinstance(n, (int, np.integer)):

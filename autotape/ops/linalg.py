@@ -96,15 +96,19 @@ values_of = {
 }
 
 
-def _square(a, name):
+def as_matrices(a):
+    """a as a float tensor of at least two axes (numpy.linalg's error otherwise)."""
     a = as_tensor(a)
     if a.ndim < 2:
         raise np.linalg.LinAlgError(f"{a.ndim}-dimensional array given. Array must be at "
                                     "least two-dimensional")
+    return a if a.dtype.kind == "f" else a.astype(F64)
+
+
+def _square(a, name):
+    a = as_matrices(a)
     if a.shape[-1] != a.shape[-2]:
         raise np.linalg.LinAlgError("Last 2 dimensions of the array must be square")
-    if a.dtype.kind != "f":
-        a = a.astype(F64)
     return a
 
 
@@ -213,12 +217,7 @@ def svd(a, full_matrices=True, compute_uv=True, hermitian=False):
     >>> at.linalg.svd(at.tensor([[3.0, 0.0], [0.0, -2.0]])).S
     tensor([3., 2.])
     """
-    a = as_tensor(a)
-    if a.ndim < 2:
-        raise np.linalg.LinAlgError(f"{a.ndim}-dimensional array given. Array must be at "
-                                    "least two-dimensional")
-    if a.dtype.kind != "f":
-        a = a.astype(F64)
+    a = as_matrices(a)
     m, n = a.shape[-2:]
     k = min(m, n)
     full = bool(full_matrices) and compute_uv and m != n
@@ -248,12 +247,7 @@ def pinv(a, rcond=None, hermitian=False, *, rtol=None):
     tensor([[0.5, 0. ],
             [0. , 0. ]])
     """
-    a = as_tensor(a)
-    if a.ndim < 2:
-        raise np.linalg.LinAlgError(f"{a.ndim}-dimensional array given. Array must be at "
-                                    "least two-dimensional")
-    if a.dtype.kind != "f":
-        a = a.astype(F64)
+    a = as_matrices(a)
     if rcond is None:
         rcond = rtol if rtol is not None else max(a.shape[-2:]) * np.finfo(np.float64).eps
     return _record(PINV, np.linalg.pinv(array_of(a), rcond=rcond), a,
