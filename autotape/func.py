@@ -146,7 +146,8 @@ class _Call:
         an enclosing transform that passes through them does not take them for
         variables of its own (see transform_grad)."""
         for t in self.fresh + list(more):
-            t.requires_grad_(False)
+            t._requires_grad = False           # (no copy: the transform made the value,
+            t._cache = None                    # and nothing else writes it)
 
     def per_argnum(self, per_input):
         """Regroup one value per tracked input into the arguments' structures."""
