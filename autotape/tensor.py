@@ -13,6 +13,7 @@ Storage rule: values that a tape may reference (those of tensors that require gr
 are never written in place. An in-place op on such a tensor binds it to a new value;
 ``numpy()``, ``__array__`` and ``detach()`` hand out read-only views of it.
 """
+import math
 import warnings
 import weakref
 
@@ -57,7 +58,7 @@ class Tensor(Traced):
 
     @property
     def size(self):
-        return int(np.prod(self._shape, dtype=np.int64))
+        return math.prod(self._shape)
 
     @property
     def T(self):

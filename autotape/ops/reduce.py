@@ -29,9 +29,13 @@ def reduction(code, x, axis, keepdims):
     """Record the reduction ``code`` of x over ``axis`` (None: all axes)."""
     x = as_tensor(x)
     axes = normalize_axes(x, axis)
-    with ignore_fp_errors(), warnings.catch_warnings():
-        warnings.simplefilter("ignore", RuntimeWarning)
-        z = reductions[code](array_of(x), axis=axes, keepdims=keepdims)
+    if x.size:
+        with ignore_fp_errors():
+            z = reductions[code](array_of(x), axis=axes, keepdims=keepdims)
+    else:
+        with ignore_fp_errors(), warnings.catch_warnings():   # ("Mean of empty slice")
+            warnings.simplefilter("ignore", RuntimeWarning)
+            z = reductions[code](array_of(x), axis=axes, keepdims=keepdims)
     return record(code, z, x, params=reduce_params(axes))
 
 
