@@ -14,6 +14,7 @@ preserved.
 """
 import math
 
+import numba
 import numpy as np
 from numba import types
 from numba.extending import intrinsic, register_jitable
@@ -101,6 +102,11 @@ def shifted_sin_times(g, x, shift, out, assign):
 
 @cached_njit()
 def _sin_into(x, out, shift):
+    _sin_loop(x, out, shift)
+
+
+@register_jitable
+def _sin_loop(x, out, shift):
     m = 0.0
     for k in range(x.size):
         m = max(m, abs(x[k]))
@@ -113,11 +119,14 @@ def _sin_into(x, out, shift):
 
 
 def _array_function(shift, np_fn):
-    def fn(x):
+    def fn(x, chunks=1):
         if x.dtype != np.float64 or x.size < 16:
             return np_fn(x)
         out = np.empty(x.shape)
-        _sin_into(x.reshape(-1), out.reshape(-1), shift)
+        if chunks > 1:
+            in_chunks(np.ascontiguousarray(x).reshape(-1), out.reshape(-1), 0, shift, chunks)
+        else:
+            _sin_into(x.reshape(-1), out.reshape(-1), shift)
         return out
     fn.__name__ = np_fn.__name__
     return fn
@@ -176,6 +185,11 @@ def _exp_small(s):
 
 @cached_njit()
 def _tanh_into(x, out):
+    _tanh_loop(x, out)
+
+
+@register_jitable
+def _tanh_loop(x, out):
     for k in range(x.size):                      # the SIMD loop (kept in one body: a call
         v = x[k]                                 # that LLVM does not inline stops it)
         a = abs(v)
@@ -192,10 +206,28 @@ def _tanh_into(x, out):
         out[k] = math.copysign(small if a < 0.625 else large, v)
 
 
-def tanh_array(x):
-    """np.tanh for float64 arrays, within 2 ulp, as one SIMD loop (3x numpy's speed)."""
+def tanh_array(x, chunks=1):
+    """np.tanh for float64 arrays, within 2 ulp, as one SIMD loop (3x numpy's speed);
+    in ``chunks`` pieces on numba's threads when asked."""
     if x.dtype != np.float64 or x.size < 16:
         return np.tanh(x)
     out = np.empty(x.shape)
-    _tanh_into(np.ascontiguousarray(x).reshape(-1), out.reshape(-1))
+    if chunks > 1:
+        in_chunks(np.ascontiguousarray(x).reshape(-1), out.reshape(-1), 1, 0.0, chunks)
+    else:
+        _tanh_into(np.ascontiguousarray(x).reshape(-1), out.reshape(-1))
     return out
+
+
+# ---- the same loops on numba's threads, a slice each: bit for bit the one-thread values
+
+@cached_njit(parallel=True)
+def in_chunks(x, out, kind, shift, chunks):
+    """out = sin (kind 0, shifted by ``shift`` quarter turns) or tanh (kind 1) of x."""
+    n = x.size
+    for c in numba.prange(chunks):
+        lo, hi = c * n // chunks, (c + 1) * n // chunks
+        if kind == 0:
+            _sin_loop(x[lo:hi], out[lo:hi], shift)
+        else:
+            _tanh_loop(x[lo:hi], out[lo:hi])

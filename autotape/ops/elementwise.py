@@ -418,9 +418,20 @@ def _unary_function(op):
 
 
 def _unary_array(op, x):
+    v = x._value
+    if op.code in _OWN_SIMD and v.size >= PARALLEL_MIN and get_num_threads() > 1:
+        chunks = min(for_numba(), v.size // (PARALLEL_MIN // 2))
+        with parallel_launch():
+            z = op.array(v, chunks)
+        return record(op.code, z, x)
     with ignore_fp_errors():
-        z = op.array(x._value)
+        z = op.array(v)
     return record(op.code, z, x)
+
+
+# sin, cos and tanh are autotape's own SIMD loops (kernels/vmath.py), which split among
+# numba's threads on large arrays with the same values as on one.
+_OWN_SIMD = {SIN, COS, TANH}
 
 
 def _binary_function(op):
