@@ -103,9 +103,10 @@ class CpuExecutor(Executor):
             chunks = for_numba()
             with parallel_launch():
                 while status == SPLIT:
+                    n = tape.size(detail) if state[3] != 3 else \
+                        tape.size(tape.row(detail).operands[0])
                     split_row_vjp(*head, adj, adj_off, row_addr, touched, self.dgemm,
-                                  detail, state, min(chunks, tape.size(detail) //
-                                                     (PARALLEL_MIN // 2)))
+                                  detail, state, min(chunks, n // (PARALLEL_MIN // 2)))
                     state[0] = detail - 1
                     status, detail, adj_off, touched = reverse_sweep(
                         *args, retain, seed_rows, seed_vals, seed_off, lanes, adj, row_addr,

@@ -18,8 +18,8 @@ from numba import carray
 from numba.extending import register_jitable
 
 from ..opcodes import (BINARY_FIRST, BINARY_LAST, CONST, INDEX_FIRST, INDEX_LAST,
-                       LINALG_FIRST, LINALG_LAST, MATMUL, REDUCE_FIRST, REDUCE_LAST,
-                       SOURCE_LAST, UNARY_FIRST, UNARY_LAST, WHERE)
+                       LINALG_FIRST, LINALG_LAST, MATMUL, MEAN, REDUCE_FIRST, REDUCE_LAST,
+                       SOURCE_LAST, SUM, UNARY_FIRST, UNARY_LAST, WHERE)
 from ..tape_format import A, B, OP, SHAPE, VLOC, operand, operand_count, reach
 from .cache import cached_njit
 from .context import (accumulator, adjoint, f64_pointer, first_write, has_adjoint, size_of,
@@ -158,7 +158,7 @@ def reverse_sweep(rows, ipool, shape_ndim, shape_start, shape_dims, shape_size,
 
     Splitting: with ``split_min`` > 0 (one lane), the sweep stops at an elementwise row
     of at least that many elements, prepares it (``split_row``) and returns SPLIT with
-    the row; the caller runs ``row_chunk`` on pieces of it in threads, then calls again
+    the row; the caller runs ``split_row_vjp`` on its pieces in threads, then calls again
     with ``state[0]`` set to the next row down. ``state`` (int64, SPLIT_STATE long)
     carries the sweep between calls (written only with SPLIT); ``state[0] < 0`` starts
     one."""
@@ -218,8 +218,7 @@ def reverse_sweep(rows, ipool, shape_ndim, shape_start, shape_dims, shape_size,
                     _pass_scalar(adj, adj_off, touched, op, i, b,
                                  binary_partial_y(op, x, y, z), total, lanes)
                 continue
-        if split_min > 0 and shape_size[rows[i, SHAPE]] >= split_min and \
-                split_row(ctx, i, state):
+        if split_min > 0 and split_row(ctx, i, state, split_min):
             state[1], state[2] = total, top
             return SPLIT, i, adj_off, touched
         # kernels that take every lane at once (a row's partials or index map are
@@ -269,21 +268,28 @@ def reverse_sweep(rows, ipool, shape_ndim, shape_start, shape_dims, shape_size,
 
 
 # ---- one large elementwise row, split among threads ------------------------------------------
-# state[3:]: what split_row resolved for row_chunk: the kind (1 unary, 2 binary), for
+# state[3:]: what split_row resolved for split_row_vjp: the kind (1 unary, 2 binary, 3 a
+# whole sum or mean), for
 # each operand whether it gets a gradient and whether it is written (not added to),
 # and each operand's stride (1: the row's size, 0: one element).
 SPLIT_STATE = 10
 
 
 @register_jitable
-def split_row(ctx, i, state):
-    """Whether row i (one lane) can be split: a unary op, or a binary one whose
-    operands are each of the row's size or get no gradient. If so, marks the operands
-    written (zeroing those added to) and leaves what row_chunk needs in state."""
+def split_row(ctx, i, state, split_min):
+    """Whether row i (one lane) is split: at least ``split_min`` elements, and a unary
+    op, a binary one whose operands are each of the row's size or get no gradient, or a
+    sum or mean of a whole operand (its VJP fills the operand). If so, marks the
+    operands written (zeroing those added to) and leaves what split_row_vjp needs in
+    state."""
     op, a, b = ctx.rows[i, OP], ctx.rows[i, A], ctx.rows[i, B]
-    if passes_nothing(op):
-        return False
     n = size_of(ctx, i)
+    if (op == SUM or op == MEAN) and n == 1 and size_of(ctx, a) >= split_min and \
+            has_adjoint(ctx, a):
+        state[3], state[4] = 3, first_write(ctx, a)
+        return True
+    if n < split_min or passes_nothing(op):
+        return False
     if UNARY_FIRST <= op <= UNARY_LAST:
         if not has_adjoint(ctx, a) or size_of(ctx, a) != n:
             return False
@@ -312,7 +318,7 @@ def split_row_vjp(rows, ipool, shape_ndim, shape_start, shape_dims, shape_size, 
     """The VJP of the row a sweep returned SPLIT at (see split_row), in ``chunks``
     pieces on numba's threads. A parallel entry point of its own: called from the
     sweep, it would keep the sweep out of numba's on-disk cache."""
-    n = shape_size[rows[i, SHAPE]]
+    n = shape_size[rows[i, SHAPE]] if state[3] != 3 else shape_size[rows[rows[i, A], SHAPE]]
     for c in numba.prange(chunks):
         _row_piece(rows, ipool, shape_ndim, shape_start, shape_dims, shape_size, arena_addr,
                    big_addr, adj, adj_off, row_addr, touched, dgemm, i, state,
@@ -328,6 +334,18 @@ def _row_piece(rows, ipool, shape_ndim, shape_start, shape_dims, shape_size, are
                         arena_addr, big_addr, adj.ctypes.data, adj_off, row_addr, touched,
                         lane, dgemm)
     op, a, b = rows[i, OP], rows[i, A], rows[i, B]
+    if state[3] == 3:                          # a whole sum or mean: fill the operand
+        v = adjoint(ctx, i)[0]
+        if op == MEAN:
+            v /= size_of(ctx, a)
+        ga = adjoint(ctx, a)
+        if state[4]:
+            ga[lo:hi] = v
+        else:
+            for k in range(lo, hi):
+                ga[k] += v
+        lane[0] = touched[0, 0]
+        return
     z, g = value(ctx, i)[lo:hi], adjoint(ctx, i)[lo:hi]
     if state[3] == 1:
         unary_loop(op, value(ctx, a)[lo:hi], z, g, adjoint(ctx, a)[lo:hi], state[4] != 0)
