@@ -1,11 +1,12 @@
 """Intra-op threads: how many threads one large-array op may use, as torch's
 ``set_num_threads``; and the one lock that numba's workqueue threading layer needs.
 
-The count covers the three places work is split: large +, -, *, / and x ** 2 in the
-forward and the compiled sweep's large elementwise rows (numba's threads: one pool,
-whose workers wait between the two), and numpy's OpenBLAS (its own threads, set to the
-same count, so that a matrix product never uses more threads than asked for). Other
-forward ops stay numpy's own, single-threaded: their values are numpy's to the bit.
+The count covers the places work is split: large +, -, *, / and x ** 2 and autotape's
+own sin, cos and tanh in the forward, and the compiled sweep's large elementwise rows
+and whole sums (numba's threads: one pool; every split gives the one-thread values bit
+for bit), and numpy's OpenBLAS (its own threads, set to the same count, so that a matrix
+product never uses more threads than asked for). Other forward ops stay numpy's own,
+single-threaded: their values are numpy's to the bit.
 Default: ``OMP_NUM_THREADS`` if set, else the cores this process may run on.
 
 >>> at.set_num_threads(1); at.get_num_threads()
