@@ -11,7 +11,7 @@ array_equal) return plain numpy results.
 import numpy as np
 
 from . import linalg
-from .creation import full, zeros
+from .creation import full
 from .functions import calculus, mathfuncs, products, shaping, stacking, statistics
 from .guards import observe
 from .ops import elementwise, indexing, reduce

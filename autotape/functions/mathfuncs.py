@@ -100,6 +100,6 @@ def select(condlist, choicelist, default=0):
     out = broadcast_to(as_tensor(default), shape)
     for c, v in zip(reversed(conds), reversed(choices)):
         if getattr(c, "dtype", np.dtype(bool)) != np.dtype(bool):
-            raise TypeError(f"invalid entry in condlist: should be boolean ndarray")
+            raise TypeError("invalid entry in condlist: should be boolean ndarray")
         out = where(c, v, out)
     return out
