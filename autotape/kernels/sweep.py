@@ -3,8 +3,9 @@
 The sweep marks the rows reachable backwards from the seeded outputs (``reach``), gives
 each reachable row that can carry a gradient a slice of one flat adjoint buffer
 (``allocate``), seeds the outputs (``seed``), then walks the rows in reverse and hands
-each one to its family's VJP kernel. ``reverse_sweep`` composes the stages and is the
-one entry point, called from executor.py only.
+each one to its family's VJP kernel. ``reverse_sweep`` composes the stages; with
+threads set, it stops at a large elementwise row, which ``split_row_vjp`` runs on
+numba's threads, and resumes. Both are called from executor.py only.
 
 Lanes. One sweep can carry K cotangents at once (a whole Jacobian, a Hessian,
 ``is_grads_batched``): the adjoint buffer then holds K lane copies, lane k at
