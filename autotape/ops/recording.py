@@ -78,6 +78,9 @@ def record(code, value, x, y=None, params=None, depends=None):
     the row's int parameters (a tape_format layout), or a function ``tape -> params``
     for parameters that name rows made on the tape (a saved value, a condition);
     ``depends``: a recorded tensor such a parameter names (a condition row)."""
+    if y is None and depends is None and type(x) is Tensor and type(value) is np.ndarray \
+            and value.dtype is F64 and value.ndim and value.flags.c_contiguous:
+        return _record_one(code, value, x, params)    # the common case, inlined
     z, shape, dtype = canonical(value)
     if dtype.kind != "f" or not recording(x, y, depends):
         return new_leaf(z, shape, dtype)
@@ -89,6 +92,25 @@ def record(code, value, x, y=None, params=None, depends=None):
     row = tape.push(code, a, b, shape, tape.add_params(params) if params else NO_ROW,
                     tape_value(z))
     return new_result(z, shape, dtype, tape, row)
+
+
+def _record_one(code, z, x, params):
+    """record() of a fresh C-contiguous float64 array from one Tensor operand (views,
+    reshapes, unary ops): the same steps with fewer calls."""
+    state = here()
+    if not state.grad_enabled or (x._tape is None and not x._requires_grad):
+        return new_leaf(z, z.shape, F64)
+    tape = x._tape
+    if tape is not None and tape.owner is state:
+        a = x._row
+    else:
+        tape = open_tape()
+        a = row_of(x, tape)
+    if params is not None and callable(params):
+        params = params(tape)
+    row = tape.push(code, a, NO_ROW, z.shape, tape.add_params(params) if params else NO_ROW,
+                    z.reshape(-1))
+    return new_result(z, z.shape, F64, tape, row)
 
 
 def record_listed(code, value, operands, params_of_rows):
