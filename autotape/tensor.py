@@ -352,6 +352,11 @@ def canonical(z):
     return z, z.shape, dtype
 
 
+def leaf_of(value):
+    """A numpy result (an index array, a cast, a decision) as a Tensor off the graph."""
+    return new_leaf(*canonical(value))
+
+
 def holds_tensor(items):
     """Whether a nested list / tuple holds a Tensor."""
     return any(type(v) is Tensor or type(v) in (list, tuple) and holds_tensor(v)

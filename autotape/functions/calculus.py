@@ -11,7 +11,7 @@ from ..guards import observe
 from ..ops.elementwise import compare, where
 from ..ops.indexing import as_tensor, concatenate, reshape, stack
 from ..ops.reduce import sum
-from ..tensor import Tensor, canonical, new_leaf
+from ..tensor import Tensor, leaf_of
 from .shaping import moveaxis, take_along_axis
 
 __all__ = ["diff", "gradient", "trapezoid", "interp", "polyval", "cross", "sort", "argsort",
@@ -186,8 +186,8 @@ def cross(a, b, axisa=-1, axisb=-1, axisc=-1, axis=None):
 
 def argsort(a, axis=-1, kind=None, order=None, *, stable=None):
     """Indices that sort ``a`` along ``axis`` (an integer tensor: no gradient)."""
-    return new_leaf(*canonical(observe(lambda v: np.argsort(v, axis=axis, kind=kind,
-                                                            stable=stable), as_tensor(a))))
+    return leaf_of(observe(lambda v: np.argsort(v, axis=axis, kind=kind, stable=stable),
+                           as_tensor(a)))
 
 
 def sort(a, axis=-1, kind=None, order=None, *, stable=None):
@@ -201,8 +201,7 @@ def sort(a, axis=-1, kind=None, order=None, *, stable=None):
 
 def argpartition(a, kth, axis=-1, kind="introselect", order=None):
     """numpy.argpartition (an integer tensor: no gradient)."""
-    return new_leaf(*canonical(observe(lambda v: np.argpartition(v, kth, axis=axis),
-                                       as_tensor(a))))
+    return leaf_of(observe(lambda v: np.argpartition(v, kth, axis=axis), as_tensor(a)))
 
 
 def partition(a, kth, axis=-1, kind="introselect", order=None):

@@ -11,7 +11,7 @@ from ..ops.elementwise import abs, exp, log, sqrt, where
 from ..ops.indexing import as_tensor, reshape
 from ..ops.linalg import svd
 from ..ops.reduce import amax, amin, mean, normalize_axes, sum, torch_axis
-from ..tensor import canonical, new_leaf
+from ..tensor import leaf_of
 from .shaping import expand_dims, moveaxis
 
 __all__ = ["logsumexp", "softmax", "log_softmax", "var", "std", "average", "argmax", "argmin", "norm"]
@@ -114,15 +114,15 @@ def average(a, axis=None, weights=None, keepdims=False):
 def argmax(a, axis=None, keepdims=False, *, dim=None, keepdim=None):
     """Index of the largest element (an integer tensor: no gradient)."""
     axis, keepdims = torch_axis(axis, keepdims, dim, keepdim)
-    return new_leaf(*canonical(observe(lambda v: np.argmax(v, axis=axis, keepdims=keepdims),
-                                      as_tensor(a))))
+    return leaf_of(observe(lambda v: np.argmax(v, axis=axis, keepdims=keepdims),
+                           as_tensor(a)))
 
 
 def argmin(a, axis=None, keepdims=False, *, dim=None, keepdim=None):
     """Index of the smallest element (an integer tensor: no gradient)."""
     axis, keepdims = torch_axis(axis, keepdims, dim, keepdim)
-    return new_leaf(*canonical(observe(lambda v: np.argmin(v, axis=axis, keepdims=keepdims),
-                                      as_tensor(a))))
+    return leaf_of(observe(lambda v: np.argmin(v, axis=axis, keepdims=keepdims),
+                           as_tensor(a)))
 
 
 def _safe_sqrt(s):

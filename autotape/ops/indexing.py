@@ -19,7 +19,7 @@ from ..guards import observe
 from ..opcodes import CONCAT, PUT_ADD, RESHAPE, SCATTER, SETITEM, STRIDED, TAKE
 from ..tape_format import (concat_params, concat_part, concat_dims, setitem_region,
                            setitem_view, view_offset, view_params, view_strides)
-from ..tensor import F64, Tensor, array_of, canonical, holds_tensor, new_leaf, tensor_from
+from ..tensor import F64, Tensor, array_of, holds_tensor, leaf_of, new_leaf, tensor_from
 from .recording import record, record_listed, recording
 
 
@@ -92,7 +92,7 @@ def astype(x, dtype):
     x = as_tensor(x)
     dtype = np.dtype(dtype)
     if dtype.kind != "f":                      # leaves the graph: a decision
-        return new_leaf(*canonical(observe(lambda v: v.astype(dtype), x)))
+        return leaf_of(observe(lambda v: v.astype(dtype), x))
     return record(RESHAPE, array_of(x).astype(dtype), x)
 
 

@@ -13,7 +13,7 @@ from ..errstate import ignore_fp_errors
 from ..guards import observe
 from ..opcodes import CUMPROD, CUMSUM, MAX, MEAN, MIN, PROD, SUM
 from ..tape_format import reduce_params, reduced_axes, scan_dims, scan_params
-from ..tensor import array_of, canonical, new_leaf
+from ..tensor import array_of, leaf_of
 from .indexing import as_tensor, reshape, take_flat
 from .recording import record
 
@@ -79,7 +79,7 @@ def _extreme(code, pick, x, axis, keepdims, dim, keepdim):
     flat = np.arange(x.size).reshape(x.shape)
     at_index = np.take_along_axis(flat, picked, d) if x.ndim else flat
     values = take_flat(x, at_index if keep else np.squeeze(at_index, d if x.ndim else None))
-    return MaxMin(values, tensor_of(picked if keep else np.squeeze(picked, d if x.ndim
+    return MaxMin(values, leaf_of(picked if keep else np.squeeze(picked, d if x.ndim
                                                                     else None)))
 
 
@@ -128,11 +128,6 @@ def _scan(code, np_fn, x, axis):
     outer, inner = math.prod(x._shape[:axis]), math.prod(x._shape[axis + 1:])
     return record(code, np_fn(array_of(x), axis=axis), x,
                   params=scan_params(outer, x._shape[axis], inner))
-
-
-def tensor_of(value):
-    """A numpy result (an integer index, say) as a Tensor off the graph."""
-    return new_leaf(*canonical(value))
 
 
 def amax(x, axis=None, keepdims=False, *, dim=None, keepdim=None):
