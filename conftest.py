@@ -3,6 +3,7 @@ thread, as every library does in benchmarks/ (it must be set before numpy loads)
 import os
 
 os.environ.setdefault("OPENBLAS_NUM_THREADS", "1")
+os.environ.setdefault("AUTOTAPE_BACKGROUND_WARMUP", "0")   # tests compile in the foreground
 
 import numpy as np  # noqa: E402
 import pytest  # noqa: E402

@@ -13,7 +13,7 @@ import numpy as np
 
 from . import memory  # noqa: F401  (freed memory is kept for reuse: see memory.py)
 from . import tensor_methods  # noqa: F401  (attaches Tensor's operators and methods)
-from . import autograd, func, linalg
+from . import autograd, func, linalg, warmup  # noqa: F401  (warmup: the background one)
 from .compile import Compiled, compile
 from .creation import (arange, eye, full, manual_seed, ones, ones_like, rand, randn, tensor,
                        zeros, zeros_like)

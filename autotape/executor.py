@@ -17,8 +17,8 @@ from .kernels.blas import DGEMM
 from .memory import KEPT, busy, on_idle
 from .parallel import PARALLEL_MIN, for_numba, get_num_threads, parallel_launch
 from .kernels.replay import forward_replay, replay_and_sweep
-from .kernels.sweep import (OK, RELEASED, SPLIT, SPLIT_STATE, UNKNOWN_OP, reverse_sweep,
-                            split_row_vjp)
+from .kernels.sweep import (LINALG, LINALG_ROW, OK, RELEASED, SPLIT, SPLIT_STATE, UNKNOWN_OP,
+                            linalg_row_vjp, split_row_vjp, sweep_for)
 from .opcodes import opcode_name
 from .thread_state import here
 
@@ -94,23 +94,29 @@ class CpuExecutor(Executor):
         # already give each row enough work)
         split = PARALLEL_MIN if lanes == 1 and tape.columns().total_size >= \
             PARALLEL_MIN and get_num_threads() > 1 else 0
-        state = np.full(SPLIT_STATE, -1, np.int64) if split else FRESH_STATE
+        families = tape.columns().families
+        reverse_sweep = sweep_for(families)    # compiled for what the tape's ops need
+        state = np.full(SPLIT_STATE, -1, np.int64) if split or families & LINALG else \
+            FRESH_STATE
         status, detail, adj_off, touched = reverse_sweep(
             *args, retain, seed_rows, seed_vals, seed_off, lanes, adj, row_addr, self.dgemm,
             read, NO_ROWS, NO_MARKS, state, split)
-        if status == SPLIT:
-            head = args[:7] + (args[8],)       # rows .. arena address, big_addr
-            chunks = for_numba()
-            with parallel_launch():
-                while status == SPLIT:
-                    n = tape.size(detail) if state[3] != 3 else \
-                        tape.size(tape.row(detail).operands[0])
+        head = args[:7] + (args[8],)           # rows .. arena address, big_addr
+        while status == SPLIT:
+            if state[3] == LINALG_ROW:           # a numpy.linalg row: its own kernel
+                if not linalg_row_vjp(*head, adj, adj_off, row_addr, touched, self.dgemm,
+                                      detail, lanes, state[1]):
+                    self._raise(tape, UNKNOWN_OP, detail)
+            else:                                # a large row, among threads
+                n = tape.size(detail) if state[3] != 3 else \
+                    tape.size(tape.row(detail).operands[0])
+                with parallel_launch():
                     split_row_vjp(*head, adj, adj_off, row_addr, touched, self.dgemm,
-                                  detail, state, min(chunks, n // (PARALLEL_MIN // 2)))
-                    state[0] = detail - 1
-                    status, detail, adj_off, touched = reverse_sweep(
-                        *args, retain, seed_rows, seed_vals, seed_off, lanes, adj, row_addr,
-                        self.dgemm, read, adj_off, touched, state, split)
+                                  detail, state, min(for_numba(), n // (PARALLEL_MIN // 2)))
+            state[0] = detail - 1
+            status, detail, adj_off, touched = reverse_sweep(
+                *args, retain, seed_rows, seed_vals, seed_off, lanes, adj, row_addr,
+                self.dgemm, read, adj_off, touched, state, split)
         if status != OK:
             self._raise(tape, status, detail)
         return adj, adj_off, detail

@@ -24,14 +24,19 @@ PARALLEL_MIN = 1 << 18          # elements: below this an op runs on the calling
 _state = {"threads": 1}
 
 
-def _default_threads():
-    env = os.environ.get("OMP_NUM_THREADS", "")
-    if env.isdigit() and int(env) > 0:
-        return int(env)
+def usable_cores():
+    """The cores this process may run on."""
     try:
         return len(os.sched_getaffinity(0))
     except AttributeError:                      # (not Linux)
         return os.cpu_count() or 1
+
+
+def _default_threads():
+    env = os.environ.get("OMP_NUM_THREADS", "")
+    if env.isdigit() and int(env) > 0:
+        return int(env)
+    return usable_cores()
 
 
 def set_num_threads(n):

@@ -36,6 +36,7 @@ import numpy as np
 
 from .thread_state import here
 from .kernels.staging import address_of, decode_rows
+from .kernels.sweep import families_of
 from .opcodes import CONST, IMPORT, LEAF
 from .tape_format import NO_ROW, OP, SHAPE, VLOC, array_index, operand_list
 
@@ -241,7 +242,7 @@ class Tape:
         ipool, dims = np.array(self.ipool or [0], i64), np.array(self.shape_dims or [0], i64)
         cols = self._columns = Columns(
             n, rows, ipool, ndim, start, dims, size, np.array(self.big_addr or [0], i64),
-            total, (rows, ipool, ndim, start, dims, size))
+            total, (rows, ipool, ndim, start, dims, size), families_of(rows))
         return cols
 
     def kernel_args(self):
@@ -354,7 +355,7 @@ class Tape:
 _SLOTS = [name for name in Tape.__slots__ if name != "__weakref__"]
 Row = namedtuple("Row", "op operands params shape")
 Columns = namedtuple("Columns", "nrows rows ipool shape_ndim shape_start shape_dims "
-                                "shape_size big_addr total_size kernel_prefix")
+                                "shape_size big_addr total_size kernel_prefix families")
 
 
 def close_open_tape():

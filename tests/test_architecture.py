@@ -21,8 +21,8 @@ LAYERS = [
     ["functions.*", "linalg"],
     ["engine", "graph_backward"],
     ["numpy_dispatch", "tensor_methods"],
-    ["func", "compile", "gradcheck", "autograd.*"],
-    ["numpy", "__init__"],
+    ["func", "compile", "gradcheck", "autograd.*", "warmup"],
+    ["numpy", "__init__", "__main__"],
 ]
 
 

@@ -25,3 +25,40 @@ def test_ensemble_batched_equals_single_and_processes_agree():
     assert values.shape == (96,) and grads.shape == (96, 4)
     np.testing.assert_allclose(grads[17], single, rtol=1e-13)
     np.testing.assert_array_equal(remote, grads)
+
+
+# The figure examples, at reduced size, headless (each calls matplotlib.use("Agg")).
+
+def _example(name):
+    return runpy.run_path(os.path.join(EXAMPLES, f"{name}.py"))
+
+
+def test_ode_fit_recovers_the_parameters_and_draws(tmp_path):
+    truth, theta, history, path = _example("ode_fit")["main"](
+        noise=0.05, out=str(tmp_path))
+    np.testing.assert_allclose(theta, truth, rtol=0.05)
+    assert history[-1] < 0.5                      # 122 readings with noise 0.05: ~0.15
+    assert os.path.getsize(path) > 10_000 and path.endswith("ode_fit.png")
+
+
+def test_inverse_heat_recovers_the_field_and_draws(tmp_path):
+    truth, kappa, path = _example("inverse_heat")["main"](n=24, steps=120, every=20,
+                                                          out=str(tmp_path))
+    assert np.abs(kappa - truth).max() < 0.05
+    assert os.path.getsize(path) > 10_000
+
+
+def test_sensitivity_map_matches_finite_differences_and_draws(tmp_path):
+    module = _example("sensitivity_map")
+    angles, dampings, energy, gradients, path = module["main"](grid=8, steps=50,
+                                                               out=str(tmp_path))
+    import autotape as at
+    theta = np.array([angles[3], 0.0, 9.8, dampings[5]])
+    value = lambda th: float(module["energy_after"](at.tensor(th), 50))   # noqa: E731
+    assert abs(value(theta) - energy[5, 3]) < 1e-12
+    for k in range(4):
+        d = np.zeros(4)
+        d[k] = 1e-6
+        fd = (value(theta + d) - value(theta - d)) / 2e-6
+        assert abs(fd - gradients[5, 3, k]) < 1e-5 * max(1.0, abs(fd))
+    assert os.path.getsize(path) > 10_000

@@ -23,6 +23,9 @@ import functools
 import hashlib
 import os
 import pathlib
+import sys
+import threading
+import time
 
 import numba
 from numba.core import caching
@@ -98,12 +101,130 @@ def kernel_cache_dir():
         numba.config.CACHE_DIR = saved
 
 
-def cached_njit(**options):
-    """``numba.njit(cache=True, error_model="numpy", ...)`` cached under ``cache_dir()``."""
+KERNELS = []            # every cached_njit entry point, for ``python -m autotape warmup``
+
+
+def cached_njit(what=None, **options):
+    """``numba.njit(cache=True, error_model="numpy", ...)`` cached under ``cache_dir()``,
+    its compiles announced as ``what`` and shared between processes
+    (``announce_compiles``)."""
     def decorate(fn):
         with kernel_cache_dir():
-            return numba.njit(cache=True, error_model="numpy", nogil=True, **options)(fn)
+            kernel = numba.njit(cache=True, error_model="numpy", nogil=True, **options)(fn)
+        KERNELS.append(kernel)
+        return announce_compiles(kernel, what)
     return decorate
+
+
+# ---- compiling once, visibly -------------------------------------------------------------
+# A kernel compiles the first time a process calls it with a new signature, unless numba
+# finds it in the disk cache. While that takes more than NOTICE_AFTER seconds, one line
+# on stderr says so. A process compiling a kernel leaves a marker naming itself under
+# ``compiling/``; another process about to compile the same kernel waits for it and
+# then loads the result, so concurrent processes (a fresh pool of workers, the
+# background warmup) compile each kernel once between them. ``first_compile_hooks`` run
+# once, at the first compile that takes a second (warmup.py starts the background
+# warmup there: a cold cache).
+
+NOTICE_AFTER = 1.0              # seconds of compiling before the one line on stderr
+WAIT_FOR_OTHERS = 300.0         # longest wait for another process's compile
+COMPILED = []                   # (name, seconds) of each compile in this process (not
+                                # counting kernels loaded from the disk cache)
+first_compile_hooks = []
+
+
+@contextlib.contextmanager
+def compile_notice(what):
+    """While the block runs for more than NOTICE_AFTER seconds, one line on stderr says
+    what is being compiled and that it happens once: a first gradient that compiles for
+    half a minute in silence looks like a hang."""
+    def say():
+        print(f"autotape: compiling {what} (once: later runs load it from "
+              f"{cache_dir()})", file=sys.stderr, flush=True)
+        while first_compile_hooks:
+            first_compile_hooks.pop()()
+    timer = threading.Timer(NOTICE_AFTER, say)
+    timer.daemon = True
+    timer.start()
+    try:
+        yield
+    finally:
+        timer.cancel()
+
+
+def _marker(name):
+    return os.path.join(cache_dir(), "compiling", name)
+
+
+def process_alive(pid):
+    try:
+        os.kill(pid, 0)
+    except ProcessLookupError:
+        return False
+    except OSError:                     # (alive, another user's)
+        return True
+    return True
+
+
+def _compiling_elsewhere(name):
+    """Whether another live process is compiling the kernel ``name`` now."""
+    try:
+        with open(_marker(name)) as f:
+            pid = int(f.read() or 0)
+    except (OSError, ValueError):
+        return False
+    return pid != os.getpid() and process_alive(pid)
+
+
+@contextlib.contextmanager
+def _compiling(name):
+    path = _marker(name)
+    try:
+        os.makedirs(os.path.dirname(path), exist_ok=True)
+        with open(path, "w") as f:
+            f.write(str(os.getpid()))
+    except OSError:                     # a read-only cache: nobody to tell
+        path = None
+    try:
+        yield
+    finally:
+        if path is not None:
+            with contextlib.suppress(OSError):
+                os.remove(path)
+
+
+def on_disk(dispatcher):
+    """Whether numba's disk cache holds some compiled version of ``dispatcher``."""
+    index = getattr(getattr(getattr(dispatcher, "_cache", None), "_cache_file", None),
+                    "_index_path", None)
+    return index is not None and os.path.exists(index)
+
+
+def announce_compiles(dispatcher, what=None):
+    """Run the compiles of a numba dispatcher as the section above says. numba reaches
+    ``_compile_for_args`` only for a signature it has not loaded yet (from memory or its
+    disk cache), so calls that run compiled code pay nothing."""
+    compile_for_args = getattr(dispatcher, "_compile_for_args", None)
+    if compile_for_args is None:                # (a numba without that hook: no notice)
+        return dispatcher
+    fn = dispatcher.py_func
+    name = f"{fn.__module__}.{fn.__qualname__}"
+    what = what or name
+
+    def compile_and_say(*args, **kws):
+        start = time.perf_counter()
+        misses = sum(getattr(dispatcher, "_cache_misses", {}).values())
+        with compile_notice(what):
+            while _compiling_elsewhere(name) and \
+                    time.perf_counter() - start < WAIT_FOR_OTHERS:
+                time.sleep(0.05)                # then numba loads it from the disk cache
+            with _compiling(name):
+                result = compile_for_args(*args, **kws)
+        if sum(getattr(dispatcher, "_cache_misses", {}).values()) > misses:
+            COMPILED.append((name, time.perf_counter() - start))
+        return result
+    dispatcher._compile_for_args = compile_and_say
+    return dispatcher
 
 
 class KernelCacheLocator(getattr(caching, "_CacheLocator", object)):

@@ -13,6 +13,9 @@ Lanes. One sweep can carry K cotangents at once (a whole Jacobian, a Hessian,
 per lane while its values are still in cache; the kernels themselves never know about
 lanes: the context's ``lane`` array says which copy of the adjoints they work on.
 """
+import functools
+import types
+
 import numba
 import numpy as np
 from numba import carray
@@ -20,7 +23,7 @@ from numba.extending import register_jitable
 
 from ..opcodes import (BINARY_FIRST, BINARY_LAST, CONST, INDEX_FIRST, INDEX_LAST,
                        LINALG_FIRST, LINALG_LAST, MATMUL, MEAN, REDUCE_FIRST, REDUCE_LAST,
-                       SOURCE_LAST, SUM, UNARY_FIRST, UNARY_LAST, WHERE)
+                       SELECT_LAST, SOURCE_LAST, SUM, UNARY_FIRST, UNARY_LAST, WHERE)
 from ..tape_format import A, B, OP, SHAPE, VLOC, operand, operand_count, reach
 from .cache import cached_njit
 from .context import (accumulator, adjoint, f64_pointer, first_write, has_adjoint, size_of,
@@ -34,6 +37,19 @@ from .reduce import reduce_vjp
 
 # Status codes of a sweep; with UNKNOWN_OP and SPLIT the second result is the row.
 OK, RELEASED, UNKNOWN_OP, SPLIT = 0, 1, 2, 3
+
+# Kernel families (bits), so that a program compiles only what it uses. 0-d elementwise
+# rows (scalar code) take the sweep's own path, in every variant; ``sweep_for`` gives the
+# variant of ``reverse_sweep`` (which holds every family) for a tape's families, rounded
+# up to one of VARIANTS so that few are ever compiled. numpy.linalg rows (LINALG) are in
+# none: the sweep stops at one and the executor runs ``linalg_row_vjp``, a kernel of its
+# own (their VJPs are the costliest to compile, and cost far more than a stop to run).
+ELEMENTWISE, REDUCE, INDEX, MATMUL_FAMILY, LINALG = 1, 2, 4, 8, 16
+ALL_FAMILIES = ELEMENTWISE | REDUCE | INDEX | MATMUL_FAMILY     # those swept inline
+VARIANTS = {0: "scalar", ELEMENTWISE | REDUCE: "elementwise and reduction",
+            ALL_FAMILIES: "array"}
+HAS_ELEMENTWISE = HAS_REDUCE = HAS_INDEX = HAS_MATMUL = True      # (see sweep_for)
+LINALG_ROW = 4      # state[3] of a sweep stopped at a numpy.linalg row (see split_row)
 
 
 @register_jitable
@@ -140,7 +156,7 @@ def seed(ctx, rows, shape_size, touched, seed_rows, seed_vals, seed_off, lanes):
                     values[e] += seed_vals[start + e]
 
 
-@cached_njit()
+@cached_njit(what="the reverse sweep for array ops")
 def reverse_sweep(rows, ipool, shape_ndim, shape_start, shape_dims, shape_size,
                   arena_addr, arena_size, big_addr, released, retain,
                   seed_rows, seed_vals, seed_off, lanes, adj, row_addr, dgemm, read,
@@ -219,39 +235,43 @@ def reverse_sweep(rows, ipool, shape_ndim, shape_start, shape_dims, shape_size,
                     _pass_scalar(adj, adj_off, touched, op, i, b,
                                  binary_partial_y(op, x, y, z), total, lanes)
                 continue
-        if split_min > 0 and split_row(ctx, i, state, split_min):
+        if (HAS_ELEMENTWISE or HAS_REDUCE) and split_min > 0 and \
+                split_row(ctx, i, state, split_min):
             state[1], state[2] = total, top
             return SPLIT, i, adj_off, touched
         # kernels that take every lane at once (a row's partials or index map are
-        # computed once); the others run once per lane
-        if INDEX_FIRST <= op <= INDEX_LAST:
+        # computed once); the others run once per lane. A family this variant leaves
+        # out (see sweep_for) is an unknown op: the executor never lets that happen.
+        if HAS_INDEX and INDEX_FIRST <= op <= INDEX_LAST:
             if not indexing_vjp(ctx, i, lanes):
                 return UNKNOWN_OP, i, adj_off, touched
             continue
-        if op == WHERE:
+        if HAS_ELEMENTWISE and op == WHERE:
             where_vjp(ctx, i, lanes)
             continue
-        if lanes > 1 and UNARY_FIRST <= op <= BINARY_LAST and \
+        if HAS_ELEMENTWISE and lanes > 1 and UNARY_FIRST <= op <= BINARY_LAST and \
                 elementwise_vjp_lanes(ctx, i, lanes):
             continue
-        done = matmul_vjp_lanes(ctx, i, lanes) if op == MATMUL else 0
+        if MATMUL < op <= LINALG_LAST:         # numpy.linalg: linalg_row_vjp
+            state[1], state[2], state[3] = total, top, LINALG_ROW
+            return SPLIT, i, adj_off, touched
+        done = 0
+        if HAS_MATMUL and op == MATMUL:
+            done = matmul_vjp_lanes(ctx, i, lanes)
         for k in range(lanes):
             if not touched[k, i]:        # a zero adjoint in this lane
                 continue
             ctx.lane[0] = k              # the kernels now see lane k
-            if UNARY_FIRST <= op <= UNARY_LAST:
+            if HAS_ELEMENTWISE and UNARY_FIRST <= op <= UNARY_LAST:
                 unary_vjp(ctx, i)
-            elif BINARY_FIRST <= op <= BINARY_LAST:
+            elif HAS_ELEMENTWISE and BINARY_FIRST <= op <= BINARY_LAST:
                 binary_vjp(ctx, i)
-            elif REDUCE_FIRST <= op <= REDUCE_LAST:
+            elif HAS_REDUCE and REDUCE_FIRST <= op <= REDUCE_LAST:
                 if not reduce_vjp(ctx, i):
                     return UNKNOWN_OP, i, adj_off, touched
-            elif op == MATMUL:
+            elif HAS_MATMUL and op == MATMUL:
                 if done != 3:
                     matmul_vjp(ctx, i, 3 & ~done)
-            elif LINALG_FIRST <= op <= LINALG_LAST:
-                if not linalg_vjp(ctx, i):
-                    return UNKNOWN_OP, i, adj_off, touched
             else:
                 return UNKNOWN_OP, i, adj_off, touched
     for k in range(lanes):                     # read by the caller: never left unwritten
@@ -266,6 +286,75 @@ def reverse_sweep(rows, ipool, shape_ndim, shape_start, shape_dims, shape_size,
                 released[i] = 1
     lane[0] = touched[0, 0]                    # the owners of ctx's arrays live to here
     return OK, total, adj_off, touched
+
+
+_FAMILY_OF = np.zeros(LINALG_LAST + 1, np.int64)
+_FAMILY_OF[UNARY_FIRST:SELECT_LAST + 1] = ELEMENTWISE
+_FAMILY_OF[REDUCE_FIRST:REDUCE_LAST + 1] = REDUCE
+_FAMILY_OF[INDEX_FIRST:INDEX_LAST + 1] = INDEX
+_FAMILY_OF[LINALG_FIRST:LINALG_LAST + 1] = LINALG
+_FAMILY_OF[MATMUL] = MATMUL_FAMILY
+
+
+def families_of(rows):
+    """The kernel families a sweep of these rows may need (a bitmask). A 0-d elementwise
+    row of 0-d arena values needs none: the same test as the sweep's scalar path."""
+    if rows.shape[0] == 0:
+        return 0
+    ops, vloc = rows[:, OP], rows[:, VLOC]
+    fam = _FAMILY_OF[ops]
+    a, b = rows[:, A], rows[:, B]
+    scalar = (ops <= BINARY_LAST) & (vloc >= 0) & (vloc[np.maximum(a, 0)] >= 0) & (
+        (b < 0) | (vloc[np.maximum(b, 0)] >= 0))
+    fam[scalar] = 0
+    return int(np.bitwise_or.reduce(fam))
+
+
+def sweep_for(families):
+    """The variant of ``reverse_sweep`` for a tape of these kernel ``families`` (a
+    bitmask from ``families_of``)."""
+    families &= ALL_FAMILIES
+    for variant in VARIANTS:
+        if families & ~variant == 0:
+            return _variant(variant)
+
+
+@functools.cache
+def _variant(families):
+    """``reverse_sweep`` with only ``families``: the same code, the other families'
+    branches pruned by numba (their HAS_* globals are False), cached on disk under a
+    name of its own."""
+    if families == ALL_FAMILIES:
+        return reverse_sweep
+    fn = reverse_sweep.py_func
+    flags = {"HAS_ELEMENTWISE": bool(families & ELEMENTWISE),
+             "HAS_REDUCE": bool(families & REDUCE), "HAS_INDEX": bool(families & INDEX),
+             "HAS_MATMUL": bool(families & MATMUL_FAMILY)}
+    variant = types.FunctionType(fn.__code__, dict(fn.__globals__, **flags),
+                                 f"reverse_sweep_{families}")
+    variant.__qualname__ = variant.__name__
+    variant.__doc__ = fn.__doc__
+    return cached_njit(what=f"the reverse sweep for {VARIANTS[families]} ops")(variant)
+
+
+@cached_njit(what="the reverse sweep for numpy.linalg ops")
+def linalg_row_vjp(rows, ipool, shape_ndim, shape_start, shape_dims, shape_size, arena_addr,
+                   big_addr, adj, adj_off, row_addr, touched, dgemm, i, lanes, stride):
+    """The VJP of the numpy.linalg row a sweep stopped at (status SPLIT, state[3] ==
+    LINALG_ROW), every lane; False for an opcode with no kernel."""
+    lane = np.array([0, stride])
+    ctx = sweep_context(rows, ipool, shape_ndim, shape_start, shape_dims, shape_size,
+                        arena_addr, big_addr, adj.ctypes.data, adj_off, row_addr, touched,
+                        lane, dgemm)
+    known = True
+    for k in range(lanes):
+        if touched[k, i]:
+            lane[0] = k
+            known = linalg_vjp(ctx, i)
+            if not known:
+                break
+    lane[0] = touched[0, 0]                    # the owners of ctx's arrays live to here
+    return known
 
 
 # ---- one large elementwise row, split among threads ------------------------------------------

@@ -1,0 +1,6 @@
+"""``python -m autotape warmup``: compile every kernel now (see warmup.py)."""
+import sys
+
+from .warmup import main
+
+sys.exit(main(sys.argv[1:]))

@@ -1,0 +1,244 @@
+"""Compiling autotape's kernels ahead of time, once per machine.
+
+numba compiles a kernel the first time a process needs it and keeps it on disk
+(kernels/cache.py); a fresh machine would otherwise compile on first use, family by
+family. ``python -m autotape warmup`` compiles every kernel now (for CI images and
+containers), printing what it does:
+
+    $ python -m autotape warmup
+    autotape warmup: scalar sweep ... 4.1 s
+    ...
+
+On a machine with BACKGROUND_MIN_CORES cores or more, the first compile that takes a
+second on a cold cache also starts the same warmup in a background process (one per
+cache, at low priority), so the kernels a program has not reached yet are ready when
+it does. With fewer cores it would only slow the foreground's compile (on a 2-core VM,
+two compiles at once each ran 1.6x slower), so it does not start; set
+``AUTOTAPE_BACKGROUND_WARMUP=1`` to start it anyway, ``=0`` never to. Whatever starts
+them, processes share compiles: while one compiles a kernel, another about to compile
+the same one waits and loads it (kernels/cache.py).
+"""
+import contextlib
+import os
+import subprocess
+import sys
+import time
+
+import numpy as np
+
+from . import func
+from .compile import compile as compile_
+from .creation import tensor
+from .engine import grad
+from .functions.shaping import roll
+from .kernels import cache
+from .kernels.blas import DGEMM
+from .kernels.sweep import VARIANTS, linalg_row_vjp, sweep_for
+from .linalg import det, inv
+from .ops.elementwise import exp, sigmoid, sin, tanh, where
+from .parallel import get_num_threads, set_num_threads, usable_cores
+from .program import COMPILE_LOOP_AFTER
+
+__all__ = ["warmup"]
+
+BACKGROUND_ENV = "AUTOTAPE_BACKGROUND_WARMUP"
+BACKGROUND_MIN_CORES = 4
+
+
+# ---- the programs that reach every kernel (most wanted first: the background runs them
+# while a program compiles what it needs in the foreground) --------------------------------
+
+def _scalar():
+    x = tensor(0.5, requires_grad=True)
+    grad(sin(x) * x + x ** 2, x)
+
+
+def _linalg():
+    # the numpy.linalg VJPs are a kernel of their own: compiled here by a call that finds
+    # no gradient to pass (touched all False), so no sweep variant compiles first
+    t = det(tensor(np.eye(2), requires_grad=True))
+    args, held = t._tape.kernel_args()
+    n = t._tape.nrows
+    linalg_row_vjp(*args[:7], args[8], np.zeros(1), np.full(n, -1), np.zeros(0, np.int64),
+                   np.zeros((1, n), np.bool_), DGEMM, np.int64(t._row), 1, np.int64(0))
+
+
+def _compiled():
+    f = compile_(lambda x: (sin(x) * x).sum() + x[0] * x[1], np.ones(3))
+    f(np.ones(3))
+    f.grad(np.ones(3))
+
+
+def _more_compiled():
+    f = compile_(lambda x: (sin(x) * x).sum() + x[0] * x[1], np.ones(3))
+    f.jacobian(np.ones(3))
+    f.hessian(np.ones(3))
+    points = np.ones((8, 3))
+    func.vmap(f.grad)(points)
+    func.vmap(f)(points)
+
+    def decay(k):                             # a time-stepping loop: its compiled body
+        y = k[0] * 1.0
+        for _ in range(200):
+            y = y - 0.01 * k[1] * y
+        return y
+    loop = compile_(decay, np.ones(2))
+    for _ in range(COMPILE_LOOP_AFTER + 1):
+        loop.grad(np.ones(2))
+        func.vmap(loop.grad)(np.ones((8, 2)))
+
+
+def _arrays():
+    x = tensor(np.linspace(0.1, 1.0, 12).reshape(3, 4), requires_grad=True)
+    a = tensor(np.eye(3) + 0.1, requires_grad=True)
+    loss = (exp(x) * x).sum(axis=0).max() + x[1:, ::2].reshape(-1).sum() + (a @ x).sum() \
+        + where(x > 0.5, x, 0.0).sum() + roll(x, 1).cumsum(axis=1).prod()
+    grad(loss, [x, a])
+    jac = func.jacrev(lambda v: tanh(v @ v.T).sum(axis=0))
+    jac(tensor(np.ones((3, 2))))
+
+
+def _elementwise():
+    x = tensor(np.linspace(0.1, 1.0, 12), requires_grad=True)
+    grad((tanh(x) * x + x ** 2 + sigmoid(x)).sum(), x)
+
+
+def _replayed():
+    f = compile_(lambda x: x.max() + x.prod() + det(x.reshape(2, 2)) + inv(
+        x.reshape(2, 2)).sum(), np.array([2.0, 1.0, 1.0, 3.0]))
+    f.grad(np.arange(1.0, 5.0))
+    g = compile_(lambda x: x.max() * x.cumsum().sum(), np.ones(4))
+    g.grad(np.arange(1.0, 5.0))
+    g.jacobian(np.arange(1.0, 5.0))
+
+
+def _threads():
+    saved = get_num_threads()
+    try:
+        set_num_threads(2)
+    except ValueError:                      # one core: no threaded kernels to compile
+        return
+    try:
+        n = (1 << 19) + 1
+        x = tensor(np.linspace(0.0, 1.0, n), requires_grad=True)
+        grad((sin(x) * x + tanh(x) * exp(-x) + x ** 2).sum(), x)
+        func.vmap(compile_(lambda v: (v * v).sum(), np.ones(2)).grad)(np.ones((1 << 16, 2)))
+    finally:
+        set_num_threads(saved)
+
+
+STEPS = [("numpy.linalg sweep", _linalg), ("compiled programs", _compiled),
+         ("scalar sweep", _scalar), ("array sweep", _arrays),
+         ("compiled loops, Jacobians, points", _more_compiled),
+         ("elementwise sweep", _elementwise), ("replayed programs", _replayed),
+         ("threaded kernels", _threads)]
+
+
+def _missing():
+    """The kernels that are neither in this process nor in the disk cache."""
+    for variant in VARIANTS:
+        sweep_for(variant)
+    return [k.py_func.__qualname__ for k in cache.KERNELS
+            if not k.signatures and not cache.on_disk(k)]
+
+
+def _lock_path():
+    return os.path.join(cache.cache_dir(), "warmup.pid")
+
+
+def _done_path():
+    return os.path.join(cache.cache_dir(), "warmed")
+
+
+@contextlib.contextmanager
+def _lock():
+    """The cache's warmup lock: yields False when a live process holds it."""
+    path = _lock_path()
+    os.makedirs(os.path.dirname(path), exist_ok=True)
+    for _ in range(2):
+        try:
+            fd = os.open(path, os.O_CREAT | os.O_EXCL | os.O_WRONLY)
+        except FileExistsError:
+            try:
+                with open(path) as f:
+                    pid = int(f.read() or 0)
+            except (OSError, ValueError):
+                pid = 0
+            if pid and cache.process_alive(pid):
+                yield False
+                return
+            with contextlib.suppress(OSError):   # a warmup that died: take over
+                os.remove(path)
+            continue
+        with os.fdopen(fd, "w") as f:
+            f.write(str(os.getpid()))
+        try:
+            yield True
+        finally:
+            with contextlib.suppress(OSError):
+                os.remove(path)
+        return
+    yield False
+
+
+def warmup(quiet=False):
+    """Compile (or load) every kernel autotape has now, so that no later process
+    compiles. Returns the names of kernels left uncompiled (none, normally).
+
+    >>> import autotape.warmup
+    >>> autotape.warmup.warmup(quiet=True)
+    []
+    """
+    def say(text):
+        if not quiet:
+            print(text, file=sys.stderr, flush=True)
+
+    with _lock() as mine:
+        if not mine:
+            say("autotape warmup: another process is warming this cache; waiting for it")
+            while os.path.exists(_lock_path()):
+                time.sleep(0.2)
+        for label, step in STEPS:
+            start = time.perf_counter()
+            step()
+            say(f"autotape warmup: {label} ... {time.perf_counter() - start:.1f} s")
+        missing = _missing()
+        if not missing:
+            with contextlib.suppress(OSError), open(_done_path(), "w") as f:
+                f.write("ok\n")
+        say(f"autotape warmup: done; kernels cached in {cache.cache_dir()}")
+        return missing
+
+
+def _start_background():
+    """Start ``python -m autotape warmup --background`` once per cold cache (see the
+    module's docstring)."""
+    wanted = os.environ.get(BACKGROUND_ENV, "")
+    if wanted == "0" or (wanted != "1" and usable_cores() < BACKGROUND_MIN_CORES) or \
+            not sys.executable or os.path.exists(_done_path()) or \
+            os.path.exists(_lock_path()):
+        return
+    env = dict(os.environ, **{BACKGROUND_ENV: "0"})
+    with contextlib.suppress(OSError):
+        subprocess.Popen([sys.executable, "-m", "autotape", "warmup", "--background"],
+                         env=env, stdin=subprocess.DEVNULL, stdout=subprocess.DEVNULL,
+                         stderr=subprocess.DEVNULL, start_new_session=True)
+        print("autotape: compiling the other kernels in a background process (once)",
+              file=sys.stderr, flush=True)
+
+
+cache.first_compile_hooks.append(_start_background)
+
+
+def main(argv):
+    """``python -m autotape warmup [--background]``."""
+    if argv[:1] != ["warmup"] or len(argv) > 2 or argv[1:] not in ([], ["--background"]):
+        print("usage: python -m autotape warmup", file=sys.stderr)
+        return 2
+    if argv[1:] == ["--background"]:
+        with contextlib.suppress(OSError):
+            os.nice(10)                      # the user's own work comes first
+    missing = warmup(quiet=argv[1:] == ["--background"])
+    if missing:
+        print(f"autotape warmup: not compiled: {', '.join(missing)}", file=sys.stderr)
+    return 0
