@@ -85,7 +85,16 @@ class Compiled:
     """f recorded once, replayed at new arguments (see ``at.compile``).
 
     ``traces`` counts the recordings made so far (one per argument shape, plus one
-    each time a guard sent a call back to be recorded again)."""
+    each time a guard sent a call back to be recorded again).
+
+    >>> f = at.compile(lambda x: (x ** 3).sum(), np.ones(2))
+    >>> f(np.array([1.0, 2.0]))
+    tensor(9.)
+    >>> f.value_and_grad(np.array([1.0, 2.0]))
+    (tensor(9.), tensor([ 3., 12.]))
+    >>> f.traces
+    1
+    """
 
     def __init__(self, f, example_args):
         if not callable(f):

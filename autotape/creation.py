@@ -52,36 +52,72 @@ def _factory(np_fn, shape, dtype, requires_grad, *args):
 
 
 def zeros(*shape, dtype=None, requires_grad=False):
-    """``zeros(2, 3)`` or ``zeros((2, 3))``: float64 zeros."""
+    """``zeros(2, 3)`` or ``zeros((2, 3))``: float64 zeros.
+
+    >>> at.zeros(2, 3)
+    tensor([[0., 0., 0.],
+            [0., 0., 0.]])
+    """
     return _factory(np.zeros, shape, dtype, requires_grad)
 
 
 def ones(*shape, dtype=None, requires_grad=False):
-    """``ones(2, 3)`` or ``ones((2, 3))``: float64 ones."""
+    """``ones(2, 3)`` or ``ones((2, 3))``: float64 ones.
+
+    >>> at.ones(3, requires_grad=True)
+    tensor([1., 1., 1.], requires_grad=True)
+    """
     return _factory(np.ones, shape, dtype, requires_grad)
 
 
 def full(shape, fill_value, dtype=None, requires_grad=False):
-    """An array of ``shape`` filled with ``fill_value`` (numpy's dtype rule)."""
+    """An array of ``shape`` filled with ``fill_value`` (numpy's dtype rule).
+
+    >>> at.full((2,), 0.5)
+    tensor([0.5, 0.5])
+    """
     shape = (shape,) if isinstance(shape, (int, np.integer)) else tuple(shape)
     a = np.full(shape, fill_value, dtype=_dtype(dtype))
     return _finish(new_leaf(*canonical(a)), requires_grad)
 
 
 def zeros_like(t, dtype=None, requires_grad=False):
+    """A Tensor of zeros with x's shape and dtype (torch.zeros_like).
+
+    >>> x = at.tensor([1.0, 2.0, 3.0], requires_grad=True)
+    >>> at.zeros_like(x)
+    tensor([0., 0., 0.])
+    """
     return zeros(t.shape, dtype=dtype or t.dtype, requires_grad=requires_grad)
 
 
 def ones_like(t, dtype=None, requires_grad=False):
+    """A Tensor of ones with x's shape and dtype (torch.ones_like).
+
+    >>> x = at.tensor([1.0, 2.0, 3.0], requires_grad=True)
+    >>> at.ones_like(x)
+    tensor([1., 1., 1.])
+    """
     return ones(t.shape, dtype=dtype or t.dtype, requires_grad=requires_grad)
 
 
 def eye(n, m=None, dtype=None, requires_grad=False):
+    """The n x m identity matrix (numpy.eye, torch.eye).
+
+    >>> at.eye(2)
+    tensor([[1., 0.],
+            [0., 1.]])
+    """
     a = np.eye(n, m, dtype=_dtype(dtype) or np.float64)
     return _finish(new_leaf(*canonical(a)), requires_grad)
 
 
 def arange(*args, dtype=None, requires_grad=False):
+    """Evenly spaced values in [start, stop) (numpy.arange); float64 unless ints are asked for.
+
+    >>> at.arange(4.0)
+    tensor([0., 1., 2., 3.])
+    """
     return _finish(new_leaf(*canonical(np.arange(*args, dtype=_dtype(dtype)))), requires_grad)
 
 
@@ -110,12 +146,22 @@ def manual_seed(seed):
 
 
 def rand(*shape, dtype=None, requires_grad=False):
-    """Uniform samples on [0, 1): ``rand(2, 3)`` or ``rand((2, 3))``."""
+    """Uniform samples on [0, 1): ``rand(2, 3)`` or ``rand((2, 3))``.
+
+    >>> _ = at.manual_seed(0)
+    >>> at.rand(2, 3).shape
+    (2, 3)
+    """
     a = _generator[0].random(_shape(shape))
     return _finish(new_leaf(*canonical(a.astype(_dtype(dtype) or np.float64))), requires_grad)
 
 
 def randn(*shape, dtype=None, requires_grad=False):
-    """Standard normal samples: ``randn(2, 3)`` or ``randn((2, 3))``."""
+    """Standard normal samples: ``randn(2, 3)`` or ``randn((2, 3))``.
+
+    >>> _ = at.manual_seed(0)
+    >>> at.randn(3).shape
+    (3,)
+    """
     a = _generator[0].standard_normal(_shape(shape))
     return _finish(new_leaf(*canonical(a.astype(_dtype(dtype) or np.float64))), requires_grad)

@@ -412,7 +412,11 @@ def hvp(f, primals, tangents):
 
 def vhp(f, primals, tangents):
     """``(f(*primals), tangents @ H)``: equal to hvp for the symmetric Hessian of a twice
-    differentiable f (torch.autograd.functional.vhp)."""
+    differentiable f (torch.autograd.functional.vhp).
+
+    >>> at.func.vhp(lambda x: (x ** 3).sum(), (at.tensor([1.0, 2.0]),), (at.tensor([1.0, 0.0]),))
+    (tensor(9.), tensor([6., 0.]))
+    """
     return hvp(f, primals, tangents)
 
 

@@ -8,7 +8,12 @@ from .thread_state import here
 
 
 def is_grad_enabled():
-    """True when ops on tensors that require grad are recorded (in this thread)."""
+    """True when ops on tensors that require grad are recorded (in this thread).
+
+    >>> with at.no_grad():
+    ...     print(at.is_grad_enabled())
+    False
+    """
     return here().grad_enabled
 
 
@@ -49,13 +54,28 @@ class no_grad(_GradModeContext):
 
 
 class enable_grad(_GradModeContext):
-    """Context manager and decorator: re-enables recording inside ``no_grad``."""
+    """Context manager and decorator: re-enables recording inside ``no_grad``.
+
+    >>> x = at.tensor([1.0, 2.0], requires_grad=True)
+    >>> with at.no_grad():
+    ...     with at.enable_grad():
+    ...         y = x * 2
+    >>> y.requires_grad
+    True
+    """
     _mode = True
 
 
 class set_grad_enabled(_GradModeContext):
     """``set_grad_enabled(False)``: sets grad mode now; as a context manager, restores it
-    on exit."""
+    on exit.
+
+    >>> x = at.tensor([1.0, 2.0], requires_grad=True)
+    >>> with at.set_grad_enabled(False):
+    ...     y = x * 2
+    >>> y.requires_grad, at.is_grad_enabled()
+    (False, True)
+    """
 
     def __init__(self, mode):
         state = here()

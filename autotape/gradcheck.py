@@ -8,7 +8,15 @@ from .tensor import Tensor
 
 
 class GradcheckError(RuntimeError):
-    """Raised by gradcheck when an analytical and a numerical derivative disagree."""
+    """Raised by gradcheck when an analytical and a numerical derivative disagree.
+
+    >>> wrong = lambda x: at.tensor(x.detach().numpy() ** 2) + 0 * x   # gradient lost
+    >>> try:
+    ...     at.gradcheck(wrong, (at.tensor([1.0, 2.0], requires_grad=True),))
+    ... except at.GradcheckError:
+    ...     print("caught")
+    caught
+    """
 
 
 def gradcheck(func, inputs, *, eps=1e-6, atol=1e-5, rtol=1e-3, raise_exception=True):

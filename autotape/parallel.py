@@ -41,7 +41,14 @@ def _default_threads():
 
 def set_num_threads(n):
     """Use up to ``n`` threads per large-array op (numpy chunks, the sweep's loops and
-    BLAS); 1 runs everything on the calling thread."""
+    BLAS); 1 runs everything on the calling thread.
+
+    >>> n = at.get_num_threads()
+    >>> at.set_num_threads(1)
+    >>> at.get_num_threads()
+    1
+    >>> at.set_num_threads(n)
+    """
     if not isinstance(n, int) or isinstance(n, bool) or n < 1:
         raise ValueError(f"set_num_threads expects a positive integer, but got {n!r}")
     n = min(n, numba.config.NUMBA_NUM_THREADS)
@@ -50,7 +57,11 @@ def set_num_threads(n):
 
 
 def get_num_threads():
-    """The number of threads a large-array op may use (see set_num_threads)."""
+    """The number of threads a large-array op may use (see set_num_threads).
+
+    >>> at.get_num_threads() >= 1
+    True
+    """
     return _state["threads"]
 
 

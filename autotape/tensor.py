@@ -46,30 +46,73 @@ class Tensor(Traced):
 
     @property
     def shape(self):
+        """The shape, a tuple of ints.
+
+        >>> m = at.tensor([[1.0, 2.0], [3.0, 4.0]], requires_grad=True)
+        >>> m.shape
+        (2, 2)
+        """
         return self._shape
 
     @property
     def ndim(self):
+        """The number of axes.
+
+        >>> m = at.tensor([[1.0, 2.0], [3.0, 4.0]], requires_grad=True)
+        >>> m.ndim
+        2
+        """
         return len(self._shape)
 
     @property
     def dtype(self):
+        """The numpy dtype of the values (float64 unless asked otherwise).
+
+        >>> x = at.tensor([1.0, 2.0, 3.0], requires_grad=True)
+        >>> x.dtype
+        dtype('float64')
+        """
         return self._dtype
 
     @property
     def size(self):
+        """The number of elements, as numpy's ``.size`` (torch's ``size()`` is ``.shape``).
+
+        >>> m = at.tensor([[1.0, 2.0], [3.0, 4.0]], requires_grad=True)
+        >>> m.size
+        4
+        """
         return math.prod(self._shape)
 
     @property
     def T(self):
+        """The transpose (all axes reversed), as numpy's ``.T``.
+
+        >>> m = at.tensor([[1.0, 2.0], [3.0, 4.0]], requires_grad=True)
+        >>> m.T
+        tensor([[1., 3.],
+                [2., 4.]], grad_fn=<ViewBackward>)
+        """
         return self.transpose()
 
     @property
     def is_leaf(self):
+        """True for a tensor no recorded op produced (an input), as torch.
+
+        >>> x = at.tensor([1.0, 2.0, 3.0], requires_grad=True)
+        >>> x.is_leaf, (x * 2).is_leaf
+        (True, False)
+        """
         return self._tape is None
 
     @property
     def requires_grad(self):
+        """Whether ops on this tensor are recorded; settable on leaves.
+
+        >>> x = at.tensor([1.0, 2.0, 3.0], requires_grad=True)
+        >>> x.requires_grad, at.tensor([1.0]).requires_grad
+        (True, False)
+        """
         return self._tape is not None or self._requires_grad
 
     @requires_grad.setter
@@ -84,7 +127,11 @@ class Tensor(Traced):
         self._set_requires_grad(bool(flag))
 
     def requires_grad_(self, requires_grad=True):
-        """Set ``requires_grad`` on a leaf in place; returns self."""
+        """Set ``requires_grad`` on a leaf in place; returns self.
+
+        >>> at.tensor([1.0]).requires_grad_()
+        tensor([1.], requires_grad=True)
+        """
         if self._tape is not None:
             if not requires_grad:
                 raise RuntimeError(NON_LEAF_FLAG_MSG)
@@ -105,6 +152,16 @@ class Tensor(Traced):
 
     @property
     def grad(self):
+        """The gradient accumulated by ``backward`` (None until then); for a non-leaf,
+        only after ``retain_grad()`` (otherwise None, with torch's warning).
+
+        >>> x = at.tensor([1.0, 2.0, 3.0], requires_grad=True)
+        >>> x.grad is None
+        True
+        >>> at.sum(x * x).backward()
+        >>> x.grad
+        tensor([2., 4., 6.])
+        """
         if self._tape is not None and not getattr(self, "_retains_grad", False):
             warnings.warn(NON_LEAF_GRAD_MSG, UserWarning, stacklevel=2)
             return None
@@ -129,10 +186,25 @@ class Tensor(Traced):
 
     @property
     def retains_grad(self):
+        """Whether ``retain_grad()`` was called on this non-leaf.
+
+        >>> x = at.tensor([1.0, 2.0, 3.0], requires_grad=True)
+        >>> y = x * 2
+        >>> y.retains_grad
+        False
+        """
         return self._tape is not None and getattr(self, "_retains_grad", False)
 
     def retain_grad(self):
-        """Keep the gradient of this non-leaf in ``.grad`` during backward and grad."""
+        """Keep the gradient of this non-leaf in ``.grad`` during backward and grad.
+
+        >>> x = at.tensor([1.0, 2.0, 3.0], requires_grad=True)
+        >>> y = x * 2
+        >>> y.retain_grad()
+        >>> y.sum().backward()
+        >>> y.grad
+        tensor([1., 1., 1.])
+        """
         if not self.requires_grad:
             raise RuntimeError("can't retain_grad on Tensor that has requires_grad=False")
         if self._tape is not None:
@@ -142,7 +214,12 @@ class Tensor(Traced):
     # -- conversions -----------------------------------------------------------------------
 
     def numpy(self):
-        """The value as a numpy array (read-only when the tensor requires grad)."""
+        """The value as a numpy array (read-only when the tensor requires grad).
+
+        >>> x = at.tensor([1.0, 2.0, 3.0], requires_grad=True)
+        >>> x.detach().numpy()
+        array([1., 2., 3.])
+        """
         if current_trace() is not None:
             observe_value(self)
         v = self._value
@@ -166,7 +243,12 @@ class Tensor(Traced):
         return a.copy() if copy else a
 
     def detach(self):
-        """A new leaf that does not require grad, sharing the value (read-only)."""
+        """A new leaf that does not require grad, sharing the value (read-only).
+
+        >>> x = at.tensor([1.0, 2.0, 3.0], requires_grad=True)
+        >>> x.detach()
+        tensor([1., 2., 3.])
+        """
         return new_leaf(self.numpy() if self.requires_grad else self._value, self._shape,
                       self._dtype)
 
@@ -222,7 +304,11 @@ class Tensor(Traced):
         self._shape, self._dtype, self._cache = shape, dtype, None
 
     def item(self):
-        """The single element as a Python number."""
+        """The single element as a Python number.
+
+        >>> at.tensor([2.5]).item()
+        2.5
+        """
         if self.size != 1:
             raise RuntimeError(
                 f"a Tensor with {self.size} elements cannot be converted to Scalar")
@@ -232,6 +318,12 @@ class Tensor(Traced):
         return v if type(v) is float else v.reshape(-1)[0].item()
 
     def tolist(self):
+        """The values as (nested) Python lists, as numpy and torch.
+
+        >>> m = at.tensor([[1.0, 2.0], [3.0, 4.0]], requires_grad=True)
+        >>> m.tolist()
+        [[1.0, 2.0], [3.0, 4.0]]
+        """
         if current_trace() is not None:
             observe_value(self)
         v = self._value

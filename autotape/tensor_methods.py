@@ -52,7 +52,14 @@ GRAD_FN_NAMES.update({
 
 
 def grad_fn(self):
-    """None for a leaf; for a result, the name of the op that made it."""
+    """None for a leaf; for a result, the name of the op that made it.
+
+    >>> x = at.tensor([1.0, 2.0, 3.0], requires_grad=True)
+    >>> (x * 2).grad_fn
+    <MultiplyBackward>
+    >>> x.grad_fn is None
+    True
+    """
     if self._tape is None:
         return None
     op = self._tape.opcode(self._row)
@@ -60,7 +67,13 @@ def grad_fn(self):
 
 
 def tensor_backward(self, gradient=None, retain_graph=None, create_graph=False, inputs=None):
-    """Accumulate d(self)/d(leaf) into ``.grad`` of the leaves (see at.backward)."""
+    """Accumulate d(self)/d(leaf) into ``.grad`` of the leaves (see at.backward).
+
+    >>> x = at.tensor([1.0, 2.0, 3.0], requires_grad=True)
+    >>> (x ** 2).sum().backward()
+    >>> x.grad
+    tensor([2., 4., 6.])
+    """
     backward(self, gradient, retain_graph, create_graph, inputs)
 
 
@@ -95,7 +108,15 @@ def inplace(self, op, other):
 
 
 def zero_(self):
-    """Fill with zeros in place; returns self."""
+    """Fill with zeros in place; returns self.
+
+    >>> x = at.tensor([1.0, 2.0, 3.0], requires_grad=True)
+    >>> (x * x).sum().backward()
+    >>> x.grad.zero_()
+    tensor([0., 0., 0.])
+    >>> x.grad
+    tensor([0., 0., 0.])
+    """
     if self._tape is None and self._requires_grad and is_grad_enabled():
         raise RuntimeError(LEAF_INPLACE_MSG)
     self[...] = 0
@@ -103,7 +124,12 @@ def zero_(self):
 
 
 def copy(self):
-    """A copy; recorded (its gradient passes through) when self requires grad."""
+    """A copy; recorded (its gradient passes through) when self requires grad.
+
+    >>> x = at.tensor([1.0, 2.0, 3.0], requires_grad=True)
+    >>> x.copy()
+    tensor([1., 2., 3.], grad_fn=<ReshapeBackward>)
+    """
     if self.requires_grad:
         return indexing.astype(self, self._dtype)
     v = self._value
@@ -111,63 +137,124 @@ def copy(self):
 
 
 def clone(self):
-    """torch's clone: a copy whose gradient flows back to self when self requires grad."""
+    """torch's clone: a copy whose gradient flows back to self when self requires grad.
+
+    >>> x = at.tensor([1.0, 2.0, 3.0], requires_grad=True)
+    >>> x.clone()
+    tensor([1., 2., 3.], grad_fn=<ReshapeBackward>)
+    """
     return copy(self)
 
 
 def numel(self):
-    """The number of elements (torch's spelling of ``size``)."""
+    """The number of elements (torch's spelling of ``size``).
+
+    >>> m = at.tensor([[1.0, 2.0], [3.0, 4.0]], requires_grad=True)
+    >>> m.numel()
+    4
+    """
     return self.size
 
 
 def dim(self):
-    """The number of axes (torch's spelling of ``ndim``)."""
+    """The number of axes (torch's spelling of ``ndim``).
+
+    >>> m = at.tensor([[1.0, 2.0], [3.0, 4.0]], requires_grad=True)
+    >>> m.dim()
+    2
+    """
     return len(self._shape)
 
 
 def unsqueeze(self, dim):
-    """A size-1 axis inserted at ``dim`` (torch's spelling of expand_dims)."""
+    """A size-1 axis inserted at ``dim`` (torch's spelling of expand_dims).
+
+    >>> x = at.tensor([1.0, 2.0, 3.0], requires_grad=True)
+    >>> x.unsqueeze(0).shape
+    (1, 3)
+    """
     return shaping.expand_dims(self, dim)
 
 
 def sort(self, axis=-1, kind=None, order=None):
     """Sort in place along ``axis``, as ndarray.sort (returns None; recorded as an index
-    assignment when self requires grad). ``at.sort(x)`` returns a sorted copy."""
+    assignment when self requires grad). ``at.sort(x)`` returns a sorted copy.
+
+    >>> y = at.tensor([3.0, 1.0, 2.0])
+    >>> y.sort()
+    >>> y
+    tensor([1., 2., 3.])
+    """
     self[...] = calculus.sort(self, axis, kind)
 
 
 def partition(self, kth, axis=-1, kind="introselect", order=None):
-    """Partition in place, as ndarray.partition (returns None)."""
+    """Partition in place, as ndarray.partition (returns None).
+
+    >>> y = at.tensor([3.0, 1.0, 2.0])
+    >>> y.partition(1)
+    >>> y
+    tensor([1., 2., 3.])
+    """
     self[...] = calculus.partition(self, kth, axis)
 
 
 def all_(self, axis=None, keepdims=False):
-    """Whether every element is true, as numpy (a plain numpy bool: a decision)."""
+    """Whether every element is true, as numpy (a plain numpy bool: a decision).
+
+    >>> at.tensor([1.0, 0.0]).all()
+    np.False_
+    """
     return observe(lambda v: np.all(v, axis=axis, keepdims=keepdims), self)
 
 
 def any_(self, axis=None, keepdims=False):
-    """Whether any element is true, as numpy (a plain numpy bool: a decision)."""
+    """Whether any element is true, as numpy (a plain numpy bool: a decision).
+
+    >>> at.tensor([1.0, 0.0]).any()
+    np.True_
+    """
     return observe(lambda v: np.any(v, axis=axis, keepdims=keepdims), self)
 
 
 def reshape(self, *shape):
-    """``reshape(3, 4)`` or ``reshape((3, 4))``; -1 infers one dimension."""
+    """``reshape(3, 4)`` or ``reshape((3, 4))``; -1 infers one dimension.
+
+    >>> m = at.tensor([[1.0, 2.0], [3.0, 4.0]], requires_grad=True)
+    >>> m.reshape(4)
+    tensor([1., 2., 3., 4.], grad_fn=<ReshapeBackward>)
+    """
     return indexing.reshape(self, shape[0] if len(shape) == 1 else shape)
 
 
 def transpose(self, *axes):
-    """Permute the axes; no argument reverses them (numpy's rule)."""
+    """Permute the axes; no argument reverses them (numpy's rule).
+
+    >>> m = at.tensor([[1.0, 2.0], [3.0, 4.0]], requires_grad=True)
+    >>> m.transpose()
+    tensor([[1., 3.],
+            [2., 4.]], grad_fn=<ViewBackward>)
+    """
     return indexing.transpose(self, axes[0] if len(axes) == 1 else (axes or None))
 
 
 def clip(self, a_min=None, a_max=None):
-    """Limit to [a_min, a_max]; see at.clip."""
+    """Limit to [a_min, a_max]; see at.clip.
+
+    >>> x = at.tensor([1.0, 2.0, 3.0], requires_grad=True)
+    >>> x.clip(1.5, 2.5)
+    tensor([1.5, 2. , 2.5], grad_fn=<WhereBackward>)
+    """
     return elementwise.clip(self, a_min, a_max)
 
 
 def conj(self):
-    """Real tensors are their own conjugate."""
+    """Real tensors are their own conjugate.
+
+    >>> x = at.tensor([1.0, 2.0, 3.0], requires_grad=True)
+    >>> x.conj() is x
+    True
+    """
     return self
 
 

@@ -216,5 +216,10 @@ def hvp(func, inputs, v=None, create_graph=False, strict=False):
 
 def vhp(func, inputs, v=None, create_graph=False, strict=False):
     """``(func(inputs), v^T H)``, as torch.autograd.functional.vhp: equal to hvp, the
-    Hessian being symmetric."""
+    Hessian being symmetric.
+
+    >>> at.autograd.functional.vhp(lambda x: (x ** 3).sum(), at.tensor([1.0, 2.0]),
+    ...                            at.tensor([1.0, 0.0]))
+    (tensor(9.), tensor([6., 0.]))
+    """
     return hvp(func, inputs, v, create_graph, strict)

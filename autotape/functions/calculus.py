@@ -24,7 +24,12 @@ def _along(a, axis, sl):
 
 
 def diff(a, n=1, axis=-1, prepend=None, append=None):
-    """The n-th discrete difference along ``axis`` (with numpy's prepend / append)."""
+    """The n-th discrete difference along ``axis`` (with numpy's prepend / append).
+
+    >>> x = at.tensor([1.0, 2.0, 3.0], requires_grad=True)
+    >>> at.diff(x * x)
+    tensor([3., 5.], grad_fn=<SubtractBackward>)
+    """
     a = as_tensor(a)
     if n < 0:
         raise ValueError(f"order must be non-negative but got {n!r}")
@@ -49,7 +54,12 @@ def diff(a, n=1, axis=-1, prepend=None, append=None):
 def gradient(f, *varargs, axis=None, edge_order=1):
     """numpy.gradient: second-order central differences inside, first or second order
     one-sided ones at the edges, for uniform spacings or coordinate arrays; one array
-    per axis (a list when there are several)."""
+    per axis (a list when there are several).
+
+    >>> x = at.tensor([1.0, 2.0, 3.0], requires_grad=True)
+    >>> at.gradient(x * x)
+    tensor([3., 4., 5.], grad_fn=<CatBackward>)
+    """
     f = as_tensor(f)
     axes = list(range(f.ndim)) if axis is None else [
         normalize_axis_index(x, f.ndim) for x in ((axis,) if np.ndim(axis) == 0 else axis)]
@@ -114,7 +124,12 @@ def _gradient_1d(f, axis, h, edge_order):
 
 
 def trapezoid(y, x=None, dx=1.0, axis=-1):
-    """The trapezoidal rule along ``axis``, with sample points x or spacing dx."""
+    """The trapezoidal rule along ``axis``, with sample points x or spacing dx.
+
+    >>> x = at.tensor([1.0, 2.0, 3.0], requires_grad=True)
+    >>> at.grad(at.trapezoid(x * x), x)
+    (tensor([1., 4., 3.]),)
+    """
     y = as_tensor(y)
     axis = normalize_axis_index(axis, y.ndim)
     if x is None:
@@ -131,7 +146,12 @@ def trapezoid(y, x=None, dx=1.0, axis=-1):
 
 
 def polyval(p, x):
-    """The polynomial with coefficients p (highest power first) at x, by Horner's rule."""
+    """The polynomial with coefficients p (highest power first) at x, by Horner's rule.
+
+    >>> x = at.tensor([1.0, 2.0, 3.0], requires_grad=True)
+    >>> at.polyval(x, 2.0)
+    tensor(11., grad_fn=<AddBackward>)
+    """
     p = as_tensor(p)
     y = as_tensor(x) * 0.0
     for k in range(p.shape[0]):
@@ -141,7 +161,12 @@ def polyval(p, x):
 
 def interp(x, xp, fp, left=None, right=None, period=None):
     """numpy.interp: piecewise-linear interpolation of (xp, fp) at x (xp increasing),
-    with ``left`` / ``right`` outside; differentiable in x, xp and fp."""
+    with ``left`` / ``right`` outside; differentiable in x, xp and fp.
+
+    >>> x = at.tensor([1.0, 2.0, 3.0], requires_grad=True)
+    >>> at.interp([1.5, 2.5], [1.0, 2.0, 3.0], x)
+    tensor([1.5, 2.5], grad_fn=<WhereBackward>)
+    """
     if period is not None:
         raise ValueError("autotape's interp does not support period")
     x, xp, fp = as_tensor(x), as_tensor(xp), as_tensor(fp)
@@ -166,7 +191,12 @@ def interp(x, xp, fp, left=None, right=None, period=None):
 
 
 def cross(a, b, axisa=-1, axisb=-1, axisc=-1, axis=None):
-    """The cross product of 3-vectors (or the z component for 2-vectors) along an axis."""
+    """The cross product of 3-vectors (or the z component for 2-vectors) along an axis.
+
+    >>> x = at.tensor([1.0, 2.0, 3.0], requires_grad=True)
+    >>> at.cross(x, at.tensor([0.0, 0.0, 1.0]))
+    tensor([ 2., -1.,  0.], grad_fn=<ViewBackward>)
+    """
     if axis is not None:
         axisa = axisb = axisc = axis
     a = moveaxis(as_tensor(a), axisa, -1)
@@ -185,14 +215,24 @@ def cross(a, b, axisa=-1, axisb=-1, axisc=-1, axis=None):
 
 
 def argsort(a, axis=-1, kind=None, order=None, *, stable=None):
-    """Indices that sort ``a`` along ``axis`` (an integer tensor: no gradient)."""
+    """Indices that sort ``a`` along ``axis`` (an integer tensor: no gradient).
+
+    >>> y = at.tensor([3.0, 1.0, 2.0])
+    >>> at.argsort(y)
+    tensor([1, 2, 0])
+    """
     return leaf_of(observe(lambda v: np.argsort(v, axis=axis, kind=kind, stable=stable),
                            as_tensor(a)))
 
 
 def sort(a, axis=-1, kind=None, order=None, *, stable=None):
     """The values sorted along ``axis`` (None: flattened); each one's gradient goes
-    back to the element it came from (ties: numpy's order)."""
+    back to the element it came from (ties: numpy's order).
+
+    >>> y = at.tensor([3.0, 1.0, 2.0], requires_grad=True)
+    >>> at.sort(y)
+    tensor([1., 2., 3.], grad_fn=<IndexBackward>)
+    """
     a = as_tensor(a)
     if axis is None:
         a, axis = reshape(a, (-1,)), -1
@@ -200,13 +240,23 @@ def sort(a, axis=-1, kind=None, order=None, *, stable=None):
 
 
 def argpartition(a, kth, axis=-1, kind="introselect", order=None):
-    """numpy.argpartition (an integer tensor: no gradient)."""
+    """numpy.argpartition (an integer tensor: no gradient).
+
+    >>> y = at.tensor([3.0, 1.0, 2.0])
+    >>> at.argpartition(y, 1)
+    tensor([1, 2, 0])
+    """
     return leaf_of(observe(lambda v: np.argpartition(v, kth, axis=axis), as_tensor(a)))
 
 
 def partition(a, kth, axis=-1, kind="introselect", order=None):
     """numpy.partition: the kth element in its sorted place, smaller ones before and
-    larger after (a gather, like sort)."""
+    larger after (a gather, like sort).
+
+    >>> y = at.tensor([3.0, 1.0, 2.0])
+    >>> at.partition(y, 1)
+    tensor([1., 2., 3.])
+    """
     a = as_tensor(a)
     if axis is None:
         a, axis = reshape(a, (-1,)), -1

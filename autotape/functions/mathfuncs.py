@@ -17,34 +17,67 @@ def _isnan(x):
 
 
 def fabs(x):
-    """|x| (numpy.fabs: abs for real numbers)."""
+    """|x| (numpy.fabs: abs for real numbers).
+
+    >>> at.fabs(at.tensor([-1.5, 2.0]))
+    tensor([1.5, 2. ])
+    """
     return abs(x)
 
 
 def fmax(x, y):
-    """Elementwise maximum that ignores a NaN (the other operand wins), as numpy.fmax."""
+    """Elementwise maximum that ignores a NaN (the other operand wins), as numpy.fmax.
+
+    >>> x = at.tensor([1.0, 2.0, 3.0], requires_grad=True)
+    >>> at.fmax(x, 2.0)
+    tensor([2., 2., 3.], grad_fn=<WhereBackward>)
+    """
     x, y = as_tensor(x), as_tensor(y)
     return where(_isnan(y), x, where(_isnan(x), y, maximum(x, y)))
 
 
 def fmin(x, y):
-    """Elementwise minimum that ignores a NaN, as numpy.fmin."""
+    """Elementwise minimum that ignores a NaN, as numpy.fmin.
+
+    >>> x = at.tensor([1.0, 2.0, 3.0], requires_grad=True)
+    >>> at.fmin(x, 2.0)
+    tensor([1., 2., 2.], grad_fn=<WhereBackward>)
+    """
     x, y = as_tensor(x), as_tensor(y)
     return where(_isnan(y), x, where(_isnan(x), y, minimum(x, y)))
 
 
 def logaddexp2(x, y):
-    """log2(2**x + 2**y), without overflow."""
+    """log2(2**x + 2**y), without overflow.
+
+    >>> x = at.tensor([1.0, 2.0, 3.0], requires_grad=True)
+    >>> at.logaddexp2(x, x)
+    tensor([2., 3., 4.], grad_fn=<DivideBackward>)
+    """
     return logaddexp(as_tensor(x) * _LN2, as_tensor(y) * _LN2) / _LN2
 
 
 def deg2rad(x):
-    """Degrees to radians."""
+    """Degrees to radians.
+
+    >>> at.radians(at.tensor([90.0]))
+    tensor([1.57079633])
+
+    >>> at.deg2rad(at.tensor([180.0]))
+    tensor([3.14159265])
+    """
     return as_tensor(x) * (np.pi / 180.0)
 
 
 def rad2deg(x):
-    """Radians to degrees."""
+    """Radians to degrees.
+
+    >>> at.rad2deg(at.tensor([np.pi]))
+    tensor([180.])
+
+    >>> at.degrees(at.tensor([np.pi / 2]))
+    tensor([90.])
+    """
     return as_tensor(x) * (180.0 / np.pi)
 
 
@@ -73,7 +106,11 @@ def sinc(x):
 
 def nan_to_num(x, copy=True, nan=0.0, posinf=None, neginf=None):
     """NaN, +inf and -inf replaced by ``nan``, ``posinf`` and ``neginf`` (numpy's
-    defaults: 0 and the largest finite numbers); the gradient passes where x is finite."""
+    defaults: 0 and the largest finite numbers); the gradient passes where x is finite.
+
+    >>> at.nan_to_num(at.tensor([np.nan, 1.0]))
+    tensor([0., 1.])
+    """
     x = as_tensor(x)
     if x.dtype.kind != "f":
         return x.copy()
@@ -87,7 +124,12 @@ def nan_to_num(x, copy=True, nan=0.0, posinf=None, neginf=None):
 
 def select(condlist, choicelist, default=0):
     """numpy.select: each element from the first choice whose condition holds, else
-    ``default``."""
+    ``default``.
+
+    >>> x = at.tensor([1.0, 2.0, 3.0], requires_grad=True)
+    >>> at.select([x < 2, x > 2], [x, 10 * x], 0.0)
+    tensor([ 1.,  0., 30.], grad_fn=<WhereBackward>)
+    """
     if len(condlist) != len(choicelist):
         raise ValueError("list of cases must be same length as list of conditions")
     if not condlist:

@@ -16,7 +16,18 @@ from .shaping import triu
 __all__ = ["qr", "lstsq", "matrix_power"]
 
 QRResult = namedtuple("QRResult", "Q R")
+QRResult.__doc__ = """``at.linalg.qr``'s result, as numpy's: ``(Q, R)``.
+
+>>> q, r = at.linalg.qr(at.tensor([[2.0, 1.0], [0.0, 3.0], [1.0, 1.0]]))
+>>> q.shape, r.shape
+((3, 2), (2, 2))
+"""
 LstsqResult = namedtuple("LstsqResult", "x residuals rank s")
+LstsqResult.__doc__ = """``at.linalg.lstsq``'s result, as numpy's: ``(x, residuals, rank, s)``.
+
+>>> at.linalg.lstsq(at.eye(2), at.tensor([1.0, 2.0])).x
+tensor([1., 2.])
+"""
 
 
 def qr(a, mode="reduced"):

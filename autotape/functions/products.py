@@ -12,23 +12,45 @@ __all__ = ["dot", "vdot", "outer", "tensordot", "inner", "einsum"]
 
 
 def dot(a, b):
-    """numpy.dot for operands of at most 2 dimensions (a 0-d operand multiplies)."""
+    """numpy.dot for operands of at most 2 dimensions (a 0-d operand multiplies).
+
+    >>> x = at.tensor([1.0, 2.0, 3.0], requires_grad=True)
+    >>> at.grad(at.dot(x, x), x)
+    (tensor([2., 4., 6.]),)
+    """
     a, b = as_tensor(a), as_tensor(b)
     return a * b if a.ndim == 0 or b.ndim == 0 else matmul(a, b)
 
 
 def vdot(a, b):
-    """Dot product of the flattened operands."""
+    """Dot product of the flattened operands.
+
+    >>> x = at.tensor([1.0, 2.0, 3.0], requires_grad=True)
+    >>> at.vdot(x, x)
+    tensor(14., grad_fn=<SumBackward>)
+    """
     return sum(ravel(a) * ravel(b))
 
 
 def outer(a, b):
-    """Outer product of the flattened operands."""
+    """Outer product of the flattened operands.
+
+    >>> x = at.tensor([1.0, 2.0, 3.0], requires_grad=True)
+    >>> at.outer(x, x[:2])
+    tensor([[1., 2.],
+            [2., 4.],
+            [3., 6.]], grad_fn=<MultiplyBackward>)
+    """
     return reshape(ravel(a), (-1, 1)) * reshape(ravel(b), (1, -1))
 
 
 def tensordot(a, b, axes=2):
-    """Sum over the given axes of a and b, as numpy: transposes, reshapes and one matmul."""
+    """Sum over the given axes of a and b, as numpy: transposes, reshapes and one matmul.
+
+    >>> m = at.tensor([[1.0, 2.0], [3.0, 4.0]], requires_grad=True)
+    >>> at.tensordot(m, m, axes=2)
+    tensor(30., grad_fn=<ReshapeBackward>)
+    """
     a, b = as_tensor(a), as_tensor(b)
     if isinstance(axes, (int, np.integer)):
         axes_a, axes_b = tuple(range(a.ndim - axes, a.ndim)), tuple(range(axes))
@@ -48,7 +70,12 @@ def tensordot(a, b, axes=2):
 
 
 def inner(a, b):
-    """Sum over the last axes of a and b."""
+    """Sum over the last axes of a and b.
+
+    >>> x = at.tensor([1.0, 2.0, 3.0], requires_grad=True)
+    >>> at.inner(x, x)
+    tensor(14., grad_fn=<ReshapeBackward>)
+    """
     a, b = as_tensor(a), as_tensor(b)
     if a.ndim == 0 or b.ndim == 0:
         return a * b

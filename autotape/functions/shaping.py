@@ -18,13 +18,23 @@ __all__ = ["cat", "diagonal", "trace", "expand_dims", "unsqueeze", "squeeze", "r
 
 
 def cat(tensors, dim=0, *, axis=None):
-    """torch.cat: the tensors joined along ``dim`` (numpy's concatenate)."""
+    """torch.cat: the tensors joined along ``dim`` (numpy's concatenate).
+
+    >>> x = at.tensor([1.0, 2.0, 3.0], requires_grad=True)
+    >>> at.cat([x, x], dim=0)
+    tensor([1., 2., 3., 1., 2., 3.], grad_fn=<CatBackward>)
+    """
     return concatenate(tensors, dim if axis is None else axis)
 
 
 def diagonal(a, offset=0, axis1=0, axis2=1):
     """The diagonal of the (axis1, axis2) planes, as numpy (a gather: its gradient is a
-    scatter back onto the diagonal)."""
+    scatter back onto the diagonal).
+
+    >>> m = at.tensor([[1.0, 2.0], [3.0, 4.0]], requires_grad=True)
+    >>> at.diagonal(m)
+    tensor([1., 4.], grad_fn=<ViewBackward>)
+    """
     a = as_tensor(a)
     base = np.lib.stride_tricks.as_strided(np.zeros(1, np.int8), a.shape,
                                            c_strides(a.shape, 1), writeable=False)
@@ -34,12 +44,27 @@ def diagonal(a, offset=0, axis1=0, axis2=1):
 
 
 def trace(a, offset=0, axis1=0, axis2=1):
-    """Sum of the diagonal."""
+    """Sum of the diagonal.
+
+    >>> m = at.tensor([[1.0, 2.0], [3.0, 4.0]], requires_grad=True)
+    >>> at.grad(at.trace(m), m)
+    (tensor([[1., 0.],
+            [0., 1.]]),)
+    """
     return sum(diagonal(a, offset, axis1, axis2), axis=-1)
 
 
 def expand_dims(a, axis):
-    """Insert size-1 axes at ``axis`` (an int or a tuple), as numpy."""
+    """Insert size-1 axes at ``axis`` (an int or a tuple), as numpy.
+
+    >>> x = at.tensor([1.0, 2.0, 3.0], requires_grad=True)
+    >>> at.unsqueeze(x, 1).shape
+    (3, 1)
+
+    >>> x = at.tensor([1.0, 2.0, 3.0], requires_grad=True)
+    >>> at.expand_dims(x, 0).shape
+    (1, 3)
+    """
     a = as_tensor(a)
     axes = normalize_axis_tuple(axis, a.ndim + (len(axis) if isinstance(axis, tuple) else 1))
     shape = iter(a.shape)
@@ -51,7 +76,11 @@ unsqueeze = expand_dims
 
 
 def squeeze(a, axis=None):
-    """Remove size-1 axes (all, or those in ``axis``)."""
+    """Remove size-1 axes (all, or those in ``axis``).
+
+    >>> at.squeeze(at.zeros(1, 3)).shape
+    (3,)
+    """
     a = as_tensor(a)
     axes = tuple(d for d, n in enumerate(a.shape) if n == 1) if axis is None else \
         normalize_axis_tuple(axis, a.ndim)
@@ -62,7 +91,16 @@ def squeeze(a, axis=None):
 
 
 def ravel(a):
-    """The elements as a 1-D tensor, C order."""
+    """The elements as a 1-D tensor, C order.
+
+    >>> m = at.tensor([[1.0, 2.0], [3.0, 4.0]], requires_grad=True)
+    >>> at.ravel(m)
+    tensor([1., 2., 3., 4.], grad_fn=<ReshapeBackward>)
+
+    >>> m = at.tensor([[1.0, 2.0], [3.0, 4.0]], requires_grad=True)
+    >>> at.flatten(m)
+    tensor([1., 2., 3., 4.], grad_fn=<ReshapeBackward>)
+    """
     return reshape(a, (-1,))
 
 
@@ -70,6 +108,11 @@ flatten = ravel
 
 
 def swapaxes(a, axis1, axis2):
+    """numpy.swapaxes on Tensors: a view with two axes exchanged.
+
+    >>> at.swapaxes(at.zeros(2, 3), 0, 1).shape
+    (3, 2)
+    """
     a = as_tensor(a)
     perm = list(range(a.ndim))
     i, j = normalize_axis_tuple((axis1, axis2), a.ndim, allow_duplicate=True)
@@ -78,6 +121,11 @@ def swapaxes(a, axis1, axis2):
 
 
 def moveaxis(a, source, destination):
+    """numpy.moveaxis on Tensors: a view with axes moved to new positions.
+
+    >>> at.moveaxis(at.zeros(2, 3, 4), 0, -1).shape
+    (3, 4, 2)
+    """
     a = as_tensor(a)
     src = normalize_axis_tuple(source, a.ndim)
     dst = normalize_axis_tuple(destination, a.ndim)
@@ -91,7 +139,12 @@ def moveaxis(a, source, destination):
 
 
 def flip(a, axis=None):
-    """Reverse the order of elements along ``axis`` (all axes when None)."""
+    """Reverse the order of elements along ``axis`` (all axes when None).
+
+    >>> x = at.tensor([1.0, 2.0, 3.0], requires_grad=True)
+    >>> at.flip(x)
+    tensor([3., 2., 1.], grad_fn=<ViewBackward>)
+    """
     a = as_tensor(a)
     axes = normalize_axes(a, axis)
     return a[tuple(slice(None, None, -1) if d in axes else slice(None)
@@ -99,7 +152,13 @@ def flip(a, axis=None):
 
 
 def split(a, indices_or_sections, axis=0):
-    """A list of sub-tensors, as numpy.split."""
+    """A list of sub-tensors, as numpy.split.
+
+    >>> x = at.tensor([1.0, 2.0, 3.0], requires_grad=True)
+    >>> at.split(x, 3)
+    [tensor([1.], grad_fn=<ViewBackward>), tensor([2.], grad_fn=<ViewBackward>),
+     tensor([3.], grad_fn=<ViewBackward>)]
+    """
     a = as_tensor(a)
     axis = normalize_axis_tuple(axis, a.ndim)[0]
     n = a.shape[axis]
@@ -116,7 +175,12 @@ def split(a, indices_or_sections, axis=0):
 
 def roll(a, shift, axis=None):
     """Shift elements along ``axis`` cyclically (on the flattened tensor when None): one
-    gather by a cached index map, so one tape row (its gradient rolls back)."""
+    gather by a cached index map, so one tape row (its gradient rolls back).
+
+    >>> x = at.tensor([1.0, 2.0, 3.0], requires_grad=True)
+    >>> at.roll(x, 1)
+    tensor([3., 1., 2.], grad_fn=<IndexBackward>)
+    """
     a = as_tensor(a)
     if a.ndim == 0 or a.size == 0:
         return a.copy()                          # a new tensor, never an alias of a
@@ -150,7 +214,12 @@ def _roll_map(shape, shifts, axes):
 
 
 def tile(a, reps):
-    """Repeat the whole tensor ``reps`` times per axis (one broadcast and a reshape)."""
+    """Repeat the whole tensor ``reps`` times per axis (one broadcast and a reshape).
+
+    >>> x = at.tensor([1.0, 2.0, 3.0], requires_grad=True)
+    >>> at.tile(x, 2)
+    tensor([1., 2., 3., 1., 2., 3.], grad_fn=<ReshapeBackward>)
+    """
     a = as_tensor(a)
     reps = (reps,) if isinstance(reps, (int, np.integer)) else tuple(reps)
     nd = max(a.ndim, len(reps))
@@ -163,7 +232,12 @@ def tile(a, reps):
 
 
 def repeat(a, repeats, axis=None):
-    """Repeat each element ``repeats`` times along ``axis`` (flattened when None)."""
+    """Repeat each element ``repeats`` times along ``axis`` (flattened when None).
+
+    >>> x = at.tensor([1.0, 2.0, 3.0], requires_grad=True)
+    >>> at.repeat(x, 2)
+    tensor([1., 1., 2., 2., 3., 3.], grad_fn=<ReshapeBackward>)
+    """
     a = as_tensor(a)
     if not isinstance(repeats, (int, np.integer)):
         raise TypeError("autotape's repeat takes an int number of repeats")
@@ -178,7 +252,12 @@ def repeat(a, repeats, axis=None):
 
 def pad(a, pad_width, mode="constant", constant_values=0):
     """Pad with a constant (numpy's pad_width forms); index assignment into a filled
-    tensor, so the gradient of the padding is zero."""
+    tensor, so the gradient of the padding is zero.
+
+    >>> x = at.tensor([1.0, 2.0, 3.0], requires_grad=True)
+    >>> at.pad(x, 1)
+    tensor([0., 1., 2., 3., 0.], grad_fn=<CopySlices>)
+    """
     if mode != "constant" or np.ndim(constant_values) != 0:
         raise ValueError("autotape's pad supports mode='constant' with one constant value")
     a = as_tensor(a)
@@ -190,13 +269,25 @@ def pad(a, pad_width, mode="constant", constant_values=0):
 
 
 def triu(m, k=0):
-    """Upper triangle of the last two axes (below the k-th diagonal set to 0)."""
+    """Upper triangle of the last two axes (below the k-th diagonal set to 0).
+
+    >>> m = at.tensor([[1.0, 2.0], [3.0, 4.0]], requires_grad=True)
+    >>> at.triu(m)
+    tensor([[1., 2.],
+            [0., 4.]], grad_fn=<WhereBackward>)
+    """
     m = as_tensor(m)
     return where(np.triu(np.ones(m.shape[-2:], bool), k), m, 0.0)
 
 
 def tril(m, k=0):
-    """Lower triangle of the last two axes (above the k-th diagonal set to 0)."""
+    """Lower triangle of the last two axes (above the k-th diagonal set to 0).
+
+    >>> m = at.tensor([[1.0, 2.0], [3.0, 4.0]], requires_grad=True)
+    >>> at.tril(m)
+    tensor([[1., 0.],
+            [3., 4.]], grad_fn=<WhereBackward>)
+    """
     m = as_tensor(m)
     return where(np.tril(np.ones(m.shape[-2:], bool), k), m, 0.0)
 
@@ -207,14 +298,25 @@ def _index_array(indices):
 
 def take(a, indices, axis=None):
     """Elements at ``indices`` along ``axis`` (of the flattened tensor when None); the
-    gradient of a repeated index accumulates."""
+    gradient of a repeated index accumulates.
+
+    >>> x = at.tensor([1.0, 2.0, 3.0], requires_grad=True)
+    >>> at.take(x, [2, 0])
+    tensor([3., 1.], grad_fn=<IndexBackward>)
+    """
     a = as_tensor(a)
     return take_flat(a, np.take(np.arange(a.size).reshape(a.shape), _index_array(indices),
                                 axis=axis))
 
 
 def take_along_axis(arr, indices, axis):
-    """numpy.take_along_axis: ``indices`` picks along ``axis`` position by position."""
+    """numpy.take_along_axis: ``indices`` picks along ``axis`` position by position.
+
+    >>> m = at.tensor([[1.0, 2.0], [3.0, 4.0]], requires_grad=True)
+    >>> at.take_along_axis(m, np.array([[1], [0]]), axis=1)
+    tensor([[2.],
+            [3.]], grad_fn=<IndexBackward>)
+    """
     arr = as_tensor(arr)
     return take_flat(arr, np.take_along_axis(np.arange(arr.size).reshape(arr.shape),
                                              _index_array(indices), axis))

@@ -26,19 +26,33 @@ def _at_least(a, n):
 
 
 def atleast_1d(*arys):
-    """Each argument with at least one axis; a list when given several."""
+    """Each argument with at least one axis; a list when given several.
+
+    >>> at.atleast_1d(at.tensor(1.0))
+    tensor([1.])
+    """
     out = [_at_least(a, 1) for a in arys]
     return out[0] if len(out) == 1 else out
 
 
 def atleast_2d(*arys):
-    """Each argument with at least two axes (numpy's placement of new axes)."""
+    """Each argument with at least two axes (numpy's placement of new axes).
+
+    >>> x = at.tensor([1.0, 2.0, 3.0], requires_grad=True)
+    >>> at.atleast_2d(x).shape
+    (1, 3)
+    """
     out = [_at_least(a, 2) for a in arys]
     return out[0] if len(out) == 1 else out
 
 
 def atleast_3d(*arys):
-    """Each argument with at least three axes (numpy's placement of new axes)."""
+    """Each argument with at least three axes (numpy's placement of new axes).
+
+    >>> x = at.tensor([1.0, 2.0, 3.0], requires_grad=True)
+    >>> at.atleast_3d(x).shape
+    (1, 3, 1)
+    """
     out = [_at_least(a, 3) for a in arys]
     return out[0] if len(out) == 1 else out
 
@@ -52,7 +66,17 @@ def _listed(tup, name):
 
 
 def vstack(tup):
-    """Join along the first axis (1-D arrays become rows)."""
+    """Join along the first axis (1-D arrays become rows).
+
+    >>> x = at.tensor([1.0, 2.0, 3.0], requires_grad=True)
+    >>> at.vstack([x, x])
+    tensor([[1., 2., 3.],
+            [1., 2., 3.]], grad_fn=<CatBackward>)
+
+    >>> x = at.tensor([1.0, 2.0, 3.0], requires_grad=True)
+    >>> at.row_stack([x, x]).shape
+    (2, 3)
+    """
     return concatenate([_at_least(a, 2) for a in _listed(tup, "concatenate")], axis=0)
 
 
@@ -60,18 +84,35 @@ row_stack = vstack
 
 
 def hstack(tup):
-    """Join along the second axis (the first for 1-D arrays)."""
+    """Join along the second axis (the first for 1-D arrays).
+
+    >>> x = at.tensor([1.0, 2.0, 3.0], requires_grad=True)
+    >>> at.hstack([x, x])
+    tensor([1., 2., 3., 1., 2., 3.], grad_fn=<CatBackward>)
+    """
     parts = [_at_least(a, 1) for a in _listed(tup, "concatenate")]
     return concatenate(parts, axis=0 if parts[0].ndim == 1 else 1)
 
 
 def dstack(tup):
-    """Join along the third axis (arrays made at least 3-D first)."""
+    """Join along the third axis (arrays made at least 3-D first).
+
+    >>> x = at.tensor([1.0, 2.0, 3.0], requires_grad=True)
+    >>> at.dstack([x, x]).shape
+    (1, 3, 2)
+    """
     return concatenate([_at_least(a, 3) for a in _listed(tup, "concatenate")], axis=2)
 
 
 def column_stack(tup):
-    """1-D arrays as columns of a 2-D array; 2-D arrays joined as they are."""
+    """1-D arrays as columns of a 2-D array; 2-D arrays joined as they are.
+
+    >>> x = at.tensor([1.0, 2.0, 3.0], requires_grad=True)
+    >>> at.column_stack([x, x])
+    tensor([[1., 1.],
+            [2., 2.],
+            [3., 3.]], grad_fn=<CatBackward>)
+    """
     parts = []
     for a in _listed(tup, "concatenate"):
         a = as_tensor(a)
@@ -80,7 +121,12 @@ def column_stack(tup):
 
 
 def array_split(ary, indices_or_sections, axis=0):
-    """numpy.array_split: like split, but sections need not divide the axis evenly."""
+    """numpy.array_split: like split, but sections need not divide the axis evenly.
+
+    >>> x = at.tensor([1.0, 2.0, 3.0], requires_grad=True)
+    >>> at.array_split(x, 2)
+    [tensor([1., 2.], grad_fn=<ViewBackward>), tensor([3.], grad_fn=<ViewBackward>)]
+    """
     a = as_tensor(ary)
     axis = normalize_axis_index(axis, a.ndim)
     if isinstance(indices_or_sections, (int, np.integer)):
@@ -101,24 +147,46 @@ def _split_along(ary, indices_or_sections, axis, least, name):
 
 
 def hsplit(ary, indices_or_sections):
-    """Split along the second axis (the first for 1-D arrays)."""
+    """Split along the second axis (the first for 1-D arrays).
+
+    >>> x = at.tensor([1.0, 2.0, 3.0], requires_grad=True)
+    >>> at.hsplit(x, 3)
+    [tensor([1.], grad_fn=<ViewBackward>), tensor([2.], grad_fn=<ViewBackward>),
+     tensor([3.], grad_fn=<ViewBackward>)]
+    """
     a = as_tensor(ary)
     return _split_along(a, indices_or_sections, 1 if a.ndim > 1 else 0, 1, "hsplit")
 
 
 def vsplit(ary, indices_or_sections):
-    """Split along the first axis of an array of 2 or more axes."""
+    """Split along the first axis of an array of 2 or more axes.
+
+    >>> m = at.tensor([[1.0, 2.0], [3.0, 4.0]], requires_grad=True)
+    >>> at.vsplit(m, 2)
+    [tensor([[1., 2.]], grad_fn=<ViewBackward>), tensor([[3., 4.]], grad_fn=<ViewBackward>)]
+    """
     return _split_along(ary, indices_or_sections, 0, 2, "vsplit")
 
 
 def dsplit(ary, indices_or_sections):
-    """Split along the third axis of an array of 3 or more axes."""
+    """Split along the third axis of an array of 3 or more axes.
+
+    >>> [p.shape for p in at.dsplit(at.zeros(1, 1, 4), 2)]
+    [(1, 1, 2), (1, 1, 2)]
+    """
     return _split_along(ary, indices_or_sections, 2, 3, "dsplit")
 
 
 def diag(v, k=0):
     """A 2-D array's k-th diagonal, or a 2-D array with a 1-D array on its k-th
-    diagonal (zeros elsewhere, which carry no gradient)."""
+    diagonal (zeros elsewhere, which carry no gradient).
+
+    >>> x = at.tensor([1.0, 2.0, 3.0], requires_grad=True)
+    >>> at.diag(x)
+    tensor([[1., 0., 0.],
+            [0., 2., 0.],
+            [0., 0., 3.]], grad_fn=<AddBackward>)
+    """
     v = as_tensor(v)
     if v.ndim == 2:
         return diagonal(v, k)
@@ -132,12 +200,23 @@ def diag(v, k=0):
 
 
 def diagflat(v, k=0):
-    """A 2-D array with the flattened input on its k-th diagonal."""
+    """A 2-D array with the flattened input on its k-th diagonal.
+
+    >>> m = at.tensor([[1.0, 2.0], [3.0, 4.0]], requires_grad=True)
+    >>> at.diagflat(m).shape
+    (4, 4)
+    """
     return diag(ravel(v), k)
 
 
 def fliplr(m):
-    """Reverse the order of the columns (axis 1)."""
+    """Reverse the order of the columns (axis 1).
+
+    >>> m = at.tensor([[1.0, 2.0], [3.0, 4.0]], requires_grad=True)
+    >>> at.fliplr(m)
+    tensor([[2., 1.],
+            [4., 3.]], grad_fn=<ViewBackward>)
+    """
     m = as_tensor(m)
     if m.ndim < 2:
         raise ValueError("Input must be >= 2-d.")
@@ -145,7 +224,13 @@ def fliplr(m):
 
 
 def flipud(m):
-    """Reverse the order of the rows (axis 0)."""
+    """Reverse the order of the rows (axis 0).
+
+    >>> m = at.tensor([[1.0, 2.0], [3.0, 4.0]], requires_grad=True)
+    >>> at.flipud(m)
+    tensor([[3., 4.],
+            [1., 2.]], grad_fn=<ViewBackward>)
+    """
     m = as_tensor(m)
     if m.ndim < 1:
         raise ValueError("Input must be >= 1-d.")
@@ -153,7 +238,13 @@ def flipud(m):
 
 
 def rot90(m, k=1, axes=(0, 1)):
-    """Rotate by 90 degrees k times in the plane of ``axes``, as numpy."""
+    """Rotate by 90 degrees k times in the plane of ``axes``, as numpy.
+
+    >>> m = at.tensor([[1.0, 2.0], [3.0, 4.0]], requires_grad=True)
+    >>> at.rot90(m)
+    tensor([[2., 4.],
+            [1., 3.]], grad_fn=<ViewBackward>)
+    """
     m = as_tensor(m)
     if len(axes) != 2:
         raise ValueError("len(axes) must be 2.")
@@ -173,7 +264,12 @@ def rot90(m, k=1, axes=(0, 1)):
 
 
 def append(arr, values, axis=None):
-    """numpy.append: values after arr (both flattened when axis is None)."""
+    """numpy.append: values after arr (both flattened when axis is None).
+
+    >>> x = at.tensor([1.0, 2.0, 3.0], requires_grad=True)
+    >>> at.append(x, 4.0)
+    tensor([1., 2., 3., 4.], grad_fn=<CatBackward>)
+    """
     arr, values = as_tensor(arr), as_tensor(values)
     if axis is None:
         return concatenate([ravel(arr), ravel(values)], axis=0)
@@ -181,7 +277,11 @@ def append(arr, values, axis=None):
 
 
 def rollaxis(a, axis, start=0):
-    """numpy.rollaxis: move ``axis`` to stand before ``start``."""
+    """numpy.rollaxis: move ``axis`` to stand before ``start``.
+
+    >>> at.rollaxis(at.zeros(2, 3, 4), 2).shape
+    (4, 2, 3)
+    """
     a = as_tensor(a)
     n = a.ndim
     axis = normalize_axis_index(axis, n)
@@ -196,7 +296,12 @@ def rollaxis(a, axis, start=0):
 
 def meshgrid(*xi, copy=True, sparse=False, indexing="xy"):
     """Coordinate arrays from 1-D coordinate vectors, numpy's 'xy' and 'ij' orders
-    (broadcasts, so the gradient of each sums over the grid)."""
+    (broadcasts, so the gradient of each sums over the grid).
+
+    >>> x = at.tensor([1.0, 2.0, 3.0], requires_grad=True)
+    >>> [g.shape for g in at.meshgrid(x, x[:2])]
+    [(2, 3), (2, 3)]
+    """
     if indexing not in ("xy", "ij"):
         raise ValueError("Valid values for `indexing` are 'xy' and 'ij'.")
     vectors = [ravel(x) for x in xi]
@@ -215,7 +320,12 @@ def meshgrid(*xi, copy=True, sparse=False, indexing="xy"):
 
 
 def kron(a, b):
-    """The Kronecker product: blocks a[i, j] * b (one broadcast product and a reshape)."""
+    """The Kronecker product: blocks a[i, j] * b (one broadcast product and a reshape).
+
+    >>> x = at.tensor([1.0, 2.0, 3.0], requires_grad=True)
+    >>> at.kron(x[:2], at.tensor([1.0, 10.0]))
+    tensor([ 1., 10.,  2., 20.], grad_fn=<ReshapeBackward>)
+    """
     a, b = as_tensor(a), as_tensor(b)
     nd = max(a.ndim, b.ndim)
     sa = (1,) * (nd - a.ndim) + a.shape

@@ -41,7 +41,12 @@ def logsumexp(x, axis=None, keepdims=False, *, dim=None, keepdim=None):
 
 
 def softmax(x, axis=None, *, dim=None):
-    """exp(x) / sum(exp(x)) over ``axis`` (all axes when None, as scipy), stable."""
+    """exp(x) / sum(exp(x)) over ``axis`` (all axes when None, as scipy), stable.
+
+    >>> x = at.tensor([1.0, 2.0, 3.0], requires_grad=True)
+    >>> at.softmax(x)
+    tensor([0.09003057, 0.24472847, 0.66524096], grad_fn=<DivideBackward>)
+    """
     axis = torch_axis(axis, False, dim, None)[0]
     x = as_tensor(x)
     axes = normalize_axes(x, axis)
@@ -50,7 +55,12 @@ def softmax(x, axis=None, *, dim=None):
 
 
 def log_softmax(x, axis=None, *, dim=None):
-    """log(softmax(x)) over ``axis``, computed as x - logsumexp(x) (stable)."""
+    """log(softmax(x)) over ``axis``, computed as x - logsumexp(x) (stable).
+
+    >>> x = at.tensor([1.0, 2.0, 3.0], requires_grad=True)
+    >>> at.log_softmax(x)
+    tensor([-2.40760596, -1.40760596, -0.40760596], grad_fn=<SubtractBackward>)
+    """
     axis = torch_axis(axis, False, dim, None)[0]
     return as_tensor(x) - logsumexp(x, axis=axis, keepdims=True)
 
@@ -98,7 +108,12 @@ def std(x, axis=None, ddof=0, keepdims=False, *, dim=None, keepdim=None, correct
 
 
 def average(a, axis=None, weights=None, keepdims=False):
-    """Weighted mean, numpy's rules (1-D weights along an axis of an n-D array)."""
+    """Weighted mean, numpy's rules (1-D weights along an axis of an n-D array).
+
+    >>> x = at.tensor([1.0, 2.0, 3.0], requires_grad=True)
+    >>> at.average(x, weights=[1.0, 1.0, 2.0])
+    tensor(2.25, grad_fn=<DivideBackward>)
+    """
     a = as_tensor(a)
     if weights is None:
         return mean(a, axis=axis, keepdims=keepdims)
@@ -112,14 +127,24 @@ def average(a, axis=None, weights=None, keepdims=False):
 
 
 def argmax(a, axis=None, keepdims=False, *, dim=None, keepdim=None):
-    """Index of the largest element (an integer tensor: no gradient)."""
+    """Index of the largest element (an integer tensor: no gradient).
+
+    >>> x = at.tensor([1.0, 2.0, 3.0], requires_grad=True)
+    >>> at.argmax(x)
+    tensor(2)
+    """
     axis, keepdims = torch_axis(axis, keepdims, dim, keepdim)
     return leaf_of(observe(lambda v: np.argmax(v, axis=axis, keepdims=keepdims),
                            as_tensor(a)))
 
 
 def argmin(a, axis=None, keepdims=False, *, dim=None, keepdim=None):
-    """Index of the smallest element (an integer tensor: no gradient)."""
+    """Index of the smallest element (an integer tensor: no gradient).
+
+    >>> x = at.tensor([1.0, 2.0, 3.0], requires_grad=True)
+    >>> at.argmin(x)
+    tensor(0)
+    """
     axis, keepdims = torch_axis(axis, keepdims, dim, keepdim)
     return leaf_of(observe(lambda v: np.argmin(v, axis=axis, keepdims=keepdims),
                            as_tensor(a)))
@@ -144,7 +169,12 @@ def _p_norm(x, p, axes, keepdims):
 def norm(x, ord=None, axis=None, keepdims=False, *, dim=None, keepdim=None):
     """numpy.linalg.norm: vectors (ord None/2, 1, inf, -inf, 0 < p) and matrices
     ('fro', 'nuc', 2, -2, 1, inf, -1, -inf). The gradient at a zero vector is 0 (torch's
-    rule)."""
+    rule).
+
+    >>> x = at.tensor([1.0, 2.0, 3.0], requires_grad=True)
+    >>> at.grad(at.norm(x), x)
+    (tensor([0.26726124, 0.53452248, 0.80178373]),)
+    """
     axis, keepdims = torch_axis(axis, keepdims, dim, keepdim)
     x = as_tensor(x)
     if axis is None and ord is None:

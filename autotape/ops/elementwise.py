@@ -368,6 +368,22 @@ def _scalar_fallback(op, *args):
 
 _new = object.__new__
 
+# Docstring examples: each op on two sample values, with the result the op gives (the
+# doctests check it); inputs outside [-1, 1] or [1, inf) where the op needs them.
+_SAMPLES = {"arcsin": [0.25, 0.5], "arccos": [0.25, 0.5], "arctanh": [0.25, 0.5],
+            "arccosh": [1.5, 2.0], "sign": [-2.0, 0.5], "round": [0.5, 1.5],
+            "floor": [-0.5, 1.5], "ceil": [-0.5, 1.5], "relu": [-1.0, 2.0],
+            "negative": [-1.0, 2.0], "abs": [-1.0, 2.0]}
+
+
+def _example(name, array, *inputs):
+    """A docstring's example: ``at.<name>`` on tensors of ``inputs`` and its result."""
+    with ignore_fp_errors():
+        value = np.asarray(array(*(np.array(v) for v in inputs)))
+    body = np.array2string(value, separator=", ", prefix="tensor(")
+    args = ", ".join(f"at.tensor({v})" for v in inputs)
+    return f"\n\n>>> at.{name}({args})\ntensor({body})\n"
+
 
 def _unary_function(op):
     """The recording function for a unary elementwise op: ``f(x)``. The 0-d branch is
@@ -413,7 +429,7 @@ def _unary_function(op):
         return t
 
     unary.__name__ = unary.__qualname__ = op.name
-    unary.__doc__ = op.doc
+    unary.__doc__ = op.doc + _example(op.name, op.array, _SAMPLES.get(op.name, [0.5, 2.0]))
     return unary
 
 
@@ -517,7 +533,7 @@ def _binary_function(op):
         return t
 
     binary.__name__ = binary.__qualname__ = op.name
-    binary.__doc__ = op.doc
+    binary.__doc__ = op.doc + _example(op.name, op.array, [0.5, 2.0], [1.5, 3.0])
     return binary
 
 
@@ -678,7 +694,8 @@ def _comparison(np_fn):
         return compare(np_fn, x if type(x) is Tensor else as_tensor(x), y)
     comparison.__name__ = comparison.__qualname__ = np_fn.__name__
     comparison.__doc__ = (f"numpy.{np_fn.__name__} on Tensors: a bool Tensor (no gradient). "
-                          "Inside at.compile it is recomputed per call (see compare).")
+                          "Inside at.compile it is recomputed per call (see compare)."
+                          + _example(np_fn.__name__, np_fn, [0.5, 3.0], [1.5, 3.0]))
     return comparison
 
 

@@ -69,7 +69,11 @@ def broadcast_pattern(shape, target):
 
 def as_tensor(data):
     """``data`` unchanged if it is a Tensor; nested lists that hold Tensors stacked on
-    the tape; else a constant tensor."""
+    the tape; else a constant tensor.
+
+    >>> at.as_tensor(np.array([1.0, 2.0]))
+    tensor([1., 2.])
+    """
     if type(data) is Tensor:
         return data
     if type(data) in (list, tuple) and holds_tensor(data):
@@ -78,7 +82,14 @@ def as_tensor(data):
 
 
 def reshape(x, shape):
-    """The same elements in a new shape (C order); one dimension may be -1."""
+    """The same elements in a new shape (C order); one dimension may be -1.
+
+    >>> x = at.tensor([1.0, 2.0, 3.0], requires_grad=True)
+    >>> at.reshape(x, (3, 1))
+    tensor([[1.],
+            [2.],
+            [3.]], grad_fn=<ReshapeBackward>)
+    """
     x = as_tensor(x)
     if isinstance(shape, (numbers.Integral, Tensor)):
         shape = (shape,)
@@ -88,7 +99,12 @@ def reshape(x, shape):
 def astype(x, dtype):
     """x converted to ``dtype`` (numpy's casting). Between float dtypes the gradient
     passes through unchanged (recorded as a reshape: same elements, new dtype); a cast
-    to an integer or bool dtype ends the graph."""
+    to an integer or bool dtype ends the graph.
+
+    >>> x = at.tensor([1.0, 2.0, 3.0], requires_grad=True)
+    >>> at.astype(x, at.float32)
+    tensor([1., 2., 3.], dtype=float32, grad_fn=<ReshapeBackward>)
+    """
     x = as_tensor(x)
     dtype = np.dtype(dtype)
     if dtype.kind != "f":                      # leaves the graph: a decision
@@ -141,7 +157,13 @@ def put_add(x, flat_index, base_shape):
 
 
 def transpose(x, axes=None):
-    """Permute the axes (reversed when ``axes`` is None)."""
+    """Permute the axes (reversed when ``axes`` is None).
+
+    >>> m = at.tensor([[1.0, 2.0], [3.0, 4.0]], requires_grad=True)
+    >>> at.transpose(m)
+    tensor([[1., 3.],
+            [2., 4.]], grad_fn=<ViewBackward>)
+    """
     x = as_tensor(x)
     axes = tuple(reversed(range(x.ndim))) if axes is None else normalize_axis_tuple(
         axes, x.ndim)
@@ -154,7 +176,13 @@ def transpose(x, axes=None):
 
 
 def broadcast_to(x, shape):
-    """``x`` repeated along new or size-1 axes to ``shape`` (numpy rules)."""
+    """``x`` repeated along new or size-1 axes to ``shape`` (numpy rules).
+
+    >>> x = at.tensor([1.0, 2.0, 3.0], requires_grad=True)
+    >>> at.broadcast_to(x, (2, 3))
+    tensor([[1., 2., 3.],
+            [1., 2., 3.]], grad_fn=<ViewBackward>)
+    """
     x = as_tensor(x)
     shape = (int(shape),) if isinstance(shape, numbers.Integral) else tuple(shape)
     view = np.broadcast_to(array_of(x), shape)
@@ -196,12 +224,23 @@ def _join(tensors, axis, new_axis):
 
 
 def stack(tensors, axis=0):
-    """Join same-shaped tensors along a new axis."""
+    """Join same-shaped tensors along a new axis.
+
+    >>> x = at.tensor([1.0, 2.0, 3.0], requires_grad=True)
+    >>> at.stack([x, 2 * x])
+    tensor([[1., 2., 3.],
+            [2., 4., 6.]], grad_fn=<CatBackward>)
+    """
     return _join(tensors, axis, True)
 
 
 def concatenate(tensors, axis=0):
-    """Join tensors along an existing axis."""
+    """Join tensors along an existing axis.
+
+    >>> x = at.tensor([1.0, 2.0, 3.0], requires_grad=True)
+    >>> at.concatenate([x, x[:1]])
+    tensor([1., 2., 3., 1.], grad_fn=<CatBackward>)
+    """
     return _join(tensors, axis, False)
 
 

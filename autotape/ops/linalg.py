@@ -31,7 +31,13 @@ from .indexing import as_tensor, broadcast_to, reshape
 from .recording import record
 
 def matmul(x, y):
-    """Matrix product with numpy's rules: 1-D operands, batch axes, broadcasting."""
+    """Matrix product with numpy's rules: 1-D operands, batch axes, broadcasting.
+
+    >>> m = at.tensor([[1.0, 2.0], [3.0, 4.0]], requires_grad=True)
+    >>> at.grad(at.matmul(m, m).sum(), m)
+    (tensor([[ 7., 11.],
+            [ 9., 13.]]),)
+    """
     x, y = as_tensor(x), as_tensor(y)
     return record(MATMUL, np.matmul(array_of(x), array_of(y)), x, y)
 
@@ -49,8 +55,23 @@ def _record(code, value, a, b=None, saved=None, params=None):
 
 
 SlogdetResult = namedtuple("SlogdetResult", "sign logabsdet")
+SlogdetResult.__doc__ = """``at.linalg.slogdet``'s result, as numpy's: ``(sign, logabsdet)``.
+
+>>> at.linalg.slogdet(at.tensor([[2.0, 0.0], [0.0, 3.0]])).logabsdet
+tensor(1.79175947)
+"""
 EighResult = namedtuple("EighResult", "eigenvalues eigenvectors")
+EighResult.__doc__ = """``at.linalg.eigh``'s result, as numpy's: ``(eigenvalues, eigenvectors)``.
+
+>>> at.linalg.eigh(at.tensor([[2.0, 0.0], [0.0, 1.0]])).eigenvalues
+tensor([1., 2.])
+"""
 SVDResult = namedtuple("SVDResult", "U S Vh")
+SVDResult.__doc__ = """``at.linalg.svd``'s result, as numpy's: ``(U, S, Vh)``.
+
+>>> at.linalg.svd(at.tensor([[3.0, 0.0], [0.0, 4.0]])).S
+tensor([4., 3.])
+"""
 
 
 # What each op computes from its operands' values: (value, auxiliary value saved for

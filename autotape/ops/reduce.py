@@ -52,12 +52,22 @@ def torch_axis(axis, keepdims, dim, keepdim):
 
 
 def sum(x, axis=None, keepdims=False, *, dim=None, keepdim=None):
-    """Sum over ``axis`` (None: all axes; an int or a tuple of ints)."""
+    """Sum over ``axis`` (None: all axes; an int or a tuple of ints).
+
+    >>> x = at.tensor([1.0, 2.0, 3.0], requires_grad=True)
+    >>> at.grad(at.sum(x * x), x)
+    (tensor([2., 4., 6.]),)
+    """
     return reduction(SUM, x, *torch_axis(axis, keepdims, dim, keepdim))
 
 
 def mean(x, axis=None, keepdims=False, *, dim=None, keepdim=None):
-    """Mean over ``axis`` (None: all axes; an int or a tuple of ints)."""
+    """Mean over ``axis`` (None: all axes; an int or a tuple of ints).
+
+    >>> x = at.tensor([1.0, 2.0, 3.0], requires_grad=True)
+    >>> at.mean(x)
+    tensor(2., grad_fn=<MeanBackward>)
+    """
     return reduction(MEAN, x, *torch_axis(axis, keepdims, dim, keepdim))
 
 
@@ -95,17 +105,32 @@ def max(x, axis=None, keepdims=False, *, dim=None, keepdim=None):
 
 def min(x, axis=None, keepdims=False, *, dim=None, keepdim=None):
     """Smallest element over ``axis``; the gradient is split evenly among ties. With
-    torch's ``dim=``, torch's ``(values, indices)``."""
+    torch's ``dim=``, torch's ``(values, indices)``.
+
+    >>> x = at.tensor([1.0, 2.0, 3.0], requires_grad=True)
+    >>> at.grad(at.min(x), x)
+    (tensor([1., 0., 0.]),)
+    """
     return _extreme(MIN, np.argmin, x, axis, keepdims, dim, keepdim)
 
 
 def prod(x, axis=None, keepdims=False, *, dim=None, keepdim=None):
-    """Product over ``axis``; exact gradients with zeros (see ops/reduce.py)."""
+    """Product over ``axis``; exact gradients with zeros (see ops/reduce.py).
+
+    >>> x = at.tensor([1.0, 2.0, 3.0], requires_grad=True)
+    >>> at.grad(at.prod(x), x)
+    (tensor([6., 3., 2.]),)
+    """
     return reduction(PROD, x, *torch_axis(axis, keepdims, dim, keepdim))
 
 
 def cumsum(x, axis=None, *, dim=None):
-    """Cumulative sum along ``axis`` (of the flattened tensor when None)."""
+    """Cumulative sum along ``axis`` (of the flattened tensor when None).
+
+    >>> x = at.tensor([1.0, 2.0, 3.0], requires_grad=True)
+    >>> at.cumsum(x)
+    tensor([1., 3., 6.], grad_fn=<CumsumBackward>)
+    """
     return _scan(CUMSUM, np.cumsum, x, torch_axis(axis, False, dim, None)[0])
 
 
@@ -131,12 +156,22 @@ def _scan(code, np_fn, x, axis):
 
 
 def amax(x, axis=None, keepdims=False, *, dim=None, keepdim=None):
-    """Largest element over ``axis`` (values only, also with torch's ``dim=``)."""
+    """Largest element over ``axis`` (values only, also with torch's ``dim=``).
+
+    >>> m = at.tensor([[1.0, 2.0], [3.0, 4.0]], requires_grad=True)
+    >>> at.amax(m, axis=0)
+    tensor([3., 4.], grad_fn=<MaxBackward>)
+    """
     return reduction(MAX, x, *torch_axis(axis, keepdims, dim, keepdim))
 
 
 def amin(x, axis=None, keepdims=False, *, dim=None, keepdim=None):
-    """Smallest element over ``axis`` (values only, also with torch's ``dim=``)."""
+    """Smallest element over ``axis`` (values only, also with torch's ``dim=``).
+
+    >>> m = at.tensor([[1.0, 2.0], [3.0, 4.0]], requires_grad=True)
+    >>> at.amin(m, axis=1)
+    tensor([1., 3.], grad_fn=<MinBackward>)
+    """
     return reduction(MIN, x, *torch_axis(axis, keepdims, dim, keepdim))
 # (sum, max and min shadow the builtins in this module: builtins.max)
 

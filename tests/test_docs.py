@@ -1,0 +1,63 @@
+"""The documentation: every public name has a docstring with an example (the doctests
+run them), and every Python block in docs/ runs as written."""
+import inspect
+import pathlib
+import re
+
+import numpy as np
+import pytest
+
+import autotape as at
+import autotape.autograd.functional
+import autotape.func
+import autotape.linalg
+import autotape.warmup
+
+DOCS = pathlib.Path(__file__).resolve().parent.parent / "docs"
+NAMESPACES = {"autotape": at, "autotape.func": at.func, "autotape.linalg": at.linalg,
+              "autotape.autograd": at.autograd,
+              "autotape.autograd.functional": at.autograd.functional,
+              "autotape.warmup": at.warmup}
+DTYPES = {"float32", "float64", "int32", "int64"}      # numpy's own types, re-exported
+
+
+def _public():
+    for prefix, module in NAMESPACES.items():
+        for name in module.__all__:
+            if prefix == "autotape" and name in DTYPES:
+                continue
+            yield f"{prefix}.{name}", getattr(module, name)
+    for name in dir(at.Tensor):
+        if not name.startswith("_"):
+            member = inspect.getattr_static(at.Tensor, name)
+            yield f"Tensor.{name}", member.fget if isinstance(member, property) else member
+
+
+@pytest.mark.parametrize("name, obj", list(_public()), ids=lambda v: v if isinstance(
+    v, str) else "")
+def test_every_public_name_has_a_docstring_with_an_example(name, obj):
+    doc = inspect.getdoc(obj) or ""
+    assert doc.strip(), f"{name} has no docstring"
+    assert ">>>" in doc, f"{name}'s docstring has no example"
+
+
+def test_the_api_reference_covers_every_namespace():
+    pages = "".join(p.read_text() for p in (DOCS / "api").glob("*.md"))
+    for prefix in NAMESPACES:
+        assert f"::: {prefix}\n" in pages, prefix
+    assert "::: autotape.Tensor" in pages
+
+
+@pytest.mark.parametrize("page", sorted(p.relative_to(DOCS).as_posix()
+                                        for p in DOCS.rglob("*.md")))
+def test_python_blocks_in_the_docs_run(page):
+    blocks = re.findall(r"```python\n(.*?)```", (DOCS / page).read_text(), re.S)
+    namespace = {"__name__": "docs"}
+    for code in blocks:
+        exec(compile(code, page, "exec"), namespace)
+
+
+def test_every_docs_page_is_in_the_site_navigation():
+    nav = (DOCS.parent / "mkdocs.yml").read_text()
+    for page in DOCS.rglob("*.md"):
+        assert page.relative_to(DOCS).as_posix() in nav, page
