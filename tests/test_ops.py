@@ -372,3 +372,12 @@ def test_mod_operator_and_power_conventions_to_second_order():
     import autotape.func as F
     assert F.grad(F.grad(lambda t: t ** 0.0))(0.0).item() == 0.0        # x**0 at 0: 0
     assert F.grad(F.grad(lambda y: at.power(0.0, y)))(0.5).item() == 0.0  # 0**y: 0
+
+
+@pytest.mark.parametrize("name", ["floor", "ceil", "round"])
+def test_integral_rounding_keeps_the_sign_of_zero_as_numpy(name):
+    # the 0-d path (Python's math) returned +0.0 where numpy's float gives -0.0
+    for v in (-0.5, -0.4, -0.0, 0.0, 0.4, -1.5, 2.5):
+        got = getattr(at, name)(at.tensor(v)).item()
+        want = float(getattr(np, name)(v))
+        assert got == want and np.signbit(got) == np.signbit(want), (v, got, want)

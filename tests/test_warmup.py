@@ -147,9 +147,9 @@ def test_background_warmup_starts_once_per_cold_cache(tmp_path, monkeypatch):
     (tmp_path / "warmed").write_text("ok\n")
     warmup._start_background()
     assert len(started) == 1
-    monkeypatch.delenv(warmup.BACKGROUND_ENV)        # unset: only with enough cores
+    monkeypatch.delenv(warmup.BACKGROUND_ENV)        # unset: only with another core
     (tmp_path / "warmed").unlink()
-    monkeypatch.setattr(warmup, "usable_cores", lambda: 2)
+    monkeypatch.setattr(warmup, "usable_cores", lambda: 1)
     warmup._start_background()
     assert len(started) == 1
     monkeypatch.setattr(warmup, "usable_cores", lambda: 8)

@@ -85,6 +85,12 @@ def _by_value_table(code):
     return array
 
 
+def _signed_integral(n, x):
+    """floor / ceil / round's int result as numpy's float: a zero keeps x's sign
+    (np.ceil(-0.5) is -0.0; math.ceil's 0 would lose it)."""
+    return float(n) if n else math.copysign(0.0, x)
+
+
 def _sign(x):
     return 1.0 if x > 0 else (-1.0 if x < 0 else x)       # 0.0, -0.0 and nan unchanged
 
@@ -209,13 +215,13 @@ unary_ops = {op.code: op for op in [
     U(SIGN, "sign", _sign, np.sign,
       "-1, 0 or 1. Gradient 0 everywhere (as in torch).",
       d=lambda at, g, r: _zero(at, g)),
-    U(FLOOR, "floor", lambda x: float(math.floor(x)), np.floor,
+    U(FLOOR, "floor", lambda x: _signed_integral(math.floor(x), x), np.floor,
       "Largest integer <= x. Gradient 0 everywhere (as in torch).",
       d=lambda at, g, r: _zero(at, g)),
-    U(CEIL, "ceil", lambda x: float(math.ceil(x)), np.ceil,
+    U(CEIL, "ceil", lambda x: _signed_integral(math.ceil(x), x), np.ceil,
       "Smallest integer >= x. Gradient 0 everywhere (as in torch).",
       d=lambda at, g, r: _zero(at, g)),
-    U(ROUND, "round", lambda x: float(builtins.round(x)), np.round,
+    U(ROUND, "round", lambda x: _signed_integral(builtins.round(x), x), np.round,
       "Nearest integer, halves to even. Gradient 0 everywhere (as in torch).",
       d=lambda at, g, r: _zero(at, g)),
 ]}
@@ -376,10 +382,11 @@ _SAMPLES = {"arcsin": [0.25, 0.5], "arccos": [0.25, 0.5], "arctanh": [0.25, 0.5]
             "negative": [-1.0, 2.0], "abs": [-1.0, 2.0]}
 
 
-def _example(name, array, *inputs):
-    """A docstring's example: ``at.<name>`` on tensors of ``inputs`` and its result."""
+def _example(name, scalar, *inputs):
+    """A docstring's example: ``at.<name>`` on tensors of ``inputs`` and its result,
+    by the op's scalar forward (plain Python: nothing compiles at import)."""
     with ignore_fp_errors():
-        value = np.asarray(array(*(np.array(v) for v in inputs)))
+        value = np.array([scalar(*args) for args in zip(*inputs)])
     body = np.array2string(value, separator=", ", prefix="tensor(")
     args = ", ".join(f"at.tensor({v})" for v in inputs)
     return f"\n\n>>> at.{name}({args})\ntensor({body})\n"
@@ -429,7 +436,7 @@ def _unary_function(op):
         return t
 
     unary.__name__ = unary.__qualname__ = op.name
-    unary.__doc__ = op.doc + _example(op.name, op.array, _SAMPLES.get(op.name, [0.5, 2.0]))
+    unary.__doc__ = op.doc + _example(op.name, op.scalar, _SAMPLES.get(op.name, [0.5, 2.0]))
     return unary
 
 
@@ -533,7 +540,7 @@ def _binary_function(op):
         return t
 
     binary.__name__ = binary.__qualname__ = op.name
-    binary.__doc__ = op.doc + _example(op.name, op.array, [0.5, 2.0], [1.5, 3.0])
+    binary.__doc__ = op.doc + _example(op.name, op.scalar, [0.5, 2.0], [1.5, 3.0])
     return binary
 
 
