@@ -117,10 +117,9 @@ class Compiled:
         numba's cache on the other side) and f, when f pickles. Recordings on the tape
         path (linear algebra, max / min / prod, Python guards) are recorded again from
         f where they are needed."""
-        try:
-            pickle.dumps(self.f)
-            f, why = self.f, None
-        except Exception as e:                 # a lambda, a closure, a local function
+        try:                                   # f as bytes: loaded where it is needed,
+            f, why = pickle.dumps(self.f), None   # so a worker that cannot import f's
+        except Exception as e:                 # module still runs the recordings
             f, why = None, f"{type(e).__name__}: {e}"
         programs = {key: _lean_state(p) for key, p in self._programs.items()
                     if p.lean is not None}
@@ -128,9 +127,14 @@ class Compiled:
                 "traces": self.traces, "programs": programs}
 
     def __setstate__(self, state):
-        self.f = state["f"]
-        self._unpickled_without_f = None if state["f"] is not None else (
-            state["name"], state["why"])
+        f, why = state["f"], state["why"]
+        if f is not None:
+            try:
+                f = pickle.loads(f)
+            except Exception as e:             # f's module is not importable here
+                f, why = None, f"{type(e).__name__}: {e}"
+        self.f = f
+        self._unpickled_without_f = None if f is not None else (state["name"], why)
         self.traces = state["traces"]
         self._guard_failures = 0
         self._programs = {key: _lean_program(fields) for key, fields in

@@ -21,7 +21,7 @@ LAYERS = [
     ["functions.*", "linalg"],
     ["engine", "graph_backward"],
     ["numpy_dispatch", "tensor_methods"],
-    ["func", "compile", "gradcheck", "autograd.*", "warmup"],
+    ["func", "compile", "gradcheck", "autograd.*", "warmup", "dask"],
     ["numpy", "__init__", "__main__"],
 ]
 

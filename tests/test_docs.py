@@ -13,11 +13,18 @@ import autotape.func
 import autotape.linalg
 import autotape.warmup
 
+try:
+    import autotape.dask
+except ImportError:                   # (dask not installed)
+    pass
+
 DOCS = pathlib.Path(__file__).resolve().parent.parent / "docs"
 NAMESPACES = {"autotape": at, "autotape.func": at.func, "autotape.linalg": at.linalg,
               "autotape.autograd": at.autograd,
               "autotape.autograd.functional": at.autograd.functional,
               "autotape.warmup": at.warmup}
+if hasattr(at, "dask"):
+    NAMESPACES["autotape.dask"] = at.dask
 DTYPES = {"float32", "float64", "int32", "int64"}      # numpy's own types, re-exported
 
 

@@ -297,3 +297,23 @@ def test_compiled_loops_at_many_points(f, x, poisoned):
     np.testing.assert_allclose(value.numpy(), want_value.numpy(), rtol=1e-14, atol=1e-14)
     np.testing.assert_allclose(g.numpy(), want_g.numpy(), rtol=1e-13, atol=1e-14)
     np.testing.assert_allclose(g.numpy()[44], c.grad(xs[44]).numpy(), rtol=1e-13)
+
+
+def test_a_copy_whose_function_cannot_be_imported_still_replays_its_recordings():
+    """A worker that cannot import f's module (a script's, a notebook's) runs the
+    recordings it was sent, and names the import error when it would need f."""
+    import pickle
+    import sys
+    import types
+
+    module = types.ModuleType("autotape_vanishing_module")
+    exec("def f(x):\n    return (x * x).sum()\n", module.__dict__)
+    sys.modules[module.__name__] = module
+    try:
+        blob = pickle.dumps(at.compile(module.f, np.ones(2)))
+    finally:
+        del sys.modules[module.__name__]
+    copy = pickle.loads(blob)
+    np.testing.assert_array_equal(copy.grad(np.array([1.0, 3.0])).numpy(), [2.0, 6.0])
+    with pytest.raises(RuntimeError, match="No module named 'autotape_vanishing_module'"):
+        copy.grad(np.ones(3))

@@ -1,0 +1,208 @@
+"""autotape.dask: a compiled function over a dask array of points, on dask's workers.
+
+When an ensemble, a parameter sweep or a batch of fits outgrows one machine, dask runs
+the chunks; autotape runs each chunk as one batched compiled call
+(``autotape.func.vmap``), and the results are dask arrays that compute to exactly what
+one machine computes:
+
+    import dask.array as da
+    import autotape as at
+    import autotape.dask as atd
+
+    c = at.compile(loss, theta0)
+    thetas = da.from_array(points, chunks=(10_000, 4))
+    values, grads = atd.map_points(c.value_and_grad, thetas)
+    values, grads = dask.compute(values, grads)      # any scheduler
+
+The compiled program travels to each worker once, not once per chunk: on a
+``distributed`` cluster it is scattered to every worker; for dask's process scheduler
+it is written to one temporary file that each worker process reads once; the threaded
+scheduler shares the object. Workers load kernels from their own disk cache.
+
+Threads: each chunk runs on ``threads_per_chunk`` numba threads (default 1), so a dask
+worker with T threads uses T cores; size a cluster as workers x threads per worker <=
+cores per node.
+"""
+import contextlib
+import os
+import pickle
+import tempfile
+import uuid
+import weakref
+
+import dask
+import dask.array as da
+import numba
+import numpy as np
+
+from .compile import Compiled
+from .func import flatten
+
+__all__ = ["map_points"]
+
+METHODS = ("__call__", "grad", "value_and_grad", "jacobian", "hessian")
+
+
+def map_points(fn, points, *, threads_per_chunk=1, client=None):
+    """``fn`` (a ``Compiled`` or its ``grad`` / ``value_and_grad`` / ``jacobian`` /
+    ``hessian``) at every point of ``points``, a dask array (or an array) whose leading
+    axis runs over points and whose other axes are f's one argument. Returns dask arrays
+    in fn's result structure, each with the leading axis of points and chunked as
+    ``points`` is along it.
+
+    The program goes to the workers of ``client`` (by default the ``distributed``
+    client in use, if any) or of dask's local schedulers (see the module's docstring).
+    One point is evaluated here first, for the results' shapes.
+
+    >>> import dask.array as da
+    >>> import autotape.dask as atd
+    >>> c = at.compile(lambda x: (x ** 2).sum(), np.ones(2))
+    >>> value, grad = atd.map_points(c.value_and_grad, da.ones((6, 2), chunks=3))
+    >>> value.compute()
+    array([2., 2., 2., 2., 2., 2.])
+    >>> grad.shape
+    (6, 2)
+    """
+    compiled, method = _compiled_and_method(fn)
+    if not isinstance(threads_per_chunk, int) or threads_per_chunk < 1:
+        raise ValueError(f"map_points: threads_per_chunk must be a positive integer, "
+                         f"not {threads_per_chunk!r}")
+    points = da.asarray(points)
+    if points.ndim == 0:
+        raise ValueError("map_points: points needs a leading axis of points; got a 0-d "
+                         "array")
+    if points.dtype.kind not in "fiub":
+        raise TypeError(f"map_points: points must be numeric, not {points.dtype}")
+    shape, n = points.shape[1:], points.shape[0]
+    if np.isnan(n):
+        raise ValueError("map_points: the number of points must be known (call "
+                         "compute_chunk_sizes() on points first)")
+    flat = points.reshape(n, -1).rechunk({1: -1}) if points.ndim != 2 else \
+        points.rechunk({1: -1})
+    # one point here, for the results' structure, shapes and dtype
+    probe = compiled.map_points(method, (np.asarray(flat[:1].compute()).reshape((1,) + shape),))
+    leaves, structure = flatten(probe)
+    sizes = [int(np.prod(leaf.shape[1:])) for leaf in leaves]
+    dtype = np.result_type(*(leaf.dtype for leaf in leaves))
+    handle = _handle(compiled, client)
+    packed = flat.map_blocks(_evaluate_chunk, handle, method, shape, threads_per_chunk,
+                             dtype=dtype, chunks=(flat.chunks[0], (sum(sizes),)))
+    results, start = [], 0
+    for leaf, size in zip(leaves, sizes):
+        results.append(packed[:, start:start + size].reshape((n,) + leaf.shape[1:]))
+        start += size
+    return structure(results)
+
+
+def _compiled_and_method(fn):
+    if isinstance(fn, Compiled):
+        return fn, "__call__"
+    owner, name = getattr(fn, "__self__", None), getattr(fn, "__name__", None)
+    if isinstance(owner, Compiled) and name in METHODS:
+        return owner, name
+    raise TypeError("map_points: expected a Compiled (at.compile) or its grad, "
+                    "value_and_grad, jacobian or hessian, not "
+                    f"{type(fn).__name__}")
+
+
+def _evaluate_chunk(block, handle, method, shape, threads):
+    """One chunk of points: one batched compiled call, the results packed side by side
+    as (points, values) in float."""
+    compiled = handle if isinstance(handle, Compiled) else handle.compiled
+    points = np.ascontiguousarray(block).reshape((block.shape[0],) + shape)
+    with _numba_threads(threads):
+        result = compiled.map_points(method, (points,))
+    leaves, _ = flatten(result)
+    return np.concatenate([np.asarray(leaf.numpy()).reshape(block.shape[0], -1)
+                           for leaf in leaves], axis=1)
+
+
+@contextlib.contextmanager
+def _numba_threads(n):
+    """numba's thread count for this thread only (numba keeps it per thread), so chunks
+    running side by side in a worker never oversubscribe its cores."""
+    saved = numba.get_num_threads()
+    numba.set_num_threads(min(n, numba.config.NUMBA_NUM_THREADS))
+    try:
+        yield
+    finally:
+        numba.set_num_threads(saved)
+
+
+# ---- the program, sent once per worker -----------------------------------------------------
+
+_HANDLES = weakref.WeakKeyDictionary()      # Compiled -> {client id or None: handle}
+
+
+def _handle(compiled, client):
+    """What the chunk tasks receive for the program (see the module's docstring): made
+    once per program and client, so later ensembles reuse the copies the workers hold
+    (with their compiled loop bodies)."""
+    if client is None:
+        client = _active_client()
+    handles = _HANDLES.setdefault(compiled, {})
+    key = None if client is None else id(client)
+    handle = handles.get(key)
+    if handle is not None and (client is None or handle.status == "finished"):
+        return handle
+    handle = _Shipped(compiled) if client is None else \
+        client.scatter(compiled, broadcast=True, hash=False)
+    handles[key] = handle
+    return handle
+
+
+def _active_client():
+    """The distributed client dask computes with now, if any."""
+    try:
+        import distributed
+    except ImportError:
+        return None
+    try:
+        client = distributed.default_client()
+    except ValueError:
+        return None
+    scheduler = dask.base.get_scheduler()
+    return client if scheduler is None or scheduler == client.get else None
+
+
+_LOADED = {}          # token -> Compiled, in each process that read a _Shipped file
+
+
+class _Shipped:
+    """A Compiled that pickles as a token and the name of a file holding it, written
+    once: a worker process reads the file at its first chunk and keeps the program (the
+    threaded scheduler never pickles it at all). For dask's local process scheduler:
+    the file is on this machine."""
+
+    def __init__(self, compiled, token=None, path=None):
+        self.compiled, self.token, self.path = compiled, token or uuid.uuid4().hex, path
+
+    def __reduce__(self):
+        if self.path is None:
+            fd, path = tempfile.mkstemp(prefix="autotape-program-", suffix=".pkl")
+            with os.fdopen(fd, "wb") as f:
+                pickle.dump(self.compiled, f)
+            self.path = path
+            weakref.finalize(self, _remove, path)
+        return _load, (self.token, self.path)
+
+
+def _load(token, path):
+    compiled = _LOADED.get(token)
+    if compiled is None:
+        try:
+            with open(path, "rb") as f:
+                compiled = pickle.load(f)
+        except FileNotFoundError:
+            raise RuntimeError(
+                f"autotape.dask: the compiled program was written to {path} for dask's "
+                "local process scheduler, which this worker cannot read: for a "
+                "distributed cluster, call map_points while its Client is active (or "
+                "pass client=)") from None
+        _LOADED[token] = compiled
+    return _Shipped(compiled, token, path)
+
+
+def _remove(path):
+    with contextlib.suppress(OSError):
+        os.remove(path)

@@ -1,0 +1,68 @@
+"""The pendulum ensemble (200 RK4 steps, loss + 4-gradient) at 10^5 parameter sets: one
+single-threaded process, against the same compiled function through autotape.dask on a
+2-worker distributed.LocalCluster (one thread each) on this machine.
+
+    python -m pytest benchmarks/test_dask.py --benchmark-json=d.json
+    python benchmarks/report.py d.json
+
+The cluster is started, the program scattered and the loop bodies compiled in the
+workers before timing (warm-up rounds); what is timed is what a user waits for per
+ensemble: building the graph (one point evaluated locally for the result shapes),
+scheduling 16 chunk tasks, the chunks, and bringing 5 x 10^5 floats back.
+"""
+import numba
+import numpy as np
+import pytest
+
+import autotape as at
+import workloads as W
+
+dask = pytest.importorskip("dask")
+da = pytest.importorskip("dask.array")
+distributed = pytest.importorskip("distributed")
+import autotape.dask as atd  # noqa: E402
+
+POINTS, CHUNKS = 100_000, 16
+GROUP = "dask: 10^5 pendulums (200 steps), loss + gradient each"
+
+
+def pendulum_200(theta):
+    return W.pendulum_at(theta, 200)
+
+
+@pytest.fixture(scope="module")
+def ensemble():
+    thetas = W.thetas(POINTS)
+    c = at.compile(pendulum_200, thetas[0])
+    return c, thetas
+
+
+def test_one_process_one_thread(benchmark, ensemble):
+    c, thetas = ensemble
+    saved = numba.get_num_threads()
+    numba.set_num_threads(1)
+    try:
+        benchmark.group = GROUP
+        benchmark.pedantic(c.map_points, args=("value_and_grad", (thetas,)), rounds=5,
+                           warmup_rounds=4)
+    finally:
+        numba.set_num_threads(saved)
+
+
+@pytest.mark.parametrize("workers", [1, 2])
+def test_local_cluster(benchmark, ensemble, workers):
+    c, thetas = ensemble
+    want = c.map_points("value_and_grad", (thetas,))
+    with distributed.LocalCluster(n_workers=workers, threads_per_worker=1, processes=True,
+                                  dashboard_address=None) as cluster, \
+            distributed.Client(cluster):
+        points = da.from_array(thetas, chunks=(POINTS // CHUNKS, 4))
+
+        def run():
+            return dask.compute(*atd.map_points(c.value_and_grad, points))
+        got = run()
+        np.testing.assert_array_equal(got[0], want[0].numpy())
+        np.testing.assert_array_equal(got[1], want[1].numpy())
+        benchmark.group = GROUP
+        benchmark.name = f"local_cluster_{workers}_workers"
+        benchmark.pedantic(run, rounds=5, warmup_rounds=2)
