@@ -14,7 +14,8 @@ import warnings
 import numpy as np
 
 from . import graph_backward
-from .executor import NO_ROWS, executor_for
+from .executor import NO_ROWS, NO_STOPS, executor_for
+from .hooks import run_hooks, run_leaf_hooks, run_post_accumulate_hooks, stops_of
 from .kernels.staging import address_of
 from .ops.indexing import astype, stack
 from .tensor import F64, Tensor, new_leaf
@@ -266,7 +267,9 @@ _CREATE_GRAPH_WARNING = (
 def _run_recorded(outputs, given, inputs, retain, accumulate=False):
     """As _run, with gradients that are themselves recorded tensors."""
     seeds = [graph_backward.as_tensor_seed(g, t) for t, g in zip(outputs, given)]
-    leaf_grads, adj, tapes = graph_backward.run(outputs, seeds, retain)
+    leaf_grads, adj, tapes, before_hooks = graph_backward.run(outputs, seeds, retain)
+    for entry in leaf_grads.values():
+        entry[1] = run_leaf_hooks(entry[0], entry[1], 0)
     for tape in tapes.values():
         for row, ref in list(tape.retained.items()):
             t = ref()
@@ -280,7 +283,9 @@ def _run_recorded(outputs, given, inputs, retain, accumulate=False):
                 with ACCUMULATE_LOCK:
                     leaf._grad = g if getattr(leaf, "_grad", None) is None else \
                         leaf._grad + g
-    return None if inputs is None else _input_grads(inputs, leaf_grads, adj, _recorded_grad)
+                run_post_accumulate_hooks(leaf)
+    return None if inputs is None else _input_grads(inputs, leaf_grads,
+                                                    {**adj, **before_hooks}, _recorded_grad)
 
 
 def _run_recorded_lanes(outputs, given, inputs, retain, lanes):
@@ -329,7 +334,7 @@ def _run(outputs, grads, inputs, retain, accumulate=False, lanes=0, others=None)
     state = here()
     while queue:
         _, tape = heapq.heappop(queue)
-        adj, adj_off = _sweep(tape, seeds.pop(tape), retain, lanes,
+        adj, adj_off, before_hooks = _sweep(tape, seeds.pop(tape), retain, lanes,
                               [row for (tid, row) in wanted if tid == tape.id] if wanted
                               else ())
         swept = adj_off.size    # another thread may still be recording past these rows:
@@ -350,16 +355,20 @@ def _run(outputs, grads, inputs, retain, accumulate=False, lanes=0, others=None)
                 _accumulate(t, adj(row).reshape(t.shape))
         for (tid, row), ks in wanted.items():
             if tid == tape.id and adj_off[row] >= 0:
-                found[(tid, row)] = adj(row)
+                found[(tid, row)] = before_hooks[row] if row in before_hooks else adj(row)
         # Later ops go to a new tape (importing what they use from this one), so the
         # next sweep never walks or decodes the rows of this one again. Only the thread
         # recording on it closes it (it may be between the two halves of an append).
         if tape.owner is state:
             tape.close()
+    for entry in leaf_grads.values():          # a leaf's hooks see its whole gradient
+        if getattr(entry[0], "_hooks", None):
+            entry[1] = run_leaf_hooks(entry[0], entry[1], lanes if batched else 0)
     if accumulate:
         for leaf, g in leaf_grads.values():
             if leaf._requires_grad:
                 _accumulate(leaf, g.reshape(leaf.shape))
+                run_post_accumulate_hooks(leaf)
     if others is not None:
         mine = {id(t) for t in inputs}
         others.extend(leaf for leaf, _ in leaf_grads.values()
@@ -404,8 +413,21 @@ def _sweep(tape, seeds, retain, lanes, wanted=()):
                                            list(tape.retained), wanted), np.int64)
         if not read.size:
             read = NO_READ
-    adj, adj_off, stride = executor_for(tape).sweep(tape, seed_rows, seed_vals, seed_off,
-                                                    lanes, retain, row_addr, read)
+    stops, hooked = stops_of(tape)
+    before_hooks = {}                  # a wanted non-leaf input's gradient, as torch
+    on_stop = None                     # returns it: before its own hooks
+    if stops is not None:
+        wanted_rows = set(wanted)
+
+        def on_stop(row, view):
+            if row in wanted_rows:
+                before_hooks[row] = view[0].copy() if lanes == 1 else view.copy()
+            dtype, hooks = hooked[row]
+            for k in range(view.shape[0]):
+                view[k] = run_hooks(hooks, view[k], tape.shape(row), dtype)
+    adj, adj_off, stride = executor_for(tape).sweep(
+        tape, seed_rows, seed_vals, seed_off, lanes, retain, row_addr, read,
+        NO_STOPS if stops is None else stops, on_stop)
 
     def adjoint(row):
         if own and row in own:                 # written in place: the caller's to keep
@@ -414,7 +436,7 @@ def _sweep(tape, seeds, retain, lanes, wanted=()):
         if lanes == 1:
             return adj[off:off + size].copy()
         return adj[:lanes * stride].reshape(lanes, stride)[:, off:off + size].copy()
-    return adjoint, adj_off
+    return adjoint, adj_off, before_hooks
 
 
 NO_READ = np.array([-1], np.int64)   # a read list that names no row (empty means all)

@@ -17,8 +17,8 @@ from .kernels.blas import DGEMM
 from .memory import KEPT, busy, on_idle
 from .parallel import PARALLEL_MIN, for_numba, get_num_threads, parallel_launch
 from .kernels.replay import forward_replay, replay_and_sweep
-from .kernels.sweep import (LINALG, LINALG_ROW, OK, RELEASED, SPLIT, SPLIT_STATE, UNKNOWN_OP,
-                            linalg_row_vjp, split_row_vjp, sweep_for)
+from .kernels.sweep import (HOOK_ROW, LINALG, LINALG_ROW, OK, RELEASED, SPLIT, SPLIT_STATE,
+                            STOP_DONE, UNKNOWN_OP, linalg_row_vjp, split_row_vjp, sweep_for)
 from .opcodes import opcode_name
 from .thread_state import here
 
@@ -34,6 +34,7 @@ NO_ROWS = np.zeros(0, np.int64)
 # state[0] < 0), so all threads share this one.
 FRESH_STATE = np.full(SPLIT_STATE, -1, np.int64)
 NO_MARKS = np.zeros((0, 0), np.bool_)
+NO_STOPS = np.zeros(0, np.uint8)
 KEEP_SCRATCH_BYTES = 16 << 20       # scratch kept between sweeps; a larger one is given back
 
 
@@ -42,11 +43,14 @@ class Executor(abc.ABC):
 
     @abc.abstractmethod
     def sweep(self, tape, seed_rows, seed_vals, seed_off, lanes, retain, row_addr=NO_ROWS,
-              read=NO_ROWS):
+              read=NO_ROWS, stops=NO_STOPS, on_stop=None):
         """The reverse sweep of ``tape`` from the seeds. Returns ``(adj, adj_off,
         stride)``: lane k of row r's adjoint is ``adj[k * stride + adj_off[r]:][:size]``
         (``adj_off[r] < 0``: no gradient reached r). ``read``: the rows the caller
-        reads (all when empty); ``row_addr``: rows with a buffer of their own."""
+        reads (all when empty); ``row_addr``: rows with a buffer of their own.
+        ``stops`` (uint8 per row): at each such row the sweep reaches, once its adjoint
+        is complete and before it passes on, ``on_stop(row, adjoint)`` is called with
+        the adjoint as a writable (lanes, size) array (zeros where no gradient came)."""
 
     @abc.abstractmethod
     def replay(self, tape, in_rows, in_vals, python_row):
@@ -86,7 +90,7 @@ class CpuExecutor(Executor):
         return buf
 
     def sweep(self, tape, seed_rows, seed_vals, seed_off, lanes, retain, row_addr=NO_ROWS,
-              read=NO_ROWS):
+              read=NO_ROWS, stops=NO_STOPS, on_stop=None):
         busy()
         adj = self.scratch(lanes * tape.columns().total_size)
         args, held = tape.kernel_args()        # held: what args' addresses point into
@@ -96,13 +100,24 @@ class CpuExecutor(Executor):
             PARALLEL_MIN and get_num_threads() > 1 else 0
         families = tape.columns().families
         reverse_sweep = sweep_for(families)    # compiled for what the tape's ops need
-        state = np.full(SPLIT_STATE, -1, np.int64) if split or families & LINALG else \
-            FRESH_STATE
+        state = np.full(SPLIT_STATE, -1, np.int64) if split or families & LINALG or \
+            stops.size else FRESH_STATE
         status, detail, adj_off, touched = reverse_sweep(
             *args, retain, seed_rows, seed_vals, seed_off, lanes, adj, row_addr, self.dgemm,
-            read, NO_ROWS, NO_MARKS, state, split)
+            read, NO_ROWS, NO_MARKS, state, split, stops)
         head = args[:7] + (args[8],)           # rows .. arena address, big_addr
         while status == SPLIT:
+            if state[3] == HOOK_ROW:             # a stop: the caller's hooks, in Python
+                stride, off, size = state[1], adj_off[detail], tape.size(detail)
+                view = adj[:lanes * stride].reshape(lanes, stride)[:, off:off + size]
+                view[~touched[:, detail]] = 0.0
+                touched[:, detail] = True
+                on_stop(detail, view)
+                state[0] = state[STOP_DONE] = detail
+                status, detail, adj_off, touched = reverse_sweep(
+                    *args, retain, seed_rows, seed_vals, seed_off, lanes, adj, row_addr,
+                    self.dgemm, read, adj_off, touched, state, split, stops)
+                continue
             if state[3] == LINALG_ROW:           # a numpy.linalg row: its own kernel
                 if not linalg_row_vjp(*head, adj, adj_off, row_addr, touched, self.dgemm,
                                       detail, lanes, state[1]):
@@ -116,7 +131,7 @@ class CpuExecutor(Executor):
             state[0] = detail - 1
             status, detail, adj_off, touched = reverse_sweep(
                 *args, retain, seed_rows, seed_vals, seed_off, lanes, adj, row_addr,
-                self.dgemm, read, adj_off, touched, state, split)
+                self.dgemm, read, adj_off, touched, state, split, stops)
         if status != OK:
             self._raise(tape, status, detail)
         return adj, adj_off, detail

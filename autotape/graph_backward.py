@@ -15,6 +15,7 @@ from . import creation, linalg
 from .executor import RELEASED_MSG
 from .functions import products, shaping, statistics
 from .grad_mode import enable_grad
+from .hooks import run_hooks
 from .opcodes import CONST, IMPORT, LEAF, SOURCE_LAST, WHERE, opcode_name
 from .ops import elementwise, indexing, linalg as linalg_ops, reduce
 from .tape_format import where_condition
@@ -95,9 +96,10 @@ def connect(g, x):
 
 def run(outputs, seeds, retain):
     """Walk every tape the outputs reach, applying the recorded rules. Returns leaf
-    gradients by id ([leaf, tensor]), adjoint tensors by (tape id, row), and the tapes
-    walked by id."""
-    adj, leaf_grads, tapes = {}, {}, {}
+    gradients by id ([leaf, tensor]), adjoint tensors by (tape id, row) (after the
+    row's hooks), the tapes walked by id, and the adjoints of hooked rows before their
+    hooks."""
+    adj, leaf_grads, tapes, before_hooks = {}, {}, {}, {}
     with enable_grad():
         for t, g in zip(outputs, seeds):
             if t._tape is None:
@@ -130,6 +132,11 @@ def run(outputs, seeds, retain):
                     continue
                 if tape.released[i]:
                     raise RuntimeError(RELEASED_MSG)
+                hooked = tape.hooks.get(i)
+                if hooked is not None and hooked[1]:
+                    before_hooks[(tape.id, i)] = g
+                    g = adj[(tape.id, i)] = run_hooks(hooked[1], g, tape.shape(i),
+                                                      hooked[0])
                 visited.append(i)
                 r = RowView(tape, i)
                 rule = GRAPH_VJPS.get(op)
@@ -145,7 +152,7 @@ def run(outputs, seeds, retain):
                 tape.released[visited] = 1
                 if tape.owner is here():       # (only the recording thread closes it)
                     tape.close()
-    return leaf_grads, adj, tapes
+    return leaf_grads, adj, tapes, before_hooks
 
 
 def _add(adj, tid, row, g):

@@ -40,7 +40,8 @@ class Tensor(Traced):
     tensor([10.,  6.])
     """
     __slots__ = ("_value", "_shape", "_dtype", "_tape", "_row", "_requires_grad",
-                 "_grad", "_retains_grad", "_cache", "_data_of", "__weakref__")
+                 "_grad", "_retains_grad", "_cache", "_data_of", "_hooks", "_post_hooks",
+                 "__weakref__")
 
     # -- attributes ------------------------------------------------------------------------
 

@@ -11,6 +11,7 @@ from .errstate import ignore_fp_errors
 from .functions import calculus, products, shaping, statistics
 from .grad_mode import is_grad_enabled
 from .guards import observe
+from .hooks import register_hook, register_post_accumulate_grad_hook
 from .numpy_dispatch import array_function, array_ufunc
 from .opcodes import (ADD, CHOLESKY, CONCAT, CUMPROD, CUMSUM, DIV, EIGH, INV, MATMUL, MAX,
                       MEAN, MIN, MUL, PROD, PUT_ADD, RESHAPE, SCATTER, SETITEM, SLOGDET, SOLVE,
@@ -307,6 +308,8 @@ METHODS = {
     "argpartition": calculus.argpartition, "all": all_, "any": any_,
     "logsumexp": statistics.logsumexp, "softmax": statistics.softmax,
     "log_softmax": statistics.log_softmax, "norm": statistics.norm,
+    "register_hook": register_hook,
+    "register_post_accumulate_grad_hook": register_post_accumulate_grad_hook,
     # every elementwise op of the table: x.log1p(), x.arctan2(y), ...
     **{op.name: elementwise.unary_functions[code]
        for code, op in elementwise.unary_ops.items()},

@@ -17,7 +17,7 @@ LAYERS = [
     ["tape"],
     ["parallel", "executor", "program"],
     ["tensor"],
-    ["creation", "ops.*"],
+    ["creation", "ops.*", "hooks"],
     ["functions.*", "linalg"],
     ["engine", "graph_backward"],
     ["numpy_dispatch", "tensor_methods"],

@@ -76,7 +76,8 @@ def replay_and_sweep(rows, ipool, shape_ndim, shape_start, shape_dims, shape_siz
     status, stride, adj_off, _ = reverse_sweep(
         rows, ipool, shape_ndim, shape_start, shape_dims, shape_size, arena_addr,
         arena_size, big_addr, released, True, seed_rows, seed_vals, seed_off, lanes, adj,
-        in_rows[:0], dgemm, in_rows, in_rows[:0], np.empty((0, 0), np.bool_), state, 0)
+        in_rows[:0], dgemm, in_rows, in_rows[:0], np.empty((0, 0), np.bool_), state, 0,
+        np.zeros(0, np.uint8))
     col = 0
     for j in range(in_rows.size):
         r = in_rows[j]

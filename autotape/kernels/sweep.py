@@ -50,6 +50,7 @@ VARIANTS = {0: "scalar", ELEMENTWISE | REDUCE: "elementwise and reduction",
             ALL_FAMILIES: "array"}
 HAS_ELEMENTWISE = HAS_REDUCE = HAS_INDEX = HAS_MATMUL = True      # (see sweep_for)
 LINALG_ROW = 4      # state[3] of a sweep stopped at a numpy.linalg row (see split_row)
+HOOK_ROW = 5        # state[3] of a sweep stopped at a row named in ``stops``
 
 
 @register_jitable
@@ -160,7 +161,7 @@ def seed(ctx, rows, shape_size, touched, seed_rows, seed_vals, seed_off, lanes):
 def reverse_sweep(rows, ipool, shape_ndim, shape_start, shape_dims, shape_size,
                   arena_addr, arena_size, big_addr, released, retain,
                   seed_rows, seed_vals, seed_off, lanes, adj, row_addr, dgemm, read,
-                  adj_off, touched, state, split_min):
+                  adj_off, touched, state, split_min, stops):
     """Returns (status, lane stride or the unknown or split row, adj_off, touched).
     ``adj`` is scratch
     space at least ``lanes`` times as long as the sizes of all rows together; seed j's
@@ -178,7 +179,13 @@ def reverse_sweep(rows, ipool, shape_ndim, shape_start, shape_dims, shape_size,
     the row; the caller runs ``split_row_vjp`` on its pieces in threads, then calls again
     with ``state[0]`` set to the next row down. ``state`` (int64, SPLIT_STATE long)
     carries the sweep between calls (written only with SPLIT); ``state[0] < 0`` starts
-    one."""
+    one.
+
+    Stops: a row r with ``stops[r]`` (uint8; ``stops`` may be shorter than the tape,
+    or empty) that the sweep reaches makes it return SPLIT with state[3] == HOOK_ROW
+    when r's adjoint is complete and before r passes it on: the caller reads and may
+    rewrite that adjoint (tensor hooks), marks it written in every lane, and calls again
+    with state[0] = state[STOP_DONE] = r."""
     fresh = state[0] < 0
     if fresh:
         n = rows.shape[0]
@@ -206,6 +213,9 @@ def reverse_sweep(rows, ipool, shape_ndim, shape_start, shape_dims, shape_size,
     # entry point's body: as a function of its own it costs a 50-lane Jacobian 8 us,
     # and numba compiles an always-inlined one twice, 12 s more of cold compile.)
     for i in range(start, -1, -1):
+        if i < stops.size and stops[i] and adj_off[i] >= 0 and state[STOP_DONE] != i:
+            state[1], state[2], state[3] = total, top, HOOK_ROW
+            return SPLIT, i, adj_off, touched
         any_lane = False
         for k in range(lanes):
             if touched[k, i]:
@@ -362,7 +372,8 @@ def linalg_row_vjp(rows, ipool, shape_ndim, shape_start, shape_dims, shape_size,
 # whole sum or mean), for
 # each operand whether it gets a gradient and whether it is written (not added to),
 # and each operand's stride (1: the row's size, 0: one element).
-SPLIT_STATE = 10
+SPLIT_STATE = 11
+STOP_DONE = 10      # state[STOP_DONE]: the stop row whose stop has been handled
 
 
 @register_jitable

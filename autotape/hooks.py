@@ -1,0 +1,160 @@
+"""Tensor hooks, as torch has them: ``t.register_hook(fn)`` and, on leaves,
+``t.register_post_accumulate_grad_hook(fn)``.
+
+A hook on a non-leaf belongs to its tape row (it fires though the Tensor object is gone,
+as torch's belongs to the grad_fn node): the compiled sweep stops at that row once its
+gradient is complete, before passing it on, and the engine calls the hooks there
+(executor.py, ``stops``). A leaf's hooks run when its gradient summed over every tape
+is known, before ``.grad`` accumulates it or ``grad`` returns it. Torch's rules:
+
+- hooks run in registration order, each given the previous one's result (None keeps
+  the gradient); a result of another shape raises torch's "hook ... has changed the
+  size of value";
+- a non-leaf's ``.grad`` (``retain_grad``) gets the gradient after its hooks, while
+  ``grad(outputs, inputs)`` returns a non-leaf input's gradient before them (a leaf
+  input's after);
+- a hook fires only where a gradient reaches; with ``create_graph=True`` it receives
+  and may return recorded tensors;
+- post-accumulate hooks run after ``.grad`` was updated by ``backward`` (not by
+  ``grad``), given the leaf itself.
+
+Where torch raises (a hook under ``is_grads_batched``), autotape calls the hook once per
+cotangent lane, as vmap would.
+"""
+import itertools
+import numpy as np
+
+from .guards import current_trace
+from .tensor import Tensor, canonical, new_leaf
+
+_handle_ids = itertools.count()
+
+
+class RemovableHandle:
+    """What ``register_hook`` returns: ``handle.remove()`` unregisters the hook.
+
+    >>> x = at.tensor([1.0, 2.0], requires_grad=True)
+    >>> handle = x.register_hook(lambda g: g * 10)
+    >>> handle.remove()
+    >>> at.grad((x * 3).sum(), x)
+    (tensor([3., 3.]),)
+    """
+
+    def __init__(self, hooks):
+        self.id = next(_handle_ids)
+        self._hooks = hooks
+
+    def remove(self):
+        self._hooks.pop(self.id, None)
+
+    def __enter__(self):
+        return self
+
+    def __exit__(self, *exc):
+        self.remove()
+
+
+def _not_in_compile(name):
+    if current_trace() is not None:
+        raise RuntimeError(f"{name} inside a function being compiled (at.compile): a "
+                           "compiled replay runs no Python, so the hook would never "
+                           "run. Register it on the compiled function's inputs or "
+                           "results outside, or differentiate eagerly")
+
+
+def register_hook(t, fn):
+    """Call ``fn(grad)`` with this tensor's gradient whenever one is computed; a Tensor
+    it returns replaces the gradient (see autotape/hooks.py for the rules).
+
+    >>> x = at.tensor([1.0, 2.0], requires_grad=True)
+    >>> y = x * 2
+    >>> _ = y.register_hook(lambda g: g * 10)
+    >>> y.sum().backward()
+    >>> x.grad
+    tensor([20., 20.])
+    """
+    if not callable(fn):
+        raise TypeError(f"register_hook expects a callable, not {type(fn).__name__}")
+    _not_in_compile("register_hook")
+    if not t.requires_grad:
+        raise RuntimeError("cannot register a hook on a tensor that doesn't require gradient")
+    if t._tape is None:
+        hooks = getattr(t, "_hooks", None)
+        if hooks is None:
+            hooks = t._hooks = {}
+    else:
+        hooks = t._tape.hooks.setdefault(t._row, (t.dtype, {}))[1]
+    handle = RemovableHandle(hooks)
+    hooks[handle.id] = fn
+    return handle
+
+
+def register_post_accumulate_grad_hook(t, fn):
+    """Call ``fn(t)`` after ``backward`` has accumulated into the leaf ``t.grad``.
+
+    >>> w = at.tensor([1.0, 2.0], requires_grad=True)
+    >>> _ = w.register_post_accumulate_grad_hook(lambda p: print(p.grad))
+    >>> (w * 3).sum().backward()
+    tensor([3., 3.])
+    """
+    if not callable(fn):
+        raise TypeError(f"register_post_accumulate_grad_hook expects a callable, not "
+                        f"{type(fn).__name__}")
+    _not_in_compile("register_post_accumulate_grad_hook")
+    if not t.requires_grad:
+        raise RuntimeError("cannot register a hook on a tensor that doesn't require gradient")
+    if t._tape is not None:
+        raise RuntimeError("post accumulate grad hooks cannot be registered on non-leaf "
+                           "tensors")
+    hooks = getattr(t, "_post_hooks", None)
+    if hooks is None:
+        hooks = t._post_hooks = {}
+    handle = RemovableHandle(hooks)
+    hooks[handle.id] = fn
+    return handle
+
+
+def run_hooks(hooks, g, shape, dtype):
+    """The gradient after ``hooks`` (a dict of functions, in order): ``g`` a float64
+    array of ``shape``'s size (one lane) or a recorded Tensor; returns the same kind."""
+    recorded = isinstance(g, Tensor)
+    grad = g if recorded else new_leaf(*canonical(np.asarray(g, dtype).reshape(shape)))
+    for fn in list(hooks.values()):
+        out = fn(grad)
+        if out is None:
+            continue
+        out = out if isinstance(out, Tensor) else new_leaf(*canonical(np.asarray(out)))
+        if out.shape != tuple(shape):
+            name = getattr(fn, "__name__", repr(fn))
+            raise RuntimeError(f"hook '{name}' has changed the size of value")
+        grad = out
+    return grad if recorded else np.asarray(grad.numpy(), np.float64).reshape(g.shape)
+
+
+def stops_of(tape):
+    """The tape's rows with hooks: (stops, {row: (dtype, hooks)}) for the sweep."""
+    hooked = {row: entry for row, entry in list(tape.hooks.items()) if entry[1]}
+    if not hooked:
+        return None, hooked
+    stops = np.zeros(max(hooked) + 1, np.uint8)
+    stops[list(hooked)] = 1
+    return stops, hooked
+
+
+def run_leaf_hooks(leaf, g, lanes):
+    """A leaf's summed gradient (float64, lanes on a leading axis when ``lanes``) after
+    its hooks, one lane at a time."""
+    hooks = getattr(leaf, "_hooks", None)
+    if not hooks:
+        return g
+    if isinstance(g, Tensor):
+        return run_hooks(hooks, g, leaf.shape, leaf.dtype)
+    per_lane = np.asarray(g, np.float64).reshape(max(lanes, 1), -1)
+    out = np.stack([run_hooks(hooks, lane, leaf.shape, leaf.dtype) for lane in per_lane])
+    return out.reshape(np.shape(g))
+
+
+def run_post_accumulate_hooks(leaf):
+    for fn in list((getattr(leaf, "_post_hooks", None) or {}).values()):
+        fn(leaf)
+
