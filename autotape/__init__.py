@@ -15,6 +15,7 @@ from . import memory  # noqa: F401  (freed memory is kept for reuse: see memory.
 from . import tensor_methods  # noqa: F401  (attaches Tensor's operators and methods)
 from . import autograd, func, linalg, warmup  # noqa: F401  (warmup: the background one)
 from .compile import Compiled, compile
+from .custom import CustomOp, checkpoint, custom_op
 from .creation import (arange, eye, full, manual_seed, ones, ones_like, rand, randn, tensor,
                        zeros, zeros_like)
 from .engine import backward, grad
@@ -54,7 +55,7 @@ __all__ = [
     "Tensor", "tensor", "as_tensor", "zeros", "ones", "zeros_like", "ones_like", "full",
     "eye", "arange", "manual_seed", "rand", "randn", "autograd",
     "float32", "float64", "int32", "int64", "set_num_threads", "get_num_threads",
-    "grad", "backward", "gradcheck", "gradgradcheck", "GradcheckError", "no_grad",
+    "grad", "backward", "custom_op", "CustomOp", "checkpoint", "gradcheck", "gradgradcheck", "GradcheckError", "no_grad",
     "enable_grad", "set_grad_enabled", "is_grad_enabled",
     "where", "clip", "sum", "mean", "max", "min", "amax", "amin", "prod", "cumsum", "cumprod",
     "matmul", "reshape", "transpose", "astype",

@@ -29,7 +29,7 @@ from .errstate import ignore_fp_errors
 from .executor import executor_for
 from .func import flatten
 from .grad_mode import enable_grad, is_grad_enabled
-from .opcodes import CONST, LINALG_LAST, MATMUL, opcode_name
+from .opcodes import CONST, CUSTOM, MATMUL, PYTHON_LAST, opcode_name
 from .ops.indexing import reshape
 from .ops.linalg import values_of
 from .ops.recording import row_of
@@ -362,7 +362,7 @@ class Compiled:
         p.sizes = [a.size for a in args]
         p.outputs, p.grads = [_target(t) for t in outs], grads and [_target(g) for g in grads]
         p.rebuild, p.guards, p.plans = rebuild, trace.guards, {}
-        p.fused = not p.guards and not tape.has_ops(MATMUL + 1, LINALG_LAST)
+        p.fused = not p.guards and not tape.has_ops(MATMUL + 1, PYTHON_LAST)
         p.total_in = sum(p.sizes)
         targets = p.grads if kind == "hessian" else p.outputs
         p.lean = LeanProgram.lower(tape, p.inputs, [v for k, v, _ in targets if k == "row"]) \
@@ -464,8 +464,13 @@ def _joined(args):
 
 
 def _replay_linalg(tape, i):
-    """A numpy.linalg row recomputed by numpy, and the values its VJP reads."""
+    """A numpy.linalg row recomputed by numpy, and the values its VJP reads; a user's
+    op (custom.py) by its forward."""
     code, operands, params, _ = tape.row(i)
+    if code == CUSTOM:
+        tape.write(i, np.asarray(tape.customs[i].forward(
+            *(_row_value(tape, r).reshape(tape.shape(r)) for r in operands)), np.float64))
+        return
     if code not in values_of:
         raise RuntimeError(f"autotape internal error: op {opcode_name(code)} has neither a "
                            "compiled forward nor a numpy one; please report this")
@@ -589,7 +594,8 @@ def _sweep(p, tape, targets, lanes, args):
         cols = np.cumsum([0] + p.sizes)
         return [out[:, a:b].reshape(lead + s) for a, b, s in zip(cols, cols[1:], p.shapes)]
     adj, adj_off, stride = p.executor.sweep(tape, seed_rows, seed_vals, seed_off, lanes,
-                                            True, read=p.input_rows)
+                                            True, read=p.input_rows,
+                                            on_custom=engine.custom_vjps(tape))
     lanes_view = adj[:lanes * stride].reshape(lanes, stride)
     out = []
     for row, s, n in zip(p.inputs, p.shapes, p.sizes):

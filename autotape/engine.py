@@ -15,6 +15,7 @@ import numpy as np
 
 from . import graph_backward
 from .executor import NO_ROWS, NO_STOPS, executor_for
+from .opcodes import CONST
 from .hooks import run_hooks, run_leaf_hooks, run_post_accumulate_hooks, stops_of
 from .kernels.staging import address_of
 from .ops.indexing import astype, stack
@@ -267,7 +268,8 @@ _CREATE_GRAPH_WARNING = (
 def _run_recorded(outputs, given, inputs, retain, accumulate=False):
     """As _run, with gradients that are themselves recorded tensors."""
     seeds = [graph_backward.as_tensor_seed(g, t) for t, g in zip(outputs, given)]
-    leaf_grads, adj, tapes, before_hooks = graph_backward.run(outputs, seeds, retain)
+    leaf_grads, adj, tapes, before_hooks = graph_backward.run(outputs, seeds, retain,
+                                                              inputs)
     for entry in leaf_grads.values():
         entry[1] = run_leaf_hooks(entry[0], entry[1], 0)
     for tape in tapes.values():
@@ -427,7 +429,7 @@ def _sweep(tape, seeds, retain, lanes, wanted=()):
                 view[k] = run_hooks(hooks, view[k], tape.shape(row), dtype)
     adj, adj_off, stride = executor_for(tape).sweep(
         tape, seed_rows, seed_vals, seed_off, lanes, retain, row_addr, read,
-        NO_STOPS if stops is None else stops, on_stop)
+        NO_STOPS if stops is None else stops, on_stop, custom_vjps(tape))
 
     def adjoint(row):
         if own and row in own:                 # written in place: the caller's to keep
@@ -437,6 +439,34 @@ def _sweep(tape, seeds, retain, lanes, wanted=()):
             return adj[off:off + size].copy()
         return adj[:lanes * stride].reshape(lanes, stride)[:, off:off + size].copy()
     return adjoint, adj_off, before_hooks
+
+
+def custom_vjps(tape):
+    """The executor's ``on_custom`` for a tape with user ops (None without)."""
+    if not tape.customs:
+        return None
+    return lambda row, view, accumulate: _custom_vjp(tape, row, view, accumulate)
+
+
+def _custom_vjp(tape, row, view, accumulate):
+    """A user's op (custom.py) met by the compiled sweep: its vjp on numpy values, once
+    per lane, into its operands' adjoints."""
+    op = tape.customs[row]
+    operands = tape.row(row).operands
+    inputs = [np.asarray(tape.read(r)[2], np.float64).reshape(tape.shape(r))
+              for r in operands]
+    output = np.asarray(tape.read(row)[2], np.float64).reshape(tape.shape(row))
+    per_operand = [[] for _ in operands]
+    for k in range(view.shape[0]):
+        cots = op.cotangents(inputs, output, view[k].reshape(output.shape).copy())
+        for j, c in enumerate(cots):
+            per_operand[j].append(None if c is None else np.asarray(c, np.float64))
+    for j, r in enumerate(operands):
+        lanes = per_operand[j]
+        if tape.op(r) == CONST or all(c is None for c in lanes):
+            continue
+        accumulate(r, np.stack([np.zeros(inputs[j].shape) if c is None else c
+                                for c in lanes]))
 
 
 NO_READ = np.array([-1], np.int64)   # a read list that names no row (empty means all)

@@ -9,6 +9,7 @@ implements the same three methods with ``numba.cuda`` kernels built from the sam
 ``executor_for`` is where a tape would be matched to its device.
 """
 import abc
+import ctypes
 import weakref
 
 import numpy as np
@@ -17,8 +18,9 @@ from .kernels.blas import DGEMM
 from .memory import KEPT, busy, on_idle
 from .parallel import PARALLEL_MIN, for_numba, get_num_threads, parallel_launch
 from .kernels.replay import forward_replay, replay_and_sweep
-from .kernels.sweep import (HOOK_ROW, LINALG, LINALG_ROW, OK, RELEASED, SPLIT, SPLIT_STATE,
-                            STOP_DONE, UNKNOWN_OP, linalg_row_vjp, split_row_vjp, sweep_for)
+from .kernels.sweep import (HOOK_ROW, LINALG, LINALG_ROW, OK, PYTHON, PYTHON_ROW, RELEASED,
+                            SPLIT, SPLIT_STATE, STOP_DONE, UNKNOWN_OP, linalg_row_vjp,
+                            split_row_vjp, sweep_for)
 from .opcodes import opcode_name
 from .thread_state import here
 
@@ -43,14 +45,17 @@ class Executor(abc.ABC):
 
     @abc.abstractmethod
     def sweep(self, tape, seed_rows, seed_vals, seed_off, lanes, retain, row_addr=NO_ROWS,
-              read=NO_ROWS, stops=NO_STOPS, on_stop=None):
+              read=NO_ROWS, stops=NO_STOPS, on_stop=None, on_custom=None):
         """The reverse sweep of ``tape`` from the seeds. Returns ``(adj, adj_off,
         stride)``: lane k of row r's adjoint is ``adj[k * stride + adj_off[r]:][:size]``
         (``adj_off[r] < 0``: no gradient reached r). ``read``: the rows the caller
         reads (all when empty); ``row_addr``: rows with a buffer of their own.
         ``stops`` (uint8 per row): at each such row the sweep reaches, once its adjoint
         is complete and before it passes on, ``on_stop(row, adjoint)`` is called with
-        the adjoint as a writable (lanes, size) array (zeros where no gradient came)."""
+        the adjoint as a writable (lanes, size) array (zeros where no gradient came).
+        At a CUSTOM row (a user's op), ``on_custom(row, adjoint, accumulate)`` runs its
+        VJP: ``accumulate(operand_row, values)`` adds (lanes, size) values to an
+        operand's adjoint."""
 
     @abc.abstractmethod
     def replay(self, tape, in_rows, in_vals, python_row):
@@ -90,7 +95,7 @@ class CpuExecutor(Executor):
         return buf
 
     def sweep(self, tape, seed_rows, seed_vals, seed_off, lanes, retain, row_addr=NO_ROWS,
-              read=NO_ROWS, stops=NO_STOPS, on_stop=None):
+              read=NO_ROWS, stops=NO_STOPS, on_stop=None, on_custom=None):
         busy()
         adj = self.scratch(lanes * tape.columns().total_size)
         args, held = tape.kernel_args()        # held: what args' addresses point into
@@ -100,19 +105,30 @@ class CpuExecutor(Executor):
             PARALLEL_MIN and get_num_threads() > 1 else 0
         families = tape.columns().families
         reverse_sweep = sweep_for(families)    # compiled for what the tape's ops need
-        state = np.full(SPLIT_STATE, -1, np.int64) if split or families & LINALG or \
-            stops.size else FRESH_STATE
+        state = np.full(SPLIT_STATE, -1, np.int64) if split or families & (LINALG | PYTHON) \
+            or stops.size else FRESH_STATE
         status, detail, adj_off, touched = reverse_sweep(
             *args, retain, seed_rows, seed_vals, seed_off, lanes, adj, row_addr, self.dgemm,
             read, NO_ROWS, NO_MARKS, state, split, stops)
         head = args[:7] + (args[8],)           # rows .. arena address, big_addr
         while status == SPLIT:
+            if state[3] == PYTHON_ROW:           # a user's op: its VJP, in Python
+                stride, off, size = state[1], adj_off[detail], tape.size(detail)
+                view = adj[:lanes * stride].reshape(lanes, stride)[:, off:off + size]
+                view[~touched[:, detail]] = 0.0
+                _in_python(on_custom, detail, view, _accumulator(
+                    tape, adj, adj_off, touched, row_addr, lanes, stride))
+                state[0] = detail - 1
+                status, detail, adj_off, touched = reverse_sweep(
+                    *args, retain, seed_rows, seed_vals, seed_off, lanes, adj, row_addr,
+                    self.dgemm, read, adj_off, touched, state, split, stops)
+                continue
             if state[3] == HOOK_ROW:             # a stop: the caller's hooks, in Python
                 stride, off, size = state[1], adj_off[detail], tape.size(detail)
                 view = adj[:lanes * stride].reshape(lanes, stride)[:, off:off + size]
                 view[~touched[:, detail]] = 0.0
                 touched[:, detail] = True
-                on_stop(detail, view)
+                _in_python(on_stop, detail, view)
                 state[0] = state[STOP_DONE] = detail
                 status, detail, adj_off, touched = reverse_sweep(
                     *args, retain, seed_rows, seed_vals, seed_off, lanes, adj, row_addr,
@@ -168,6 +184,41 @@ class CpuExecutor(Executor):
         raise RuntimeError(f"autotape internal error: no compiled VJP for op "
                            f"{opcode_name(tape.op(unknown_row))} (row {unknown_row}); "
                            "please report this")
+
+
+def _in_python(callback, *args):
+    """Run a hook or a custom op's VJP in the middle of a sweep. It may sweep itself
+    (``at.grad`` inside a hook, a checkpointed segment): that sweep must not take this
+    one's adjoint scratch, so the thread's scratch is set aside meanwhile."""
+    state = here()
+    mine = state.scratch
+    state.scratch = None
+    try:
+        callback(*args)
+    finally:
+        state.scratch = mine
+
+
+def _accumulator(tape, adj, adj_off, touched, row_addr, lanes, stride):
+    """``accumulate(row, values)``: add (lanes, size) values to a row's adjoint (written
+    the first time in a lane, added to after), where the sweep keeps it."""
+    def accumulate(row, values):
+        off, size = adj_off[row], tape.size(row)
+        if off < 0:
+            return                             # (a row no gradient may reach: a constant)
+        values = np.asarray(values, np.float64).reshape(lanes, size)
+        if lanes == 1 and row < row_addr.size and row_addr[row]:
+            targets = [np.ctypeslib.as_array(
+                (ctypes.c_double * size).from_address(int(row_addr[row])))]
+        else:
+            targets = adj[:lanes * stride].reshape(lanes, stride)[:, off:off + size]
+        for k in range(lanes):
+            if touched[k, row]:
+                targets[k] += values[k]
+            else:
+                targets[k][:] = values[k]
+                touched[k, row] = True
+    return accumulate
 
 
 _LARGE_SCRATCH = weakref.WeakSet()     # thread states keeping a large scratch

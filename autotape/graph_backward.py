@@ -16,7 +16,7 @@ from .executor import RELEASED_MSG
 from .functions import products, shaping, statistics
 from .grad_mode import enable_grad
 from .hooks import run_hooks
-from .opcodes import CONST, IMPORT, LEAF, SOURCE_LAST, WHERE, opcode_name
+from .opcodes import CONST, CUSTOM, IMPORT, LEAF, SOURCE_LAST, WHERE, opcode_name
 from .ops import elementwise, indexing, linalg as linalg_ops, reduce
 from .tape_format import where_condition
 from .tensor import F64, Tensor, new_leaf, new_result
@@ -94,12 +94,22 @@ def connect(g, x):
     return g + elementwise.where(np.zeros(x.shape, bool), x, 0.0)
 
 
-def run(outputs, seeds, retain):
+def run(outputs, seeds, retain, inputs=None):
     """Walk every tape the outputs reach, applying the recorded rules. Returns leaf
     gradients by id ([leaf, tensor]), adjoint tensors by (tape id, row) (after the
     row's hooks), the tapes walked by id, and the adjoints of hooked rows before their
-    hooks."""
+    hooks.
+
+    With ``inputs`` that are all non-leaves, the walk stops below the earliest of them
+    on each tape and never enters a tape older than theirs: nothing there lies on a path
+    to them (torch prunes its graph the same way). A custom op's VJP that
+    differentiates its own segment relies on this (checkpoint)."""
     adj, leaf_grads, tapes, before_hooks = {}, {}, {}, {}
+    floors, oldest = {}, None
+    if inputs is not None and inputs and all(t._tape is not None for t in inputs):
+        for t in inputs:
+            floors[t._tape.id] = min(floors.get(t._tape.id, t._row), t._row)
+        oldest = min(floors)
     with enable_grad():
         for t, g in zip(outputs, seeds):
             if t._tape is None:
@@ -113,7 +123,8 @@ def run(outputs, seeds, retain):
             tape = tapes[-heapq.heappop(queue)]
             top = max(row for tid, row in adj if tid == tape.id)
             visited = []
-            for i in range(top, -1, -1):
+            floor = floors.get(tape.id, 0) if oldest is not None else 0
+            for i in range(top, floor - 1, -1):
                 g = adj.get((tape.id, i))
                 if g is None:
                     continue
@@ -123,6 +134,8 @@ def run(outputs, seeds, retain):
                     continue
                 if op == IMPORT:
                     parent, prow = tape.imports[i]
+                    if oldest is not None and parent.id < oldest:
+                        continue                   # older than every input
                     if parent.id not in tapes:
                         tapes[parent.id] = parent
                         heapq.heappush(queue, -parent.id)
@@ -139,7 +152,7 @@ def run(outputs, seeds, retain):
                                                       hooked[0])
                 visited.append(i)
                 r = RowView(tape, i)
-                rule = GRAPH_VJPS.get(op)
+                rule = tape.customs[i].graph_vjp if op == CUSTOM else GRAPH_VJPS.get(op)
                 if rule is None:
                     raise RuntimeError(f"autotape internal error: op {opcode_name(op)} has "
                                        "no create_graph rule; please report this")
@@ -147,7 +160,8 @@ def run(outputs, seeds, retain):
                     if tape.op(operand) == CONST:
                         continue
                     c = rule(OPS, g, r, k)
-                    _add(adj, tape.id, operand, sum_to(c, tape.shape(operand)))
+                    if c is not None:              # (a custom op's None: no gradient)
+                        _add(adj, tape.id, operand, sum_to(c, tape.shape(operand)))
             if not retain:
                 tape.released[visited] = 1
                 if tape.owner is here():       # (only the recording thread closes it)

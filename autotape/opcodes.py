@@ -53,12 +53,18 @@ SVD = 706
 PINV = 707
 LINALG_FIRST, LINALG_LAST = 700, 799
 
+# A user's op (autotape.custom_op): its forward and VJP are Python functions, so the
+# compiled sweep stops at such a row and the engine calls the VJP. Operands are listed
+# in the parameters (custom_params), as CONCAT's.
+CUSTOM = 800
+PYTHON_FIRST, PYTHON_LAST = 800, 899
+
 
 FAMILIES = {                 # family -> (first opcode, last opcode)
     "source": (LEAF, SOURCE_LAST), "unary": (UNARY_FIRST, UNARY_LAST),
     "binary": (BINARY_FIRST, BINARY_LAST), "select": (SELECT_FIRST, SELECT_LAST),
     "reduce": (REDUCE_FIRST, REDUCE_LAST), "index": (INDEX_FIRST, INDEX_LAST),
-    "linalg": (LINALG_FIRST, LINALG_LAST)}
+    "linalg": (LINALG_FIRST, LINALG_LAST), "python": (PYTHON_FIRST, PYTHON_LAST)}
 
 
 def all_opcodes():

@@ -63,7 +63,8 @@ class Tape:
     __slots__ = ("id", "staged", "rows_log", "flushed", "checkpoint", "extra", "arena", "arrays", "big_addr", "shape_ids", "shapes",
                  "shape_ndim", "shape_dims", "shape_size", "released", "leaves", "frozen",
                  "retained", "imports", "import_rows", "consts", "owner", "nrows",
-                 "array_bytes", "ipool", "hooks", "_columns", "_kernel_args", "__weakref__")
+                 "array_bytes", "ipool", "hooks", "customs", "_columns", "_kernel_args",
+                 "__weakref__")
 
     def __init__(self, owner=None):
         self.id = next(_tape_ids)
@@ -89,7 +90,8 @@ class Tape:
         self.import_rows = {}            # (older tape id, row there) -> IMPORT row
         self.consts = {}                 # Python number -> CONST row
         self.frozen = {}                 # id(read-only array) -> (array, its CONST row)
-        self.hooks = {}                  # row -> [hook functions] (Tensor.register_hook)
+        self.hooks = {}                  # row -> (dtype, hooks) (Tensor.register_hook)
+        self.customs = {}                # CUSTOM row -> its CustomOp (custom.py)
         self.owner = owner               # the ThreadState recording here; None: closed
         self.nrows = 0
         self.array_bytes = 0

@@ -18,7 +18,7 @@ call that passes arrays costs their reference counts.
 import numpy as np
 from numba.extending import register_jitable
 
-from .opcodes import CONCAT
+from .opcodes import CONCAT, CUSTOM
 
 OP, A, B, SHAPE, AUX, VLOC = range(6)
 ROW_WIDTH = 6
@@ -45,6 +45,8 @@ def array_index(loc):
 def operand_count(rows, ipool, i):
     if rows[i, OP] == CONCAT:
         return ipool[rows[i, AUX] + 2]
+    if rows[i, OP] == CUSTOM:
+        return ipool[rows[i, AUX]]
     return (1 if rows[i, A] >= 0 else 0) + (1 if rows[i, B] >= 0 else 0)
 
 
@@ -52,6 +54,8 @@ def operand_list(op, a, b, params):
     """A row's operand rows from its decoded fields (the Python side's ``operand``)."""
     if op == CONCAT:
         return [int(concat_part(params, 0, t)[0]) for t in range(concat_dims(params, 0)[2])]
+    if op == CUSTOM:
+        return [int(r) for r in params[1:1 + params[0]]]
     return [r for r in (a, b) if r >= 0]
 
 
@@ -72,6 +76,9 @@ def reach(rows, ipool, seed_rows):
         if rows[i, OP] == CONCAT:
             for k in range(ipool[rows[i, AUX] + 2]):
                 reached[ipool[rows[i, AUX] + 3 + 3 * k]] = True
+        elif rows[i, OP] == CUSTOM:
+            for k in range(ipool[rows[i, AUX]]):
+                reached[ipool[rows[i, AUX] + 1 + k]] = True
         else:
             if rows[i, A] >= 0:
                 reached[rows[i, A]] = True
@@ -85,6 +92,8 @@ def operand(rows, ipool, i, k):
     """Row i's k-th operand row (k < operand_count)."""
     if rows[i, OP] == CONCAT:
         return ipool[rows[i, AUX] + 3 + 3 * k]
+    if rows[i, OP] == CUSTOM:
+        return ipool[rows[i, AUX] + 1 + k]
     return rows[i, A] if k == 0 else rows[i, B]
 
 
@@ -159,6 +168,11 @@ def setitem_view(ipool, p):
     """The region's (offset, strides) in the base."""
     ndim = ipool[p]
     return view_offset(ipool, p + 1 + ndim), view_strides(ipool, p + 1 + ndim, ndim)
+
+
+def custom_params(operand_rows):
+    """CUSTOM: (count, operand row * count)."""
+    return (len(operand_rows),) + tuple(operand_rows)
 
 
 def concat_params(outer, width, parts):

@@ -19,7 +19,7 @@ LAYERS = [
     ["tensor"],
     ["creation", "ops.*", "hooks"],
     ["functions.*", "linalg"],
-    ["engine", "graph_backward"],
+    ["engine", "graph_backward", "custom"],
     ["numpy_dispatch", "tensor_methods"],
     ["func", "compile", "gradcheck", "autograd.*", "warmup", "dask"],
     ["numpy", "__init__", "__main__"],

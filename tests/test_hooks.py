@@ -214,3 +214,22 @@ def test_hook_gradient_is_a_plain_tensor_that_can_be_kept():
     y.register_hook(kept.append)
     (y ** 2).sum().backward()
     assert kept[0].tolist() == [4.0, 8.0] and not kept[0].requires_grad
+
+
+def test_a_hook_that_sweeps_leaves_the_outer_sweep_intact():
+    # at.grad inside a hook runs a sweep while the outer one is stopped at the hook
+    x = at.tensor(np.linspace(0.0, 1.0, 50), requires_grad=True)
+    w = at.tensor(np.linspace(1.0, 2.0, 50), requires_grad=True)
+    y = at.sin(x) * 3
+    inner = []
+
+    def hook(g):
+        inner.append(at.grad((w * w * g).sum(), w)[0])
+        return g * 2
+    y.register_hook(hook)
+    gx, = at.grad((y * y).sum(), x)
+    xs = np.linspace(0.0, 1.0, 50)
+    np.testing.assert_allclose(gx.numpy(), 2 * 2 * 3 * np.sin(xs) * 3 * np.cos(xs),
+                               rtol=1e-13)
+    np.testing.assert_allclose(inner[0].numpy(), 2 * np.linspace(1.0, 2.0, 50) * 6 *
+                               np.sin(xs), rtol=1e-13)

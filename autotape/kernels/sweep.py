@@ -23,7 +23,8 @@ from numba.extending import register_jitable
 
 from ..opcodes import (BINARY_FIRST, BINARY_LAST, CONST, INDEX_FIRST, INDEX_LAST,
                        LINALG_FIRST, LINALG_LAST, MATMUL, MEAN, REDUCE_FIRST, REDUCE_LAST,
-                       SELECT_LAST, SOURCE_LAST, SUM, UNARY_FIRST, UNARY_LAST, WHERE)
+                       PYTHON_FIRST, PYTHON_LAST, SELECT_LAST, SOURCE_LAST, SUM, UNARY_FIRST,
+                       UNARY_LAST, WHERE)
 from ..tape_format import A, B, OP, SHAPE, VLOC, operand, operand_count, reach
 from .cache import cached_njit
 from .context import (accumulator, adjoint, f64_pointer, first_write, has_adjoint, size_of,
@@ -44,13 +45,14 @@ OK, RELEASED, UNKNOWN_OP, SPLIT = 0, 1, 2, 3
 # up to one of VARIANTS so that few are ever compiled. numpy.linalg rows (LINALG) are in
 # none: the sweep stops at one and the executor runs ``linalg_row_vjp``, a kernel of its
 # own (their VJPs are the costliest to compile, and cost far more than a stop to run).
-ELEMENTWISE, REDUCE, INDEX, MATMUL_FAMILY, LINALG = 1, 2, 4, 8, 16
+ELEMENTWISE, REDUCE, INDEX, MATMUL_FAMILY, LINALG, PYTHON = 1, 2, 4, 8, 16, 32
 ALL_FAMILIES = ELEMENTWISE | REDUCE | INDEX | MATMUL_FAMILY     # those swept inline
 VARIANTS = {0: "scalar", ELEMENTWISE | REDUCE: "elementwise and reduction",
             ALL_FAMILIES: "array"}
 HAS_ELEMENTWISE = HAS_REDUCE = HAS_INDEX = HAS_MATMUL = True      # (see sweep_for)
 LINALG_ROW = 4      # state[3] of a sweep stopped at a numpy.linalg row (see split_row)
 HOOK_ROW = 5        # state[3] of a sweep stopped at a row named in ``stops``
+PYTHON_ROW = 6      # state[3] of a sweep stopped at a CUSTOM row: the caller runs its VJP
 
 
 @register_jitable
@@ -245,6 +247,9 @@ def reverse_sweep(rows, ipool, shape_ndim, shape_start, shape_dims, shape_size,
                     _pass_scalar(adj, adj_off, touched, op, i, b,
                                  binary_partial_y(op, x, y, z), total, lanes)
                 continue
+        if PYTHON_FIRST <= op <= PYTHON_LAST:   # a user's op: its VJP is Python
+            state[1], state[2], state[3] = total, top, PYTHON_ROW
+            return SPLIT, i, adj_off, touched
         if (HAS_ELEMENTWISE or HAS_REDUCE) and split_min > 0 and \
                 split_row(ctx, i, state, split_min):
             state[1], state[2] = total, top
@@ -298,12 +303,13 @@ def reverse_sweep(rows, ipool, shape_ndim, shape_start, shape_dims, shape_size,
     return OK, total, adj_off, touched
 
 
-_FAMILY_OF = np.zeros(LINALG_LAST + 1, np.int64)
+_FAMILY_OF = np.zeros(PYTHON_LAST + 1, np.int64)
 _FAMILY_OF[UNARY_FIRST:SELECT_LAST + 1] = ELEMENTWISE
 _FAMILY_OF[REDUCE_FIRST:REDUCE_LAST + 1] = REDUCE
 _FAMILY_OF[INDEX_FIRST:INDEX_LAST + 1] = INDEX
 _FAMILY_OF[LINALG_FIRST:LINALG_LAST + 1] = LINALG
 _FAMILY_OF[MATMUL] = MATMUL_FAMILY
+_FAMILY_OF[PYTHON_FIRST:PYTHON_LAST + 1] = PYTHON
 
 
 def families_of(rows):
