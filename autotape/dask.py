@@ -33,6 +33,11 @@ import weakref
 import dask
 import dask.array as da
 import numba
+
+try:
+    import distributed                   # (optional: dask's local schedulers need none)
+except ImportError:
+    distributed = None
 import numpy as np
 
 from .compile import Compiled
@@ -153,9 +158,7 @@ def _handle(compiled, client):
 
 def _active_client():
     """The distributed client dask computes with now, if any."""
-    try:
-        import distributed
-    except ImportError:
+    if distributed is None:
         return None
     try:
         client = distributed.default_client()

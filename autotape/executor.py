@@ -204,8 +204,9 @@ def _accumulator(tape, adj, adj_off, touched, row_addr, lanes, stride):
     the first time in a lane, added to after), where the sweep keeps it."""
     def accumulate(row, values):
         off, size = adj_off[row], tape.size(row)
-        if off < 0:
-            return                             # (a row no gradient may reach: a constant)
+        if off < 0:                            # (every operand of a reached row has one)
+            raise RuntimeError(f"autotape internal error: row {row}, an operand of a "
+                               "custom op, has no adjoint; please report this")
         values = np.asarray(values, np.float64).reshape(lanes, size)
         if lanes == 1 and row < row_addr.size and row_addr[row]:
             targets = [np.ctypeslib.as_array(

@@ -123,7 +123,9 @@ def run_hooks(hooks, g, shape, dtype):
         out = fn(grad)
         if out is None:
             continue
-        out = out if isinstance(out, Tensor) else new_leaf(*canonical(np.asarray(out)))
+        if not isinstance(out, Tensor):
+            raise TypeError(f"expected Tensor, but hook returned "
+                            f"'{type(out).__module__}.{type(out).__name__}'")
         if out.shape != tuple(shape):
             name = getattr(fn, "__name__", repr(fn))
             raise RuntimeError(f"hook '{name}' has changed the size of value")

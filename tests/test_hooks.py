@@ -166,6 +166,11 @@ def test_errors_are_torchs():
         (x * 3).sum().backward()
     with pytest.raises(TypeError, match="callable"):
         x.register_hook(3)
+    w = at.tensor([1.0, 2.0], requires_grad=True)
+    w.register_hook(lambda g: np.ones(2))
+    with pytest.raises(TypeError, match="expected Tensor, but hook returned "
+                                        "'numpy.ndarray'"):
+        (w * 3).sum().backward()
 
 
 def test_a_hook_inside_a_compiled_function_is_refused():

@@ -2,6 +2,9 @@
 tape kernels' answers, B points at once give B separate calls' answers, and rows it
 cannot lower leave the recording on the tape path, still correct."""
 import importlib
+import pickle
+import sys
+import types
 
 import numpy as np
 import pytest
@@ -302,10 +305,6 @@ def test_compiled_loops_at_many_points(f, x, poisoned):
 def test_a_copy_whose_function_cannot_be_imported_still_replays_its_recordings():
     """A worker that cannot import f's module (a script's, a notebook's) runs the
     recordings it was sent, and names the import error when it would need f."""
-    import pickle
-    import sys
-    import types
-
     module = types.ModuleType("autotape_vanishing_module")
     exec("def f(x):\n    return (x * x).sum()\n", module.__dict__)
     sys.modules[module.__name__] = module
