@@ -113,10 +113,11 @@ def test_local_cluster_equals_one_machine_and_broadcasts_the_program(cluster, co
 
 
 def test_a_worker_killed_mid_run_is_recovered_with_the_same_results(cluster, compiled):
-    points = thetas(100_000, seed=3)
-    value, grad = atd.map_points(compiled.value_and_grad,
-                                 da.from_array(points, chunks=(2500, 4)))
-    want = _local(compiled, "value_and_grad", points)
+    # ~3 s of chunks, so the kill lands mid-run; the points made by dask on the workers
+    lazy = da.random.default_rng(3).uniform(0.5, 1.5, (400_000, 4), chunks=(10_000, 4)) \
+        * np.array([1.0, 0.0, 9.8, 0.1])
+    value, grad = atd.map_points(compiled.value_and_grad, lazy)
+    want = _local(compiled, "value_and_grad", lazy.compute())
     futures = cluster.compute([value, grad])
     deadline = time.time() + 60
     busy = {}
