@@ -131,3 +131,23 @@ def test_a_sweep_inside_a_custom_vjp_keeps_the_outer_sweep_intact():
     ys = 2 * np.sin(xs)
     want = (np.exp(ys) * (1 + ys) + 2 * ys) * 2 * np.cos(xs)
     np.testing.assert_allclose(g.numpy(), want, rtol=1e-13)
+
+
+def test_checkpoint_inside_a_compiled_function():
+    def step(h, k):
+        return h + 0.1 * at.tanh(k * h) * at.cos(h)
+
+    def run(k, checkpointed):
+        h = k * 1.0
+        for _ in range(10):
+            h = at.checkpoint(step, h, k) if checkpointed else step(h, k)
+        return h.sum()
+
+    k0 = np.linspace(0.5, 1.5, 4)
+    ckpt = at.compile(lambda k: run(k, True), k0)
+    plain = at.compile(lambda k: run(k, False), k0)
+    for k in (k0, k0 * 1.3):
+        assert ckpt(k).item() == plain(k).item()
+        np.testing.assert_allclose(ckpt.grad(k).numpy(), plain.grad(k).numpy(), rtol=1e-14)
+    np.testing.assert_allclose(ckpt.hessian(k0).numpy(), plain.hessian(k0).numpy(),
+                               rtol=1e-13, atol=1e-15)
