@@ -16,7 +16,7 @@ import numpy as np
 from . import graph_backward
 from .executor import NO_ROWS, NO_STOPS, executor_for
 from .opcodes import CONST
-from .hooks import run_hooks, run_leaf_hooks, run_post_accumulate_hooks, stops_of
+from .hooks import LEAF_HOOKS, run_hooks, run_leaf_hooks, run_post_accumulate_hooks, stops_of
 from .kernels.staging import address_of
 from .ops.indexing import astype, stack
 from .tensor import F64, Tensor, new_leaf
@@ -363,14 +363,17 @@ def _run(outputs, grads, inputs, retain, accumulate=False, lanes=0, others=None)
         # recording on it closes it (it may be between the two halves of an append).
         if tape.owner is state:
             tape.close()
-    for entry in leaf_grads.values():          # a leaf's hooks see its whole gradient
-        if getattr(entry[0], "_hooks", None):
-            entry[1] = run_leaf_hooks(entry[0], entry[1], lanes if batched else 0)
+    hooked = LEAF_HOOKS[0]
+    if hooked:                                 # a leaf's hooks see its whole gradient
+        for entry in leaf_grads.values():
+            if getattr(entry[0], "_hooks", None):
+                entry[1] = run_leaf_hooks(entry[0], entry[1], lanes if batched else 0)
     if accumulate:
         for leaf, g in leaf_grads.values():
             if leaf._requires_grad:
                 _accumulate(leaf, g.reshape(leaf.shape))
-                run_post_accumulate_hooks(leaf)
+                if hooked:
+                    run_post_accumulate_hooks(leaf)
     if others is not None:
         mine = {id(t) for t in inputs}
         others.extend(leaf for leaf, _ in leaf_grads.values()

@@ -97,13 +97,14 @@ class CpuExecutor(Executor):
     def sweep(self, tape, seed_rows, seed_vals, seed_off, lanes, retain, row_addr=NO_ROWS,
               read=NO_ROWS, stops=NO_STOPS, on_stop=None, on_custom=None):
         busy()
-        adj = self.scratch(lanes * tape.columns().total_size)
+        columns = tape.columns()
+        adj = self.scratch(lanes * columns.total_size)
         args, held = tape.kernel_args()        # held: what args' addresses point into
         # large elementwise rows are split among threads (one lane: a Jacobian's lanes
         # already give each row enough work)
-        split = PARALLEL_MIN if lanes == 1 and tape.columns().total_size >= \
-            PARALLEL_MIN and get_num_threads() > 1 else 0
-        families = tape.columns().families
+        split = PARALLEL_MIN if lanes == 1 and columns.total_size >= PARALLEL_MIN and \
+            get_num_threads() > 1 else 0
+        families = columns.families
         reverse_sweep = sweep_for(families)    # compiled for what the tape's ops need
         state = np.full(SPLIT_STATE, -1, np.int64) if split or families & (LINALG | PYTHON) \
             or stops.size else FRESH_STATE

@@ -28,6 +28,9 @@ from .guards import current_trace
 from .tensor import Tensor, canonical, new_leaf
 
 _handle_ids = itertools.count()
+# Whether any leaf ever had a hook or a post-accumulate hook: until then the engine does
+# not look for them (a getattr per leaf per sweep is a small tape's measurable cost).
+LEAF_HOOKS = [False]
 
 
 class RemovableHandle:
@@ -79,6 +82,7 @@ def register_hook(t, fn):
     if not t.requires_grad:
         raise RuntimeError("cannot register a hook on a tensor that doesn't require gradient")
     if t._tape is None:
+        LEAF_HOOKS[0] = True
         hooks = getattr(t, "_hooks", None)
         if hooks is None:
             hooks = t._hooks = {}
@@ -106,6 +110,7 @@ def register_post_accumulate_grad_hook(t, fn):
     if t._tape is not None:
         raise RuntimeError("post accumulate grad hooks cannot be registered on non-leaf "
                            "tensors")
+    LEAF_HOOKS[0] = True
     hooks = getattr(t, "_post_hooks", None)
     if hooks is None:
         hooks = t._post_hooks = {}
@@ -135,6 +140,8 @@ def run_hooks(hooks, g, shape, dtype):
 
 def stops_of(tape):
     """The tape's rows with hooks: (stops, {row: (dtype, hooks)}) for the sweep."""
+    if not tape.hooks:
+        return None, None
     hooked = {row: entry for row, entry in list(tape.hooks.items()) if entry[1]}
     if not hooked:
         return None, hooked

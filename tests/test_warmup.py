@@ -85,7 +85,7 @@ def test_a_fresh_cache_compiles_only_what_a_scalar_program_uses(tmp_path):
     assert run.returncode == 0, run.stderr
     compiled = eval(run.stdout.strip().splitlines()[-1])
     assert compiled and all(name.rsplit(".", 1)[-1] in
-                            {"decode_rows", "address_of", "reverse_sweep_0"}
+                            {"decode_rows", "address_of", "families_of", "reverse_sweep_0"}
                             for name in compiled), compiled
     # a second process loads them all
     run = subprocess.run([sys.executable, "-c", code], env=env, capture_output=True,
