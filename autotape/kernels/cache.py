@@ -141,8 +141,12 @@ def compile_notice(what):
     def say():
         print(f"autotape: compiling {what} (once: later runs load it from "
               f"{cache_dir()})", file=sys.stderr, flush=True)
-        while first_compile_hooks:
-            first_compile_hooks.pop()()
+        while True:
+            try:
+                hook = first_compile_hooks.pop()   # (two compiles' timers may race here)
+            except IndexError:
+                break
+            hook()
     timer = threading.Timer(NOTICE_AFTER, say)
     timer.daemon = True
     timer.start()
