@@ -113,39 +113,29 @@ class CpuExecutor(Executor):
             read, NO_ROWS, NO_MARKS, state, split, stops)
         head = args[:7] + (args[8],)           # rows .. arena address, big_addr
         while status == SPLIT:
-            if state[3] == PYTHON_ROW:           # a user's op: its VJP, in Python
+            kind, resume = state[3], detail - 1
+            if kind == PYTHON_ROW or kind == HOOK_ROW:     # Python: a VJP or hooks
                 stride, off, size = state[1], adj_off[detail], tape.size(detail)
                 view = adj[:lanes * stride].reshape(lanes, stride)[:, off:off + size]
-                view[~touched[:, detail]] = 0.0
-                _in_python(on_custom, detail, view, _accumulator(
-                    tape, adj, adj_off, touched, row_addr, lanes, stride))
-                state[0] = detail - 1
-                status, detail, adj_off, touched = reverse_sweep(
-                    *args, retain, seed_rows, seed_vals, seed_off, lanes, adj, row_addr,
-                    self.dgemm, read, adj_off, touched, state, split, stops)
-                continue
-            if state[3] == HOOK_ROW:             # a stop: the caller's hooks, in Python
-                stride, off, size = state[1], adj_off[detail], tape.size(detail)
-                view = adj[:lanes * stride].reshape(lanes, stride)[:, off:off + size]
-                view[~touched[:, detail]] = 0.0
-                touched[:, detail] = True
-                _in_python(on_stop, detail, view)
-                state[0] = state[STOP_DONE] = detail
-                status, detail, adj_off, touched = reverse_sweep(
-                    *args, retain, seed_rows, seed_vals, seed_off, lanes, adj, row_addr,
-                    self.dgemm, read, adj_off, touched, state, split, stops)
-                continue
-            if state[3] == LINALG_ROW:           # a numpy.linalg row: its own kernel
+                view[~touched[:, detail]] = 0.0            # a lane no gradient reached
+                if kind == PYTHON_ROW:
+                    _in_python(on_custom, detail, view, _accumulator(
+                        tape, adj, adj_off, touched, row_addr, lanes, stride))
+                else:                                      # the row itself runs after
+                    touched[:, detail] = True
+                    _in_python(on_stop, detail, view)
+                    resume = state[STOP_DONE] = detail
+            elif kind == LINALG_ROW:             # a numpy.linalg row: its own kernel
                 if not linalg_row_vjp(*head, adj, adj_off, row_addr, touched, self.dgemm,
                                       detail, lanes, state[1]):
                     self._raise(tape, UNKNOWN_OP, detail)
             else:                                # a large row, among threads
-                n = tape.size(detail) if state[3] != 3 else \
+                n = tape.size(detail) if kind != 3 else \
                     tape.size(tape.row(detail).operands[0])
                 with parallel_launch():
                     split_row_vjp(*head, adj, adj_off, row_addr, touched, self.dgemm,
                                   detail, state, min(for_numba(), n // (PARALLEL_MIN // 2)))
-            state[0] = detail - 1
+            state[0] = resume
             status, detail, adj_off, touched = reverse_sweep(
                 *args, retain, seed_rows, seed_vals, seed_off, lanes, adj, row_addr,
                 self.dgemm, read, adj_off, touched, state, split, stops)

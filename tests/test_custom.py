@@ -97,15 +97,20 @@ def test_bad_vjps_are_named():
         at.custom_op(lambda x: x, lambda *a: None)(np.array(["a"]))
 
 
-def test_checkpoint_equals_the_plain_gradient_and_keeps_few_rows():
-    def step(h, k):
-        return h + 0.1 * at.tanh(k * h) * at.cos(h)
+def _step(h, k):
+    return h + 0.1 * at.tanh(k * h) * at.cos(h)
 
+
+def _chain(k, checkpointed, steps):
+    h = k * 1.0
+    for _ in range(steps):
+        h = at.checkpoint(_step, h, k) if checkpointed else _step(h, k)
+    return h.sum()
+
+
+def test_checkpoint_equals_the_plain_gradient_and_keeps_few_rows():
     def run(k, checkpointed):
-        h = k * 1.0
-        for _ in range(20):
-            h = at.checkpoint(step, h, k) if checkpointed else step(h, k)
-        return h.sum()
+        return _chain(k, checkpointed, 20)
 
     k = at.tensor(np.linspace(0.5, 1.5, 8), requires_grad=True)
     plain = run(k, False)
@@ -134,14 +139,8 @@ def test_a_sweep_inside_a_custom_vjp_keeps_the_outer_sweep_intact():
 
 
 def test_checkpoint_inside_a_compiled_function():
-    def step(h, k):
-        return h + 0.1 * at.tanh(k * h) * at.cos(h)
-
     def run(k, checkpointed):
-        h = k * 1.0
-        for _ in range(10):
-            h = at.checkpoint(step, h, k) if checkpointed else step(h, k)
-        return h.sum()
+        return _chain(k, checkpointed, 10)
 
     k0 = np.linspace(0.5, 1.5, 4)
     ckpt = at.compile(lambda k: run(k, True), k0)
