@@ -184,14 +184,19 @@ class Compiled:
         return self.value_and_grad(*args)[1]
 
     def jacobian(self, *args):
-        """d output / d argument, shape ``output.shape + argument.shape``, from one
-        compiled sweep with a lane per output element. Nested as (outputs, then
-        arguments) where f returns several or takes several."""
+        """d output / d argument, shape ``output.shape + argument.shape``. Nested as
+        (outputs, then arguments) where f returns several or takes several. Taken in
+        reverse (a sweep per output element) or, where arguments have fewer elements
+        than outputs, in forward mode (``jacfwd``: a tangent lane per argument element).
+        """
         args = _arguments(args)
         p = self._lean("value", args)
         if p is not None:
-            _, jac = p.lean.run(_joined(args)[None], jacobian=True)
+            _, jac = _lean_jacobian_at(p, _joined(args)[None])
             return p.rebuild(_lean_jacobian(p, p.outputs, jac[0]))
+        return self._tape_jacobian(args)
+
+    def _tape_jacobian(self, args):
         p, tape = self._at("value", args, fused=True)
         try:
             jac = _jacobian(p, tape, p.outputs, args)
@@ -199,10 +204,71 @@ class Compiled:
             p.release(tape)
         return p.rebuild([_per_argument(per_input) for per_input in jac])
 
+    def jacfwd(self, *args):
+        """The Jacobian, as ``jacobian`` returns it, by forward mode: one pass over the
+        program carrying a tangent lane per argument element. The cheap way when
+        arguments are few and outputs many (a trajectory's sensitivity to a few
+        parameters); ``jacobian`` picks it by itself then.
+
+        >>> traj = at.compile(lambda k: at.stack([k[0] * t for t in (1.0, 2.0, 3.0)]), np.ones(1))
+        >>> traj.jacfwd(np.array([2.0]))
+        tensor([[1.],
+                [2.],
+                [3.]])
+        """
+        args = _arguments(args)
+        p = self._lean("value", args)
+        if p is None:                          # (the tape path sweeps in reverse)
+            return self._tape_jacobian(args)
+        _, jac = _forward_jacobian(p, _joined(args)[None])
+        return p.rebuild(_lean_jacobian(p, p.outputs, jac[0]))
+
+    def jacrev(self, *args):
+        """The Jacobian, as ``jacobian`` returns it, by reverse mode: one sweep per
+        output element (the cheap way when outputs are few).
+
+        >>> at.compile(lambda x: (x ** 2).sum(), np.ones(2)).jacrev(np.array([1.0, 3.0]))
+        tensor([2., 6.])
+        """
+        args = _arguments(args)
+        p = self._lean("value", args)
+        if p is None:
+            return self._tape_jacobian(args)
+        _, jac = p.lean.run(_joined(args)[None], jacobian=True)
+        return p.rebuild(_lean_jacobian(p, p.outputs, jac[0]))
+
+    def jvp(self, primals, tangents):
+        """``(f(*primals), J @ tangents)``, f's value and its directional derivative
+        along ``tangents`` (one per argument, of its shape), by forward mode.
+
+        >>> f = at.compile(lambda x: x ** 3, np.ones(2))
+        >>> f.jvp((np.array([1.0, 2.0]),), (np.array([1.0, 0.0]),))
+        (tensor([1., 8.]), tensor([3., 0.]))
+        """
+        args = _arguments(tuple(primals))
+        tans = _tangents(args, tangents)
+        p = self._lean("value", args)
+        if p is None:                          # the tape path: J from the reverse sweep
+            p, tape = self._at("value", args, fused=True)
+            try:
+                jac = _jacobian(p, tape, p.outputs, args)
+                values = [_plain_copy(tape, o) for o in p.outputs]
+            finally:
+                p.release(tape)
+            tan = [sum(np.tensordot(j.numpy(), t, axes=t.ndim) for j, t in zip(per, tans))
+                   for per in jac]
+            return p.rebuild(values), p.rebuild(
+                [new_leaf(t if t.ndim else float(t), t.shape, F64) for t in tan])
+        values, tan = p.lean.tangents(_joined(args)[None], _joined(tans)[None, :, None])
+        return (p.rebuild(_lean_values(p.outputs, values[0])),
+                p.rebuild(_lean_values(p.outputs, tan[0, :, 0], tangent=True)))
+
     def hessian(self, *args):
         """The Hessian of a scalar f: ``argument.shape + argument.shape``, nested as
         (argument i, argument j) for several arguments. The gradient is recorded once
-        (create_graph) and replayed; one sweep gives every row.
+        (create_graph) and replayed; one pass gives every row (forward over reverse: a
+        tangent lane per argument element through the gradient's program, where it
+        runs as a lean program; else one reverse sweep with a lane per row).
 
         >>> at.compile(lambda x: x[0] ** 2 * x[1], np.ones(2)).hessian(np.array([1.0, 2.0]))
         tensor([[4., 2.],
@@ -210,8 +276,8 @@ class Compiled:
         """
         args = _arguments(args)
         p = self._lean("hessian", args)
-        if p is not None:
-            _, jac = p.lean.run(_joined(args)[None], jacobian=True)
+        if p is not None:                      # forward over reverse (measured cheaper)
+            _, jac = _forward_jacobian(p, _joined(args)[None])
             return _per_argument(_lean_jacobian(p, p.grads, jac[0]))
         p, tape = self._at("hessian", args, fused=True)
         try:
@@ -231,7 +297,8 @@ class Compiled:
         kind = _METHOD_KINDS.get(method)
         if kind is None:
             raise ValueError(f"vmap: a compiled function maps __call__, grad, "
-                             f"value_and_grad, jacobian or hessian, not {method!r}")
+                             f"value_and_grad, jacobian, jacfwd, jacrev or hessian, not "
+                             f"{method!r}")
         batch = _arguments(args)
         if any(a.ndim == 0 for a in batch):
             raise ValueError("vmap: every argument needs a leading axis of points; "
@@ -249,11 +316,12 @@ class Compiled:
         if method == "__call__":
             values, _ = p.lean.run(X)
             return p.rebuild(_lean_values(p.outputs, values, lead))
-        if method == "jacobian":
-            _, jac = p.lean.run(X, jacobian=True)
+        if method in ("jacobian", "jacfwd", "jacrev"):
+            _, jac = _forward_jacobian(p, X) if method == "jacfwd" else \
+                p.lean.run(X, jacobian=True) if method == "jacrev" else _lean_jacobian_at(p, X)
             return p.rebuild(_lean_jacobian(p, p.outputs, jac, lead))
         if method == "hessian":
-            _, jac = p.lean.run(X, jacobian=True)
+            _, jac = _forward_jacobian(p, X)
             return _per_argument(_lean_jacobian(p, p.grads, jac, lead))
         _scalar_output(p, method)
         values, jac = p.lean.run(X, jacobian=True)
@@ -507,7 +575,8 @@ def _lean_program(fields):
 
 
 _METHOD_KINDS = {"__call__": "value", "grad": "value", "value_and_grad": "value",
-                 "jacobian": "value", "hessian": "hessian"}
+                 "jacobian": "value", "jacfwd": "value", "jacrev": "value",
+                 "hessian": "hessian"}
 
 
 def _stacked(results, method):
@@ -521,10 +590,43 @@ def _stacked(results, method):
                     for k in range(len(leaves))])
 
 
-def _lean_values(targets, values, lead=()):
+def _forward_jacobian(p, X):
+    """Values and the Jacobian (B, outputs, inputs) at the points X by forward mode:
+    one tangent lane per input element."""
+    return p.lean.tangents(X, np.eye(p.total_in, dtype=X.dtype)[None])
+
+
+def _lean_jacobian_at(p, X):
+    """Values and the Jacobian at the points X, in forward mode where inputs are fewer
+    than outputs (a lane per input), else in reverse (a sweep per output)."""
+    if p.total_in < p.lean.out_slots.size:
+        return _forward_jacobian(p, X)
+    return p.lean.run(X, jacobian=True)
+
+
+def _tangents(args, tangents):
+    """jvp's tangents as arrays of the arguments' shapes and dtype."""
+    tangents = tuple(tangents)
+    if len(tangents) != len(args):
+        raise RuntimeError(f"jvp: Expected primals and tangents to have the same structure, "
+                           f"got {len(args)} primals and {len(tangents)} tangents")
+    out = []
+    for a, t in zip(args, tangents):
+        t = np.asarray(t._value if isinstance(t, Tensor) else t)
+        if t.dtype.kind not in "iuf":
+            raise TypeError(f"jvp: tangents must be float arrays, got dtype {t.dtype}")
+        if t.shape != a.shape:
+            raise RuntimeError(f"jvp: Expected primals and tangents to have the same "
+                               f"shape, got {a.shape} and {t.shape}")
+        out.append(np.array(t, a.dtype, order="C"))
+    return out
+
+
+def _lean_values(targets, values, lead=(), tangent=False):
     """Each target's value as a Tensor, from a lean program's output values (the row
     targets' elements one after another, on a leading axis of points when ``lead`` is
-    (B,); without one, ``values`` is one point's)."""
+    (B,); without one, ``values`` is one point's). With ``tangent``, values are
+    tangents, and a constant target's is zero."""
     out, start = [], 0
     for kind, v, shape in targets:
         if kind == "row":
@@ -532,7 +634,7 @@ def _lean_values(targets, values, lead=()):
             data = values[..., start:start + n].reshape(lead + shape).copy()
             start += n
         else:
-            data = np.broadcast_to(v, lead + shape).astype(values.dtype)
+            data = np.broadcast_to(0.0 if tangent else v, lead + shape).astype(values.dtype)
         out.append(new_leaf(data if data.ndim else float(data), data.shape, data.dtype))
     return out
 

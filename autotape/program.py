@@ -12,9 +12,11 @@ from .parallel import parallel_launch
 from .kernels.loops import find_loop, loop_kernels
 from .kernels.program import (COPY, GATHER, I_A, I_N, I_OP, I_OUT, I_P, I_SA, LOWERED,
                               SCATTER_ADD, forward_range, forward_range_points, live_sets,
-                              load_chunk, lower, reverse_range, reverse_range_points,
-                              run_points, run_points_parallel, seed_adjoints,
-                              store_adjoints, store_values)
+                              load_chunk, load_tangent_chunk, lower, reverse_range,
+                              reverse_range_points, run_points, run_points_parallel,
+                              run_tangents, run_tangents_parallel, seed_adjoints,
+                              store_adjoints, store_tangents, store_values, tangent_range,
+                              tangent_range_points)
 from .thread_state import here
 
 
@@ -108,6 +110,83 @@ class LeanProgram:
                        scratch[self.nslots * chunk:2 * self.nslots * chunk])
         return values, (jac if jacobian else None)
 
+    def tangents(self, X, S):
+        """Forward mode: values (B, outputs) at the points X (B, inputs) and their
+        tangents (B, outputs, K) in the K directions S (B or 1, inputs, K: one set per
+        point, or one for all), from one pass over the program carrying K lanes."""
+        B, K = X.shape[0], S.shape[2]
+        values = np.empty((B, self.out_slots.size), X.dtype)
+        tangents = np.empty((B, self.out_slots.size, K), X.dtype)
+        chunk = 1 if B == 1 else chunk_size(self.nslots * (1 + K) // 2)
+        workers = min(numba.get_num_threads(), (B + chunk - 1) // chunk)
+        if self.loop is not None:
+            self.calls += 1
+            if self.loop_kernels is not None or self.calls >= COMPILE_LOOP_AFTER:
+                self._prepare_loop(False, None)
+
+                def work(V, D, p0, C):
+                    self._loop_tangent_chunk(X, S, p0, C, V, D, values, tangents)
+                self._each_chunk(B, chunk, workers, (1, K), X.dtype, work)
+                return values, tangents
+        args = (self.instr, self.pool, self.divisor, self.const_slots, self.const_vals,
+                self.in_slots, self.out_slots, X, S, values, tangents, chunk)
+        if workers > 1:
+            with parallel_launch():
+                run_tangents_parallel(*args, workers, self.nslots)
+        else:
+            n = self.nslots * chunk
+            scratch = _scratch((1 + K) * n, X.dtype)
+            run_tangents(*args, scratch[:n], scratch[n:(1 + K) * n])
+        return values, tangents
+
+    def _each_chunk(self, B, chunk, workers, lanes, dtype, work):
+        """``work(V, W, p0, C)`` for the chunks of B points, spread over ``workers``
+        Python threads (the compiled parts release the GIL), each with scratch V and W
+        of lanes[0] and lanes[1] times the slot count per point."""
+        if B == 1:
+            n = self.nslots
+            scratch = _scratch((lanes[0] + lanes[1]) * n, dtype)
+            work(scratch[:lanes[0] * n], scratch[lanes[0] * n:(lanes[0] + lanes[1]) * n], 0, 1)
+            return
+        chunks = (B + chunk - 1) // chunk
+
+        def run(w):
+            V = np.empty(lanes[0] * self.nslots * chunk, dtype)
+            W = np.empty(lanes[1] * self.nslots * chunk, dtype)
+            for t in range(w, chunks, workers):
+                work(V, W, t * chunk, chunk)
+        if workers == 1:
+            run(0)
+        else:
+            with concurrent.futures.ThreadPoolExecutor(workers) as pool:
+                for done in [pool.submit(run, w) for w in range(workers)]:
+                    done.result()
+
+    def _loop_tangent_chunk(self, X, S, p0, C, V, D, values, tangents):
+        """Forward mode for points p0 .. p0 + C - 1 of a program with a loop: the
+        interpreter before and after it, its compiled body (values and tangents) in
+        between."""
+        start, period, repeats, delta = self.loop
+        end, count, K = start + period * repeats, self.instr.shape[0], S.shape[2]
+        one = C == 1
+        tangent = self.loop_kernels[0 if one else 1][3]
+        code = (self.instr, self.pool, self.divisor)
+        load_tangent_chunk(V, D, C, self.const_slots, self.const_vals, self.in_slots, X, S,
+                           p0)
+        for q0, q1 in ((0, start), (end, count)):
+            if q0 == end:
+                if one:
+                    tangent(V, D, delta, 0, repeats, K)
+                else:
+                    tangent(V, D, delta, 0, repeats, K, C)
+            if one:
+                forward_range(*code, V, q0, q1)
+                tangent_range(*code, V, D, K, q0, q1)
+            else:
+                forward_range_points(*code, V, C, q0, q1)
+                tangent_range_points(*code, V, D, C, K, q0, q1)
+        store_tangents(V, D, C, self.out_slots, values, tangents, p0)
+
     def _read_after(self, end):
         return np.concatenate([_read_slots(self.instr, self.pool, end), self.out_slots])
 
@@ -162,7 +241,7 @@ class LeanProgram:
         start, period, repeats, delta = self.loop
         end, count = start + period * repeats, self.instr.shape[0]
         one = C == 1
-        forward, reverse, clear = self.loop_kernels[0 if one else 1]
+        forward, reverse, clear, _ = self.loop_kernels[0 if one else 1]
         first_slot, last_slot = self.loop_slots
         load_chunk(V, C, self.const_slots, self.const_vals, self.in_slots, X, p0)
         code = (self.instr, self.pool, self.divisor)

@@ -86,6 +86,8 @@ def _more_compiled():
     for _ in range(COMPILE_LOOP_AFTER + 1):
         loop.grad(np.ones(2))
         func.vmap(loop.grad)(np.ones((8, 2)))
+        loop.jacfwd(np.ones(2))
+        func.vmap(loop.jacfwd)(np.ones((8, 2)))
 
 
 def _arrays():

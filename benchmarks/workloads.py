@@ -8,7 +8,9 @@ numbers: the value and all its parameter derivatives carried through the loop).
   after the last step, value and the 4-gradient;
 - heat: 1-D explicit heat equation, 200 cells, periodic (np.roll), gradient of the
   final sum of squares with respect to the 200 cells' diffusivities;
-- ensemble: the pendulum at B parameter sets, loss and gradient of each.
+- ensemble: the pendulum at B parameter sets, loss and gradient of each;
+- trajectory: the pendulum's every state (x, v after each step) and their Jacobian by
+  theta (forward mode; jax: lax.scan under jax.jit(jax.jacfwd)).
 """
 import math
 
@@ -60,15 +62,53 @@ def _accel_at(theta, x, v):
 
 def pendulum_at(theta, steps):
     x, v = theta[0], theta[1]
-    h = DT
     for _ in range(steps):
-        k1x, k1v = v, _accel_at(theta, x, v)
-        k2x, k2v = v + 0.5 * h * k1v, _accel_at(theta, x + 0.5 * h * k1x, v + 0.5 * h * k1v)
-        k3x, k3v = v + 0.5 * h * k2v, _accel_at(theta, x + 0.5 * h * k2x, v + 0.5 * h * k2v)
-        k4x, k4v = v + h * k3v, _accel_at(theta, x + h * k3x, v + h * k3v)
-        x = x + h / 6.0 * (k1x + 2.0 * k2x + 2.0 * k3x + k4x)
-        v = v + h / 6.0 * (k1v + 2.0 * k2v + 2.0 * k3v + k4v)
+        x, v = _rk4_at(theta, x, v, DT)
     return x * x + v * v
+
+
+def pendulum_trajectory_at(theta, steps):
+    """The pendulum's trajectory: x and v after every step, flat (2 * steps,)."""
+    x, v = theta[0], theta[1]
+    h = DT
+    states = []
+    for _ in range(steps):
+        x, v = _rk4_at(theta, x, v, h)
+        states += [x, v]
+    return at.stack(states)
+
+
+def _rk4_at(theta, x, v, h):
+    k1x, k1v = v, _accel_at(theta, x, v)
+    k2x, k2v = v + 0.5 * h * k1v, _accel_at(theta, x + 0.5 * h * k1x, v + 0.5 * h * k1v)
+    k3x, k3v = v + 0.5 * h * k2v, _accel_at(theta, x + 0.5 * h * k2x, v + 0.5 * h * k2v)
+    k4x, k4v = v + h * k3v, _accel_at(theta, x + h * k3x, v + h * k3v)
+    return (x + h / 6.0 * (k1x + 2.0 * k2x + 2.0 * k3x + k4x),
+            v + h / 6.0 * (k1v + 2.0 * k2v + 2.0 * k3v + k4v))
+
+
+def pendulum_trajectory_jax(jax, steps):
+    """The trajectory as jax computes it: lax.scan over the steps (fori_loop cannot
+    return every state), flat (2 * steps,)."""
+    jnp = jax.numpy
+
+    def f(theta):
+        def body(state, _):
+            x, v = state
+            h = DT
+
+            def accel(x, v):
+                return -theta[2] * jnp.sin(x) - theta[3] * v
+            k1x, k1v = v, accel(x, v)
+            k2x, k2v = v + 0.5 * h * k1v, accel(x + 0.5 * h * k1x, v + 0.5 * h * k1v)
+            k3x, k3v = v + 0.5 * h * k2v, accel(x + 0.5 * h * k2x, v + 0.5 * h * k2v)
+            k4x, k4v = v + h * k3v, accel(x + h * k3x, v + h * k3v)
+            x = x + h / 6.0 * (k1x + 2.0 * k2x + 2.0 * k3x + k4x)
+            v = v + h / 6.0 * (k1v + 2.0 * k2v + 2.0 * k3v + k4v)
+            return (x, v), jnp.stack([x, v])
+        _, states = jax.lax.scan(body, (theta[0], theta[1]), None, length=steps)
+        return states.reshape(-1)
+    return f
 
 
 def pendulum_jax(jax, steps):
@@ -106,13 +146,32 @@ def _accel_dual(theta, x, dx, v, dv, out):
 @numba.njit(cache=True)
 def pendulum_numba(theta, steps):
     """Value and gradient, forward mode: every state carries d state / d theta."""
+    x, v, dx, dv = _pendulum_dual(theta, steps, np.empty(0), np.empty((0, 4)))
+    grad = np.empty(4)
+    for k in range(4):
+        grad[k] = 2.0 * x * dx[k] + 2.0 * v * dv[k]
+    return x * x + v * v, grad
+
+
+@numba.njit(cache=True)
+def pendulum_trajectory_numba(theta, steps):
+    """The trajectory (x, v after each step, flat) and its Jacobian by theta."""
+    traj, jac = np.empty(2 * steps), np.empty((2 * steps, 4))
+    _pendulum_dual(theta, steps, traj, jac)
+    return traj, jac
+
+
+@numba.njit(cache=True)
+def _pendulum_dual(theta, steps, traj, jac):
+    """The RK4 steps in forward mode (4 tangent lanes); each state and its derivative
+    stored in traj / jac when they have room."""
     h = DT
     x, v = theta[0], theta[1]
     dx, dv = np.zeros(4), np.zeros(4)
     dx[0], dv[1] = 1.0, 1.0
     k1v_d, k2v_d, k3v_d, k4v_d = np.empty(4), np.empty(4), np.empty(4), np.empty(4)
     t_dx, t_dv = np.empty(4), np.empty(4)
-    for _ in range(steps):
+    for step in range(steps):
         k1x, k1x_d = v, dv.copy()
         k1v = _accel_dual(theta, x, dx, v, dv, k1v_d)
         for k in range(4):
@@ -132,10 +191,10 @@ def pendulum_numba(theta, steps):
             dv[k] += h / 6.0 * (k1v_d[k] + 2.0 * k2v_d[k] + 2.0 * k3v_d[k] + k4v_d[k])
         x = x + h / 6.0 * (k1x + 2.0 * k2x + 2.0 * k3x + k4x)
         v = v + h / 6.0 * (k1v + 2.0 * k2v + 2.0 * k3v + k4v)
-    grad = np.empty(4)
-    for k in range(4):
-        grad[k] = 2.0 * x * dx[k] + 2.0 * v * dv[k]
-    return x * x + v * v, grad
+        if traj.size:
+            traj[2 * step], traj[2 * step + 1] = x, v
+            jac[2 * step], jac[2 * step + 1] = dx, dv
+    return x, v, dx, dv
 
 
 @numba.njit(cache=True, parallel=True)

@@ -74,3 +74,16 @@ def check_second_order(f, *arrays, seed=1, rtol=1e-4, atol=1e-5, eps=1e-5):
     for k in range(len(arrays)):
         np.testing.assert_allclose(analytic[k].numpy(), numeric[k], rtol=rtol, atol=atol,
                                    err_msg=f"second derivative, argument {k}")
+
+
+def central_jacobian(f, x, eps=1e-6):
+    """d f / d x by central differences: (f's size, x's size), f taking and returning
+    arrays."""
+    x = np.asarray(x, float)
+    cols = []
+    for k in range(x.size):
+        e = np.zeros(x.size)
+        e[k] = eps
+        cols.append((np.asarray(f(x + e.reshape(x.shape))) -
+                     np.asarray(f(x - e.reshape(x.shape)))).reshape(-1) / (2 * eps))
+    return np.stack(cols, axis=1)

@@ -298,6 +298,16 @@ def times(op, g, d):
     return g * d
 
 
+@register_jitable
+def tangent_times(op, t, d):
+    """t * d for a tangent t in forward mode: a zero tangent carries nothing, even
+    through an inf or nan partial (the twin of the reverse sweep's live sets: an input
+    a value does not depend on, or a zero direction, gives 0, not nan)."""
+    if t == 0.0:
+        return 0.0
+    return times(op, t, d)
+
+
 # ---- forward kernels: the compiled replay of a row ------------------------------------------
 
 @register_jitable

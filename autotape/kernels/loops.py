@@ -168,16 +168,21 @@ class _Body:
         self.recomputed = need
         self.size = delta
 
-    def ref(self, q, col, k, adjoint=False, points=False):
+    def ref(self, q, col, k, adjoint=False, points=False, tangent=False):
         """The array element instruction q's column ``col`` names, element suffix k; with
-        ``points``, that element of point j in a chunk of C (slot-major)."""
+        ``points``, that element of point j in a chunk of C (slot-major); with
+        ``tangent``, its tangent in lane l (of K, the lanes inside the slot)."""
         c = int(self.instr[q, col])
         moved = int(self.instr[q + self.period, col]) != c
         owner = self._owner(c) if moved else None
         if owner is not None and owner in self.temporary:
-            name, index = ("GT" if adjoint else "T"), f"{c - self.base}{k}"
+            name, index = ("GT" if adjoint else "DT" if tangent else "T"), \
+                f"{c - self.base}{k}"
         else:
-            name, index = ("G" if adjoint else "V"), f"{c}{' + o' if moved else ''}{k}"
+            name, index = ("G" if adjoint else "D" if tangent else "V"), \
+                f"{c}{' + o' if moved else ''}{k}"
+        if tangent:
+            index = f"({index}) * K + l"
         return f"{name}[({index}) * C + j]" if points else f"{name}[{index}]"
 
     def _elements(self, q, col):
@@ -213,6 +218,130 @@ def _block(loops, statements):
     return out
 
 
+def _instruction(body, q, points):
+    """Instruction q of the body as code: (loop headers, forward lines, reverse lines,
+    the reverse lines' writes to operand adjoints as (line, column, conditional))."""
+    instr = body.instr
+    op, n = int(instr[q, I_OP]), int(instr[q, I_N])
+    sa = int(instr[q, I_SA]) if op != COPY else 1
+    writes = []
+    loops = ([f"for k in range({n}):"] if n > 1 else []) + \
+        (["for j in range(C):"] if points else [])
+    kz, kx = (" + k", " + k" * sa) if n > 1 else ("", "")
+
+    def ref(col, k, adjoint=False):
+        return body.ref(q, col, k, adjoint, points)
+    z, x, gz, gx = ref(I_OUT, kz), ref(I_A, kx), ref(I_OUT, kz, True), ref(I_A, kx, True)
+    name = opcode_name(op) if op >= 0 else "COPY"
+    forward, backward = [], []
+    if op == COPY:
+        forward.append(f"{z} = {x}  # COPY")
+        if body.gets_adjoint(q, I_A):
+            writes.append((0, I_A, False))
+            backward.append(f"{gx} += {gz}  # COPY")
+    elif op <= UNARY_LAST:
+        forward.append(f"{z} = unary_value({op}, f64({x}))  # {name}")
+        if not passes_nothing(op) and body.gets_adjoint(q, I_A):
+            writes.append((0, I_A, False))
+            backward.append(f"{gx} += times({op}, f64({gz}), unary_partial({op}, "
+                            f"f64({x}), f64({z})))  # {name}")
+    else:
+        ky = " + k" * int(instr[q, I_SA + 1]) if n > 1 else ""
+        y, gy = ref(I_A + 1, ky), ref(I_A + 1, ky, True)
+        X, Y, Z = f"f64({x})", f"f64({y})", f"f64({z})"
+        if op == WHERE:
+            w = ref(I_A + 2, " + k" * int(instr[q, I_SA + 2]) if n > 1 else "")
+            forward.append(f"{z} = {x} if {w} != 0 else {y}  # WHERE")
+            writes += [(1, I_A, True), (3, I_A + 1, True)]
+            backward += [f"if {w} != 0:", f"    {gx} += {gz}", "else:",
+                         f"    {gy} += {gz}  # WHERE"]
+        else:
+            symbol = {ADD: "+", SUB: "-", MUL: "*", DIV: "/"}.get(op)
+            forward.append(f"{z} = " + (f"{X} {symbol} {Y}" if symbol else
+                                        f"binary_value({op}, {X}, {Y})") + f"  # {name}")
+            if not passes_nothing(op):
+                g = f"f64({gz})"
+                if op == ADD or op == SUB:
+                    dx, dy = g, (g if op == ADD else f"-{g}")
+                elif op == MUL:
+                    dx, dy = f"{g} * {Y}", f"{g} * {X}"
+                else:
+                    dx = f"times({op}, {g}, binary_partial_x({op}, {X}, {Y}, {Z}))"
+                    dy = f"times({op}, {g}, binary_partial_y({op}, {X}, {Y}, {Z}))"
+                cols = [c for c in (I_A, I_A + 1) if body.gets_adjoint(q, c)]
+                if len(cols) == 2:         # (both read before either is written)
+                    backward += [f"gx, gy = {dx}, {dy}", f"{gx} += gx", f"{gy} += gy"]
+                    writes += [(1, I_A, False), (2, I_A + 1, False)]
+                elif cols:
+                    target, d = (gx, dx) if cols[0] == I_A else (gy, dy)
+                    backward.append(f"{target} += {d}")
+                    writes.append((0, cols[0], False))
+    return loops, forward, backward, writes
+
+
+def _tangent_lines(body, q, points):
+    """Forward mode for instruction q: its tangent in each of K lanes (the loop over
+    lanes innermost, the partials computed once per element). Operands that are
+    constants carry no tangent and are left out."""
+    instr = body.instr
+    op, n = int(instr[q, I_OP]), int(instr[q, I_N])
+    sa = int(instr[q, I_SA]) if op != COPY else 1
+    kz, kx = (" + k", " + k" * sa) if n > 1 else ("", "")
+    ky = " + k" * int(instr[q, I_SA + 1]) if n > 1 else ""
+
+    def ref(col, k):
+        return body.ref(q, col, k, False, points)
+
+    def tan(col, k):
+        return body.ref(q, col, k, False, points, tangent=True)
+    z, dz = ref(I_OUT, kz), tan(I_OUT, kz)
+    active = [c for c in (I_A, I_A + 1) if body.gets_adjoint(q, c)] if op != COPY \
+        else [I_A]
+    if op == COPY:
+        return [], [f"{dz} = {tan(I_A, kx)}"]
+    if op == WHERE:
+        w = ref(I_A + 2, " + k" * int(instr[q, I_SA + 2]) if n > 1 else "")
+        pick = {c: (tan(c, kx if c == I_A else ky) if c in active else "0.0")
+                for c in (I_A, I_A + 1)}
+        return [], [f"{dz} = {pick[I_A]} if {w} != 0 else {pick[I_A + 1]}"]
+    if passes_nothing(op) or not active:
+        return [], [f"{dz} = 0.0"]
+    x = f"f64({ref(I_A, kx)})"
+    if op <= UNARY_LAST:
+        return [f"dx = unary_partial({op}, {x}, f64({z}))"], \
+            [f"{dz} = tangent_times({op}, f64({tan(I_A, kx)}), dx)"]
+    y = f"f64({ref(I_A + 1, ky)})"
+    if op == ADD or op == SUB:
+        partials = {I_A: None, I_A + 1: None if op == ADD else "-"}
+        terms = [("-" if partials[c] == "-" else "") + f"f64({tan(c, kx if c == I_A else ky)})"
+                 for c in active]
+        return [], [f"{dz} = " + " + ".join(terms)]
+    if op == MUL:
+        partial = {I_A: y, I_A + 1: x}
+        setup = []
+    else:
+        partial = {I_A: "dx", I_A + 1: "dy"}
+        setup = [f"dx = binary_partial_x({op}, {x}, {y}, f64({z}))",
+                 f"dy = binary_partial_y({op}, {x}, {y}, f64({z}))"]
+    terms = [f"tangent_times({op}, f64({tan(c, kx if c == I_A else ky)}), {partial[c]})"
+             for c in active]
+    return setup, [f"{dz} = " + " + ".join(terms)]
+
+
+def _tangent_body(body, points):
+    """The lines of the forward-mode kernel (values and K tangent lanes per repetition)
+    and those hoisted before the loop (the invariant temporaries)."""
+    lines, hoisted = [], []
+    invariant = _invariant(body)
+    for q in range(body.start, body.start + body.period):
+        loops, forward, _, _ = _instruction(body, q, points)
+        setup, per_lane = _tangent_lines(body, q, points)
+        block = _block(loops, forward + setup + ["for l in range(K):"]
+                       + ["    " + line for line in per_lane])
+        (hoisted if q in invariant else lines).extend(block)
+    return lines, hoisted
+
+
 def _body(body, points):
     """The forward lines, the forward lines of the temporaries (the reverse sweep's
     recomputation), the reverse lines and the lines zeroing the kept slots' adjoints of
@@ -220,60 +349,8 @@ def _body(body, points):
     instr, fwd, again, rev, clear, hoisted = body.instr, [], [], [], [], []
     invariant = _invariant(body)
     for q in range(body.start, body.start + body.period):
-        op, n = int(instr[q, I_OP]), int(instr[q, I_N])
-        sa = int(instr[q, I_SA]) if op != COPY else 1
-        writes = []                  # (line of backward, column, conditional)
-        loops = ([f"for k in range({n}):"] if n > 1 else []) + \
-            (["for j in range(C):"] if points else [])
-        kz, kx = (" + k", " + k" * sa) if n > 1 else ("", "")
-
-        def ref(col, k, adjoint=False):
-            return body.ref(q, col, k, adjoint, points)
-        z, x, gz, gx = ref(I_OUT, kz), ref(I_A, kx), ref(I_OUT, kz, True), ref(I_A, kx, True)
-        name = opcode_name(op) if op >= 0 else "COPY"
-        forward, backward = [], []
-        if op == COPY:
-            forward.append(f"{z} = {x}  # COPY")
-            if body.gets_adjoint(q, I_A):
-                writes.append((0, I_A, False))
-                backward.append(f"{gx} += {gz}  # COPY")
-        elif op <= UNARY_LAST:
-            forward.append(f"{z} = unary_value({op}, f64({x}))  # {name}")
-            if not passes_nothing(op) and body.gets_adjoint(q, I_A):
-                writes.append((0, I_A, False))
-                backward.append(f"{gx} += times({op}, f64({gz}), unary_partial({op}, "
-                                f"f64({x}), f64({z})))  # {name}")
-        else:
-            ky = " + k" * int(instr[q, I_SA + 1]) if n > 1 else ""
-            y, gy = ref(I_A + 1, ky), ref(I_A + 1, ky, True)
-            X, Y, Z = f"f64({x})", f"f64({y})", f"f64({z})"
-            if op == WHERE:
-                w = ref(I_A + 2, " + k" * int(instr[q, I_SA + 2]) if n > 1 else "")
-                forward.append(f"{z} = {x} if {w} != 0 else {y}  # WHERE")
-                writes += [(1, I_A, True), (3, I_A + 1, True)]
-                backward += [f"if {w} != 0:", f"    {gx} += {gz}", "else:",
-                             f"    {gy} += {gz}  # WHERE"]
-            else:
-                symbol = {ADD: "+", SUB: "-", MUL: "*", DIV: "/"}.get(op)
-                forward.append(f"{z} = " + (f"{X} {symbol} {Y}" if symbol else
-                                            f"binary_value({op}, {X}, {Y})") + f"  # {name}")
-                if not passes_nothing(op):
-                    g = f"f64({gz})"
-                    if op == ADD or op == SUB:
-                        dx, dy = g, (g if op == ADD else f"-{g}")
-                    elif op == MUL:
-                        dx, dy = f"{g} * {Y}", f"{g} * {X}"
-                    else:
-                        dx = f"times({op}, {g}, binary_partial_x({op}, {X}, {Y}, {Z}))"
-                        dy = f"times({op}, {g}, binary_partial_y({op}, {X}, {Y}, {Z}))"
-                    cols = [c for c in (I_A, I_A + 1) if body.gets_adjoint(q, c)]
-                    if len(cols) == 2:         # (both read before either is written)
-                        backward += [f"gx, gy = {dx}, {dy}", f"{gx} += gx", f"{gy} += gy"]
-                        writes += [(1, I_A, False), (2, I_A + 1, False)]
-                    elif cols:
-                        target, d = (gx, dx) if cols[0] == I_A else (gy, dy)
-                        backward.append(f"{target} += {d}")
-                        writes.append((0, cols[0], False))
+        n = int(instr[q, I_N])
+        loops, forward, backward, writes = _instruction(body, q, points)
         lines = _block(loops, forward)
         if q in invariant:
             hoisted.extend(lines)               # (a temporary: nothing to clear)
@@ -363,7 +440,7 @@ import numba
 import numpy as np
 
 from autotape.kernels.elementwise import (binary_partial_x, binary_partial_y, binary_value,
-                                          times, unary_partial, unary_value)
+                                          tangent_times, times, unary_partial, unary_value)
 
 f64 = np.float64
 '''
@@ -387,6 +464,16 @@ def clear{suffix}(G, delta, first, repeats{points}):
 
 
 @numba.njit(cache=True, error_model="numpy", nogil=True)
+def tangent{suffix}(V, D, delta, first, repeats, K{points}):
+    T = np.empty({size}{times_c}, V.dtype)
+    DT = np.empty({size} * K{times_c}, V.dtype)
+    {tangent_hoisted}
+    for t in range(first, repeats):
+        o = t * delta
+        {tangent}
+
+
+@numba.njit(cache=True, error_model="numpy", nogil=True)
 def reverse{suffix}(V, G, delta, first, repeats{points}):
     T = np.empty({size}{times_c}, V.dtype)
     GT = np.empty({size}{times_c}, V.dtype)
@@ -400,9 +487,11 @@ def reverse{suffix}(V, G, delta, first, repeats{points}):
 
 def _functions(body, points):
     fwd, again, rev, clear, hoisted = _body(body, points)
+    tangent, tangent_hoisted = _tangent_body(body, points)
     join = "\n        ".join
     hoisted = "\n    ".join(hoisted) or "pass"
-    return _FUNCTIONS.replace("{suffix}", "_points" if points else "").replace(
+    return _FUNCTIONS.replace("{tangent_hoisted}", "\n    ".join(tangent_hoisted) or "pass") \
+        .replace("{tangent}", join(tangent)).replace("{suffix}", "_points" if points else "").replace(
         "{points}", ", C" if points else "").replace("{times_c}", " * C" if points else "") \
         .replace("{size}", str(max(body.size, 1))).replace("{forward}", join(fwd)).replace(
             "{again}", join(again) or "pass").replace("{reverse}", join(rev) or "pass") \
@@ -441,6 +530,7 @@ def loop_kernels(instr, loop, constants, read_after):
             sys.modules[name] = module         # (numba's cache finds its globals by name)
             spec.loader.exec_module(module)
             kernels = _compiled[key] = (
-                (module.forward, module.reverse, module.clear),
-                (module.forward_points, module.reverse_points, module.clear_points))
+                (module.forward, module.reverse, module.clear, module.tangent),
+                (module.forward_points, module.reverse_points, module.clear_points,
+                 module.tangent_points))
     return kernels

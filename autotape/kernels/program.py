@@ -29,7 +29,7 @@ from ..tape_format import A, AUX, B, OP, VLOC, array_location, operand, operand_
 from .cache import cached_njit
 from .context import operand_map, shape_of, size_of, sweep_context, value
 from .elementwise import (binary_partial_x, binary_partial_y, binary_value, passes_nothing,
-                          times, unary_partial, unary_value)
+                          tangent_times, times, unary_partial, unary_value)
 from .indexing import indexing_forward, pattern_map
 from .reduce import kept_map
 
@@ -519,6 +519,90 @@ def _kernels(fixed_c):
                             G[y + j] += G[z + j]
 
     @register_jitable
+    def tangent(instr, pool, divisor, V, T, C, K, q0, q1):
+        """Forward mode: the tangents of instructions q0 .. q1 - 1, whose values V holds,
+        K lanes each: T[(slot * K + lane) * C + point]. A zero tangent carries nothing
+        (``tangent_times``)."""
+        if fixed_c:
+            C = fixed_c
+        KC = K * C
+        for q in range(q0, q1):
+            op, out, n = instr[q, I_OP], instr[q, I_OUT], instr[q, I_N]
+            if op == COPY:
+                a = instr[q, I_A]
+                for k in range(n * KC):
+                    T[out * KC + k] = T[a * KC + k]
+            elif op == GATHER:
+                p = instr[q, I_P]
+                for k in range(n):
+                    src, dst = pool[p + k] * KC, (out + k) * KC
+                    for j in range(KC):
+                        T[dst + j] = T[src + j]
+            elif op == SCATTER_ADD:
+                p, pairs, d = instr[q, I_P], instr[q, I_SA], divisor[q]
+                for k in range(n * KC):
+                    T[out * KC + k] = 0.0
+                for k in range(pairs):
+                    src, dst = pool[p + 2 * k] * KC, (out + pool[p + 2 * k + 1]) * KC
+                    for j in range(KC):
+                        T[dst + j] += T[src + j]
+                if d != 1.0:
+                    for k in range(n * KC):
+                        T[out * KC + k] = np.float64(T[out * KC + k]) / d
+            elif passes_nothing(op):
+                for k in range(n * KC):
+                    T[out * KC + k] = 0.0
+            elif op <= UNARY_LAST:
+                a, sa = instr[q, I_A], instr[q, I_SA]
+                for k in range(n):
+                    x, z = a + k * sa, out + k
+                    for j in range(C):
+                        d = unary_partial(op, np.float64(V[x * C + j]), np.float64(V[z * C + j]))
+                        for l in range(K):
+                            T[(z * K + l) * C + j] = tangent_times(
+                                op, np.float64(T[(x * K + l) * C + j]), d)
+            elif op <= BINARY_LAST:
+                a, b, sa, sb = instr[q, I_A], instr[q, I_B], instr[q, I_SA], instr[q, I_SB]
+                for k in range(n):
+                    x, y, z = a + k * sa, b + k * sb, out + k
+                    for j in range(C):
+                        xv, yv, zv = np.float64(V[x * C + j]), np.float64(V[y * C + j]), \
+                            np.float64(V[z * C + j])
+                        if op == ADD or op == SUB:
+                            dx, dy = 1.0, (1.0 if op == ADD else -1.0)
+                        elif op == MUL:
+                            dx, dy = yv, xv
+                        else:
+                            dx, dy = binary_partial_x(op, xv, yv, zv), \
+                                binary_partial_y(op, xv, yv, zv)
+                        for l in range(K):
+                            T[(z * K + l) * C + j] = \
+                                tangent_times(op, np.float64(T[(x * K + l) * C + j]), dx) + \
+                                tangent_times(op, np.float64(T[(y * K + l) * C + j]), dy)
+            else:                                                   # WHERE
+                a, b, c = instr[q, I_A], instr[q, I_B], instr[q, I_C]
+                sa, sb, sc = instr[q, I_SA], instr[q, I_SB], instr[q, I_SC]
+                for k in range(n):
+                    x, y, w, z = a + k * sa, b + k * sb, c + k * sc, out + k
+                    for j in range(C):
+                        src = x if V[w * C + j] != 0 else y
+                        for l in range(K):
+                            T[(z * K + l) * C + j] = T[(src * K + l) * C + j]
+
+    @register_jitable
+    def tangent_chunk(instr, pool, divisor, const_slots, const_vals, in_slots, out_slots,
+                      X, S, values, tangents, p0, C, V, T):
+        """Points p0 .. p0 + C - 1 (fewer at the end): forward, then the tangents of
+        the K directions S (points or 1, inputs, K), values and output tangents out."""
+        if fixed_c:
+            C = fixed_c
+        K = S.shape[2]
+        _load(V, T, C, K, const_slots, const_vals, in_slots, X, S, p0)
+        forward(instr, pool, divisor, V, C, 0, instr.shape[0])
+        tangent(instr, pool, divisor, V, T, C, K, 0, instr.shape[0])
+        _store(V, T, C, K, out_slots, values, tangents, p0)
+
+    @register_jitable
     def chunk(instr, pool, divisor, live, const_slots, const_vals, in_slots, out_slots, X,
               values, jac, want_jac, p0, C, V, G):
         """Points p0 .. p0 + C - 1 (fewer at the end): forward, values out, and with
@@ -553,10 +637,44 @@ def _kernels(fixed_c):
                 for j in range(m):
                     jac[p0 + j, o, e] = G[s + j]
 
-    return chunk, forward, reverse
+    return chunk, forward, reverse, tangent_chunk, tangent
 
 
-(_chunk_one, _forward_one, _reverse_one), (_chunk_many, _forward_many, _reverse_many) = \
+@register_jitable
+def _load(V, T, C, K, const_slots, const_vals, in_slots, X, S, p0):
+    """Constants and the points p0 .. p0 + C - 1 of X into V (a short last chunk repeats
+    its last point), their tangents into T: zero for constants, S's for inputs (S has
+    one row per point, or one for all)."""
+    m = min(C, X.shape[0] - p0)
+    shared = S.shape[0] == 1
+    for k in range(const_slots.size):
+        s = const_slots[k]
+        for j in range(C):
+            V[s * C + j] = const_vals[k]
+        for j in range(K * C):
+            T[s * K * C + j] = 0.0
+    for e in range(in_slots.size):
+        s = in_slots[e]
+        for j in range(C):
+            p = p0 + min(j, m - 1)
+            V[s * C + j] = X[p, e]
+            for l in range(K):
+                T[(s * K + l) * C + j] = S[0 if shared else p, e, l]
+
+
+@register_jitable
+def _store(V, T, C, K, out_slots, values, tangents, p0):
+    m = min(C, values.shape[0] - p0)
+    for o in range(out_slots.size):
+        s = out_slots[o]
+        for j in range(m):
+            values[p0 + j, o] = V[s * C + j]
+            for l in range(K):
+                tangents[p0 + j, o, l] = T[(s * K + l) * C + j]
+
+
+(_chunk_one, _forward_one, _reverse_one, _tangent_chunk_one, _tangent_one), \
+    (_chunk_many, _forward_many, _reverse_many, _tangent_chunk_many, _tangent_many) = \
     _kernels(1), _kernels(0)
 
 
@@ -598,6 +716,35 @@ def run_points(instr, pool, divisor, live, const_slots, const_vals, in_slots, ou
         else:
             _chunk_many(instr, pool, divisor, live, const_slots, const_vals, in_slots,
                         out_slots, X, values, jac, want_jac, p0, C, V, G)
+
+
+@cached_njit()
+def run_tangents(instr, pool, divisor, const_slots, const_vals, in_slots, out_slots, X, S,
+                 values, tangents, C, V, T):
+    """Forward mode at the points X (B, inputs): values (B, outputs) and the tangents
+    (B, outputs, K) of the K directions S (B or 1, inputs, K), C points at a time. V
+    and T: scratch of C and K * C times the slot count."""
+    for p0 in range(0, X.shape[0], C):
+        if C == 1:
+            _tangent_chunk_one(instr, pool, divisor, const_slots, const_vals, in_slots,
+                               out_slots, X, S, values, tangents, p0, C, V, T)
+        else:
+            _tangent_chunk_many(instr, pool, divisor, const_slots, const_vals, in_slots,
+                                out_slots, X, S, values, tangents, p0, C, V, T)
+
+
+@cached_njit(parallel=True)
+def run_tangents_parallel(instr, pool, divisor, const_slots, const_vals, in_slots,
+                          out_slots, X, S, values, tangents, C, workers, nslots):
+    """run_tangents with the chunks spread over ``workers`` threads."""
+    B, K = X.shape[0], S.shape[2]
+    chunks = (B + C - 1) // C
+    for w in prange(workers):
+        V = np.empty(nslots * C, X.dtype)
+        T = np.empty(nslots * K * C, X.dtype)
+        for t in range(w, chunks, workers):
+            _tangent_chunk_many(instr, pool, divisor, const_slots, const_vals, in_slots,
+                                out_slots, X, S, values, tangents, t * C, C, V, T)
 
 
 @cached_njit(parallel=True)
@@ -668,6 +815,30 @@ def load_chunk(V, C, const_slots, const_vals, in_slots, X, p0):
     for e in range(in_slots.size):
         for j in range(C):
             V[in_slots[e] * C + j] = X[p0 + min(j, m - 1), e]
+
+
+@cached_njit()
+def tangent_range(instr, pool, divisor, V, T, K, q0, q1):
+    """The tangents of instructions q0 .. q1 - 1 at one point (around a compiled loop)."""
+    _tangent_one(instr, pool, divisor, V, T, 1, K, q0, q1)
+
+
+@cached_njit()
+def tangent_range_points(instr, pool, divisor, V, T, C, K, q0, q1):
+    """tangent_range for a chunk of C points."""
+    _tangent_many(instr, pool, divisor, V, T, C, K, q0, q1)
+
+
+@cached_njit()
+def load_tangent_chunk(V, T, C, const_slots, const_vals, in_slots, X, S, p0):
+    """load_chunk, and the tangents: zero for constants, S's for the inputs."""
+    _load(V, T, C, S.shape[2], const_slots, const_vals, in_slots, X, S, p0)
+
+
+@cached_njit()
+def store_tangents(V, T, C, out_slots, values, tangents, p0):
+    """The chunk's output values and tangents (K = tangents.shape[2])."""
+    _store(V, T, C, tangents.shape[2], out_slots, values, tangents, p0)
 
 
 @cached_njit()
