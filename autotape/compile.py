@@ -33,6 +33,7 @@ from .opcodes import CONST, CUSTOM, MATMUL, PYTHON_LAST, opcode_name
 from .ops.indexing import reshape
 from .ops.linalg import values_of
 from .ops.recording import row_of
+from .checkpointing import NotCheckpointable
 from .program import LeanProgram
 from .tape import close_open_tape, open_tape
 from .tape_format import saved_row
@@ -43,18 +44,22 @@ __all__ = ["compile", "Compiled"]
 WARN_AFTER_RECORDINGS = 8      # recordings forced by guards before the warning
 
 
-def compile(f, *example_args):
+def compile(f, *example_args, checkpoint=None):
     """f recorded once at ``example_args`` (float arrays, numbers or Tensors; f returns
     a Tensor or a tuple / list / dict of them), returned as a ``Compiled`` function
     that replays the recording: call it for f's value, or use ``.grad``,
     ``.value_and_grad``, ``.jacobian``, ``.hessian``. Derivatives are taken with
     respect to every argument.
 
+    ``checkpoint="sqrt"`` sweeps a long time-stepping loop in segments: memory like
+    the square root of its steps for about one more forward pass (checkpointing.py);
+    an int is a budget, the repetitions' worth of values kept at once at most.
+
     >>> rosen = at.compile(lambda x: (100 * (x[1:] - x[:-1] ** 2) ** 2).sum(), np.zeros(3))
     >>> rosen.hessian(np.ones(3)).shape
     (3, 3)
     """
-    return Compiled(f, example_args)
+    return Compiled(f, example_args, checkpoint)
 
 
 class _Program:
@@ -96,10 +101,16 @@ class Compiled:
     1
     """
 
-    def __init__(self, f, example_args):
+    def __init__(self, f, example_args, checkpoint=None):
         if not callable(f):
             raise TypeError(f"compile: expected a function, but got {type(f).__name__}")
+        if checkpoint is not None and checkpoint != "sqrt" and not (
+                isinstance(checkpoint, int) and not isinstance(checkpoint, bool)
+                and checkpoint > 0):
+            raise ValueError(f"compile: checkpoint must be None, 'sqrt' or a positive int "
+                             f"(repetitions' worth of values), not {checkpoint!r}")
         self.f = f
+        self.checkpoint = checkpoint
         self.traces = 0
         self._programs = {}
         self._guard_failures = 0
@@ -124,7 +135,7 @@ class Compiled:
         programs = {key: _lean_state(p) for key, p in self._programs.items()
                     if p.lean is not None}
         return {"f": f, "why": why, "name": getattr(self.f, "__name__", repr(self.f)),
-                "traces": self.traces, "programs": programs}
+                "traces": self.traces, "programs": programs, "checkpoint": self.checkpoint}
 
     def __setstate__(self, state):
         f, why = state["f"], state["why"]
@@ -136,6 +147,7 @@ class Compiled:
         self.f = f
         self._unpickled_without_f = None if f is not None else (state["name"], why)
         self.traces = state["traces"]
+        self.checkpoint = state["checkpoint"]
         self._guard_failures = 0
         self._programs = {key: _lean_program(fields) for key, fields in
                           state["programs"].items()}
@@ -361,6 +373,20 @@ class Compiled:
         p = self._programs[key] = self._record(kind, args)
         return p, p.acquire()
 
+    def _checkpoint(self, p):
+        """Sweep the new recording's loop in segments, or warn why it keeps every value."""
+        why = "it runs on the tape path (guards, or ops the lean program does not " \
+            "lower), which keeps every value"
+        if p.lean is not None:
+            try:
+                p.lean.checkpoint(None if self.checkpoint == "sqrt" else self.checkpoint)
+                return
+            except NotCheckpointable as e:
+                why = str(e)
+        warnings.warn(f"at.compile(checkpoint={self.checkpoint!r}): "
+                      f"{getattr(self.f, '__name__', 'f')} is not checkpointed: {why}",
+                      RuntimeWarning, stacklevel=4)
+
     def _guard_failed(self, guard):
         """Count a recording forced by a guard; warn once when they keep coming."""
         self._guard_failures += 1
@@ -389,6 +415,7 @@ class Compiled:
                                "recorded into the outer program)")
         close_open_tape()                     # the recording gets a tape of its own
         tape = open_tape()
+        tape.whole = True
         dtype = args[0].dtype
         leaves = [new_leaf(a.copy() if a.ndim else float(a), a.shape, dtype).requires_grad_()
                   for a in args]
@@ -435,6 +462,8 @@ class Compiled:
         targets = p.grads if kind == "hessian" else p.outputs
         p.lean = LeanProgram.lower(tape, p.inputs, [v for k, v, _ in targets if k == "row"]) \
             if not p.guards else None
+        if self.checkpoint is not None:
+            self._checkpoint(p)
         if dtype == F32 and p.lean is None:
             raise TypeError(
                 "compile: a float32 program runs only as a lean program, and this one "

@@ -18,6 +18,7 @@ from .kernels.program import (COPY, GATHER, I_A, I_N, I_OP, I_OUT, I_P, I_SA, LO
                               store_adjoints, store_tangents, store_values, tangent_range,
                               tangent_range_points)
 from .thread_state import here
+from .checkpointing import NotCheckpointable, Segments
 
 
 KEEP_LIVE_BYTES = 16 << 20   # reach marks (outputs x instructions) kept between calls
@@ -43,7 +44,7 @@ class LeanProgram:
     threads share it (each call has scratch of its own)."""
     __slots__ = ("instr", "pool", "divisor", "live", "const_slots", "const_vals",
                  "in_slots", "out_slots", "nslots", "loop", "loop_kernels", "loop_slots",
-                 "calls")
+                 "calls", "segments", "reached")
 
     @classmethod
     def lower(cls, tape, in_rows, out_rows):
@@ -63,19 +64,38 @@ class LeanProgram:
         p.in_slots, p.out_slots = in_slots, out_slots
         p.live = None
         p.loop = find_loop(instr)           # (start, period, repeats, delta) or None
-        p.loop_kernels = p.loop_slots = None    # compiled after COMPILE_LOOP_AFTER calls
+        p.loop_kernels = None               # compiled after COMPILE_LOOP_AFTER calls
+        p.loop_slots = p.segments = p.reached = None
+        if p.loop is not None:
+            start, period, repeats, delta = p.loop
+            first = int(instr[start:start + period, I_OUT].min())
+            p.loop_slots = (first, first + repeats * delta)
         p.calls = 0
         return p
 
+    def checkpoint(self, budget):
+        """Sweep the loop in segments from now on (checkpointing.py): ``budget`` the
+        repetitions' worth of values kept at once, or None for the least. Raises
+        NotCheckpointable (why not) or ValueError (a budget too small)."""
+        if self.loop is None:
+            raise NotCheckpointable("f's recording has no repeating loop body (a loop of "
+                                    "elementwise ops) to sweep in segments")
+        self.segments = Segments(self, budget)
+
     def __getstate__(self):
-        return {name: getattr(self, name) for name in self.__slots__
-                if name not in ("loop_kernels", "loop_slots", "calls")}   # (compiled again)
+        state = {name: getattr(self, name) for name in self.__slots__
+                 if name not in ("loop_kernels", "calls", "segments", "reached")}
+        state["budget"] = self.segments.budget if self.segments is not None else False
+        return state
 
     def __setstate__(self, state):
+        budget = state.pop("budget")
         for name, value in state.items():
             setattr(self, name, value)
-        self.loop_kernels = self.loop_slots = None
+        self.loop_kernels = self.segments = self.reached = None
         self.calls = 0
+        if budget is not False:
+            self.checkpoint(budget)
 
     def run(self, X, jacobian=False):
         """Values (B, outputs) at the points X (B, inputs) and, with ``jacobian``, d
@@ -92,12 +112,20 @@ class LeanProgram:
                 self.live = live            # (a race computes it twice, both right)
         chunk = 1 if B == 1 else chunk_size(self.nslots)
         workers = min(numba.get_num_threads(), (B + chunk - 1) // chunk)
-        if self.loop is not None:
-            self.calls += 1
-            if self.loop_kernels is not None or self.calls >= COMPILE_LOOP_AFTER:
-                if B == 1:
-                    return self._run_one(X, values, jac, jacobian, live)
-                return self._run_points_loop(X, values, jac, jacobian, live, chunk, workers)
+        if self._loop_compiled():
+            compiled = self._prepare_loop(jacobian, live)
+            segments = self.segments if all(compiled) else None
+            slots = segments.size if segments is not None else self.nslots
+            chunk = 1 if B == 1 else chunk_size(slots)
+            workers = min(numba.get_num_threads(), (B + chunk - 1) // chunk)
+
+            def work(V, G, p0, C):
+                if segments is not None:
+                    segments.run(X, p0, C, V, G, values, jac if jacobian else None, live)
+                else:
+                    self._loop_chunk(X, p0, C, V, G, values, jac, live, compiled)
+            self._each_chunk(B, chunk, workers, slots, (1, 1), X.dtype, work)
+            return values, (jac if jacobian else None)
         args = (self.instr, self.pool, self.divisor, live, self.const_slots,
                 self.const_vals, self.in_slots, self.out_slots, X, values, jac, jacobian,
                 chunk)
@@ -117,17 +145,22 @@ class LeanProgram:
         B, K = X.shape[0], S.shape[2]
         values = np.empty((B, self.out_slots.size), X.dtype)
         tangents = np.empty((B, self.out_slots.size, K), X.dtype)
+        if self._loop_compiled():
+            self._prepare_loop(False, None)
+            segments = self.segments
+            slots = segments.size if segments is not None else self.nslots
+            chunk = 1 if B == 1 else chunk_size(slots * (1 + K) // 2)
+            workers = min(numba.get_num_threads(), (B + chunk - 1) // chunk)
+
+            def work(V, D, p0, C):
+                if segments is not None:
+                    segments.tangents(X, S, p0, C, V, D, values, tangents)
+                else:
+                    self._loop_tangent_chunk(X, S, p0, C, V, D, values, tangents)
+            self._each_chunk(B, chunk, workers, slots, (1, K), X.dtype, work)
+            return values, tangents
         chunk = 1 if B == 1 else chunk_size(self.nslots * (1 + K) // 2)
         workers = min(numba.get_num_threads(), (B + chunk - 1) // chunk)
-        if self.loop is not None:
-            self.calls += 1
-            if self.loop_kernels is not None or self.calls >= COMPILE_LOOP_AFTER:
-                self._prepare_loop(False, None)
-
-                def work(V, D, p0, C):
-                    self._loop_tangent_chunk(X, S, p0, C, V, D, values, tangents)
-                self._each_chunk(B, chunk, workers, (1, K), X.dtype, work)
-                return values, tangents
         args = (self.instr, self.pool, self.divisor, self.const_slots, self.const_vals,
                 self.in_slots, self.out_slots, X, S, values, tangents, chunk)
         if workers > 1:
@@ -139,20 +172,29 @@ class LeanProgram:
             run_tangents(*args, scratch[:n], scratch[n:(1 + K) * n])
         return values, tangents
 
-    def _each_chunk(self, B, chunk, workers, lanes, dtype, work):
+    def _loop_compiled(self):
+        """Whether this call runs the loop's compiled body: once the program has run
+        COMPILE_LOOP_AFTER times, or at once when it is checkpointed."""
+        if self.loop is None:
+            return False
+        self.calls += 1
+        return self.loop_kernels is not None or self.calls >= COMPILE_LOOP_AFTER or \
+            self.segments is not None
+
+    def _each_chunk(self, B, chunk, workers, slots, lanes, dtype, work):
         """``work(V, W, p0, C)`` for the chunks of B points, spread over ``workers``
         Python threads (the compiled parts release the GIL), each with scratch V and W
-        of lanes[0] and lanes[1] times the slot count per point."""
+        of lanes[0] and lanes[1] times ``slots`` per point."""
         if B == 1:
-            n = self.nslots
+            n = slots
             scratch = _scratch((lanes[0] + lanes[1]) * n, dtype)
             work(scratch[:lanes[0] * n], scratch[lanes[0] * n:(lanes[0] + lanes[1]) * n], 0, 1)
             return
         chunks = (B + chunk - 1) // chunk
 
         def run(w):
-            V = np.empty(lanes[0] * self.nslots * chunk, dtype)
-            W = np.empty(lanes[1] * self.nslots * chunk, dtype)
+            V = np.empty(lanes[0] * slots * chunk, dtype)
+            W = np.empty(lanes[1] * slots * chunk, dtype)
             for t in range(w, chunks, workers):
                 work(V, W, t * chunk, chunk)
         if workers == 1:
@@ -176,9 +218,9 @@ class LeanProgram:
         for q0, q1 in ((0, start), (end, count)):
             if q0 == end:
                 if one:
-                    tangent(V, D, delta, 0, repeats, K)
+                    tangent(V, D, delta, 0, repeats, K, 0)
                 else:
-                    tangent(V, D, delta, 0, repeats, K, C)
+                    tangent(V, D, delta, 0, repeats, K, 0, C)
             if one:
                 forward_range(*code, V, q0, q1)
                 tangent_range(*code, V, D, K, q0, q1)
@@ -190,46 +232,21 @@ class LeanProgram:
     def _read_after(self, end):
         return np.concatenate([_read_slots(self.instr, self.pool, end), self.out_slots])
 
-    def _run_one(self, X, values, jac, jacobian, live):
-        """One point of a program with a loop (see ``_loop_chunk``)."""
-        compiled = self._prepare_loop(jacobian, live)
-        scratch = _scratch(2 * self.nslots, X.dtype)
-        self._loop_chunk(X, 0, 1, scratch[:self.nslots], scratch[self.nslots:2 * self.nslots],
-                         values, jac, live, compiled)
-        return values, (jac if jacobian else None)
-
-    def _run_points_loop(self, X, values, jac, jacobian, live, chunk, workers):
-        """Many points of a program with a loop, chunks spread over ``workers`` Python
-        threads (the compiled parts release the GIL), each with scratch of its own."""
-        compiled = self._prepare_loop(jacobian, live)
-        chunks = (X.shape[0] + chunk - 1) // chunk
-
-        def work(w):
-            V, G = np.empty(self.nslots * chunk, X.dtype), np.empty(self.nslots * chunk,
-                                                                   X.dtype)
-            for t in range(w, chunks, workers):
-                self._loop_chunk(X, t * chunk, chunk, V, G, values, jac, live, compiled)
-        if workers == 1:
-            work(0)
-        else:
-            with concurrent.futures.ThreadPoolExecutor(workers) as pool:
-                for done in [pool.submit(work, w) for w in range(workers)]:
-                    done.result()
-        return values, (jac if jacobian else None)
-
     def _prepare_loop(self, jacobian, live):
         """Compile the loop's body if need be; for each output, whether the compiled body
         may sweep it (``_loop_reached``)."""
         start, period, repeats, delta = self.loop
         end = start + period * repeats
         if self.loop_kernels is None:
-            kernels = loop_kernels(self.instr, self.loop, self.const_slots,
-                                   self._read_after(end))
-            first = int(self.instr[start:start + period, I_OUT].min())
-            self.loop_slots = (first, first + repeats * delta)
-            self.loop_kernels = kernels
-        return [self._loop_reached(live[o], start, end)
-                for o in range(self.out_slots.size)] if jacobian else []
+            self.loop_kernels = loop_kernels(self.instr, self.loop, self.const_slots,
+                                             self._read_after(end))
+        if not jacobian:
+            return []
+        known = self.reached                   # (found once per program: it is a pass
+        if known is None or known[0] is not live:   # over every instruction)
+            known = self.reached = (live, [self._loop_reached(live[o], start, end)
+                                           for o in range(self.out_slots.size)])
+        return known[1]
 
     def _loop_chunk(self, X, p0, C, V, G, values, jac, live, compiled):
         """Points p0 .. p0 + C - 1 (a short last chunk repeats its last point): the
@@ -260,20 +277,20 @@ class LeanProgram:
                 reverse_range_points(*code, live[o], V, G, C, q0, q1)
         interpret(0, start)
         if all(compiled):
-            forward(V, delta, 0, repeats, *extra)
+            forward(V, delta, 0, repeats, 0, *extra)
         else:
             interpret(start, end)
         interpret(end, count)
         store_values(V, C, self.out_slots, values, p0)
         for o in range(len(compiled)):
             if compiled[o]:                    # (the loop's temporaries have no adjoint)
-                clear(G, delta, 0, repeats, *extra)
+                clear(G, delta, 0, repeats, 0, *extra)
                 seed_adjoints(G, C, first_slot, last_slot, self.out_slots[o])
             else:
                 seed_adjoints(G, C, self.nslots, self.nslots, self.out_slots[o])
             sweep(o, end, count)
             if compiled[o]:
-                reverse(V, G, delta, 0, repeats, *extra)
+                reverse(V, G, delta, 0, repeats, 0, *extra)
             else:
                 sweep(o, start, end)
             sweep(o, 0, start)

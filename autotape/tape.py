@@ -64,7 +64,7 @@ class Tape:
                  "shape_ndim", "shape_dims", "shape_size", "released", "leaves", "frozen",
                  "retained", "imports", "import_rows", "consts", "owner", "nrows",
                  "array_bytes", "ipool", "hooks", "customs", "_columns", "_kernel_args",
-                 "__weakref__")
+                 "whole", "__weakref__")
 
     def __init__(self, owner=None):
         self.id = next(_tape_ids)
@@ -93,6 +93,8 @@ class Tape:
         self.hooks = {}                  # row -> (dtype, hooks) (Tensor.register_hook)
         self.customs = {}                # CUSTOM row -> its CustomOp (custom.py)
         self.owner = owner               # the ThreadState recording here; None: closed
+        self.whole = False               # a compiled program's recording: one tape, up
+                                         # to the hard limit (nothing is freed early)
         self.nrows = 0
         self.array_bytes = 0
         self._columns = None
@@ -378,7 +380,8 @@ def open_tape(*tapes):
     new tape, so IMPORT rows always point to older tapes)."""
     state = here()
     current = state.tape() if state.tape is not None else None
-    if current is None or current.owner is not state or current.nrows >= MAX_ROWS or \
+    if current is None or current.owner is not state or (
+            current.nrows >= MAX_ROWS and not current.whole) or \
             current.array_bytes >= MAX_ARRAY_BYTES or any(
                 t is not None and t.id > current.id for t in tapes):
         if current is not None and current.owner is state:

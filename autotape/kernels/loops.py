@@ -448,38 +448,38 @@ f64 = np.float64
 _FUNCTIONS = '''
 
 @numba.njit(cache=True, error_model="numpy", nogil=True)
-def forward{suffix}(V, delta, first, repeats{points}):
+def forward{suffix}(V, delta, first, repeats, shift{points}):
     T = np.empty({size}{times_c}, V.dtype)
     {hoisted}
     for t in range(first, repeats):
-        o = t * delta
+        o = t * delta - shift
         {forward}
 
 
 @numba.njit(cache=True, error_model="numpy", nogil=True)
-def clear{suffix}(G, delta, first, repeats{points}):
+def clear{suffix}(G, delta, first, repeats, shift{points}):
     for t in range(first, repeats):
-        o = t * delta
+        o = t * delta - shift
         {clear}
 
 
 @numba.njit(cache=True, error_model="numpy", nogil=True)
-def tangent{suffix}(V, D, delta, first, repeats, K{points}):
+def tangent{suffix}(V, D, delta, first, repeats, K, shift{points}):
     T = np.empty({size}{times_c}, V.dtype)
     DT = np.empty({size} * K{times_c}, V.dtype)
     {tangent_hoisted}
     for t in range(first, repeats):
-        o = t * delta
+        o = t * delta - shift
         {tangent}
 
 
 @numba.njit(cache=True, error_model="numpy", nogil=True)
-def reverse{suffix}(V, G, delta, first, repeats{points}):
+def reverse{suffix}(V, G, delta, first, repeats, shift{points}):
     T = np.empty({size}{times_c}, V.dtype)
     GT = np.empty({size}{times_c}, V.dtype)
     {hoisted}
     for t in range(repeats - 1, first - 1, -1):
-        o = t * delta
+        o = t * delta - shift
         {again}
         {reverse}
 '''

@@ -1,0 +1,292 @@
+"""Checkpointing a compiled program's loop: memory like the square root of its steps.
+
+A lean program with a compiled loop body (kernels/loops.py) keeps, for the reverse
+sweep, what every repetition computes: memory grows with the number of steps. Swept
+in segments it keeps only a window of S repetitions and, at each segment's start, the
+few repetitions the next one reads back (the checkpoints). The forward pass runs the
+segments one after another, saving the checkpoints; the reverse sweep runs them from
+the last back to the first, each recomputed from its checkpoint, then swept. Uniform
+segments of S = sqrt(steps) repetitions keep about 2 sqrt(steps) repetitions' values
+and cost one more forward pass than storing everything (revolve's binomial schedules
+save recomputation only under tighter budgets than that, which autotape refuses).
+
+The window moves: the body's kernels address a repetition's slots as its slot number
+plus ``t * delta - shift``, and a segment starting at repetition t0 runs with shift =
+``(t0 - back) * delta``, so that its repetitions land in the same few slots. The code
+before the loop keeps its slots; the code after it is renumbered once to read the last
+segment's window.
+"""
+import math
+
+import numpy as np
+
+from .kernels.program import (COPY, GATHER, I_A, I_N, I_OP, I_OUT, I_P, I_SA, SCATTER_ADD,
+                              forward_range, forward_range_points, load_chunk,
+                              load_tangent_chunk, reverse_range, reverse_range_points,
+                              seed_adjoints, store_adjoints, store_tangents, store_values,
+                              tangent_range, tangent_range_points)
+
+__all__ = ["Segments", "NotCheckpointable", "segment_length"]
+
+
+class NotCheckpointable(Exception):
+    """Why a program's loop cannot be swept in segments (the program then keeps every
+    value, with a warning)."""
+
+
+def segment_length(repeats, back, carried, budget):
+    """Repetitions per segment: sqrt(repeats * back) (about the least memory: windows
+    of values and adjoints of S + back repetitions, and ``carried`` repetitions' worth
+    per segment boundary); with a budget (repetitions' worth), the same, refused where
+    even that does not fit."""
+    S = max(1, math.ceil(math.sqrt(repeats * back)))
+    need = 2 * (S + back) + carried * (math.ceil(repeats / S) - 1)
+    if budget is not None and need > budget:
+        raise ValueError(
+            f"compile: checkpoint={budget} repetitions' worth of values is too little for "
+            f"this loop of {repeats} repetitions: uniform segments need at least "
+            f"{math.ceil(need)} (sqrt(steps) for each window, the checkpoints besides)")
+    return S
+
+
+class Segments:
+    """The segmented sweep of one lean program's loop (see the module's docstring).
+    ``size``: slots per point of its values (and of its adjoints)."""
+
+    def __init__(self, lean, budget):
+        start, period, repeats, delta = lean.loop
+        base, last = lean.loop_slots
+        instr, count = lean.instr, lean.instr.shape[0]
+        end = start + period * repeats
+        self.lean, self.delta, self.repeats, self.base = lean, delta, repeats, base
+        self.budget = budget
+        self.start, self.end = start, end
+        self.back = back = _reach_back(instr, start, period, base, delta)
+        self.carry = _carried(instr, start, period, base, back * delta)
+        self.S = S = segment_length(repeats, back, self.carry.size / delta, budget)
+        self.bounds = [(t0, min(t0 + S, repeats)) for t0 in range(0, repeats, S)]
+        self.lows = [0] + [t0 - back for t0, _ in self.bounds[1:]]
+        window = max(t1 - lo for (_, t1), lo in zip(self.bounds, self.lows)) * delta
+        post = base + window                   # where the slots after the loop start
+        self.size = post + (lean.nslots - last)
+        lo_last = self.lows[-1]
+
+        def compact(s, n=1):
+            """Slots s .. s + n - 1 (a run) in the segmented layout."""
+            if s + n <= base:
+                return s
+            if s >= last:
+                return s - last + post
+            if s < base or s + n > last or (s - base) // delta < lo_last:
+                raise NotCheckpointable(
+                    "the code after the loop reads values from inside it that the last "
+                    "segment does not keep (every step's state, as a whole trajectory "
+                    "does: nothing to save there)")
+            return s - lo_last * delta
+
+        for q in range(start):                 # the code before the loop keeps its slots
+            for s, n in _runs(instr, lean.pool, q):
+                if s + n > base:
+                    raise NotCheckpointable("the code before the loop writes past its start")
+        self.instr, self.pool = instr.copy(), lean.pool.copy()
+        for q in range(end, count):
+            op, n = int(instr[q, I_OP]), int(instr[q, I_N])
+            self.instr[q, I_OUT] = compact(int(instr[q, I_OUT]), n)
+            if op == GATHER or op == SCATTER_ADD:
+                step = 1 if op == GATHER else 2
+                p = int(instr[q, I_P])
+                for k in range(n if op == GATHER else int(instr[q, I_SA])):
+                    self.pool[p + step * k] = compact(int(lean.pool[p + step * k]))
+                continue
+            for t in range(3):
+                s = int(instr[q, I_A + t])
+                if s >= 0:
+                    stride = 1 if op == COPY else int(instr[q, I_SA + t])
+                    self.instr[q, I_A + t] = compact(s, n if stride else 1)
+        if (lean.in_slots >= base).any():
+            raise NotCheckpointable("an input's slot lies past the loop's start")
+        self.out_slots = np.array([compact(int(s)) for s in lean.out_slots], np.int64)
+        inside = (lean.const_slots >= base) & (lean.const_slots < last)
+        self.const_slots = np.array([compact(int(s)) for s in lean.const_slots[~inside]],
+                                    np.int64)
+        self.const_vals = lean.const_vals[~inside]
+        rep = (lean.const_slots[inside] - base) // delta   # constants inside the loop:
+        self.loop_consts = (rep, lean.const_slots[inside] - base - rep * delta,
+                            lean.const_vals[inside])    # loaded per segment
+
+    def states(self):
+        """Repetitions' worth of values and adjoints kept at once: both windows and the
+        checkpoints (the slots carried across each segment boundary)."""
+        window = max(t1 - lo for (_, t1), lo in zip(self.bounds, self.lows))
+        return 2 * window + self.carry.size * (len(self.bounds) - 1) / self.delta
+
+    # -- moving the window ---------------------------------------------------------------
+
+    def _enter(self, k, arrays):
+        """Before running segment k forward after segment k - 1: the last ``back``
+        repetitions of k - 1 move to the bottom of the window; segment k's constants
+        are loaded. ``arrays``: (array, width per slot)."""
+        if k:
+            self._move(k - 1, k, arrays)
+        self._load_consts(k, arrays[0])
+
+    def _move(self, k_from, k_to, arrays):
+        """The ``back`` repetitions before segment max(k_from, k_to)'s start, from
+        their place in segment k_from's window to segment k_to's."""
+        t = self.bounds[max(k_from, k_to)][0] - self.back
+        src = self.base + (t - self.lows[k_from]) * self.delta
+        dst = self.base + (t - self.lows[k_to]) * self.delta
+        n = self.back * self.delta
+        for a, w in arrays:
+            a[dst * w:(dst + n) * w] = a[src * w:(src + n) * w].copy()
+
+    def _load_consts(self, k, values_and_width):
+        rep, offset, vals = self.loop_consts
+        if not rep.size:
+            return
+        V, C = values_and_width
+        lo, t1 = self.lows[k], self.bounds[k][1]
+        pick = (rep >= lo) & (rep < t1)
+        slots = self.base + (rep[pick] - lo) * self.delta + offset[pick]
+        V.reshape(-1, C)[slots] = vals[pick][:, None]
+
+    def _carried_at(self, C):
+        """Where the carried slots of a segment's first ``back`` repetitions lie in V,
+        for C points."""
+        return ((self.base + self.carry)[:, None] * C + np.arange(C)).reshape(-1)
+
+    # -- one chunk of C points --------------------------------------------------------------
+
+    def run(self, X, p0, C, V, G, values, jac, live):
+        """Values and (with ``jac``) each output's gradient at points p0 .. p0 + C - 1,
+        V and G of ``size * C``."""
+        lean, one, extra = self.lean, C == 1, (() if C == 1 else (C,))
+        forward, reverse, _, _ = lean.loop_kernels[0 if one else 1]
+        delta = self.delta
+        carried = self._carried_at(C)
+        saved = np.empty((len(self.bounds), carried.size), V.dtype)
+        load_chunk(V, C, self.const_slots, self.const_vals, lean.in_slots, X, p0)
+        _interpret(lean.instr, lean.pool, lean.divisor, V, C, 0, self.start)
+        for k, (t0, t1) in enumerate(self.bounds):
+            self._enter(k, [(V, C)])
+            if k:
+                saved[k] = V[carried]
+            forward(V, delta, t0, t1, self.lows[k] * delta, *extra)
+        _interpret(self.instr, self.pool, lean.divisor, V, C, self.end, self.instr.shape[0])
+        store_values(V, C, self.out_slots, values, p0)
+        if jac is None:
+            return
+        last = len(self.bounds) - 1
+        for o in range(self.out_slots.size):
+            if o:                              # (the window holds the first segment now)
+                self._recompute(last, V, C, saved, carried, forward, extra)
+            seed_adjoints(G, C, self.size, self.size, self.out_slots[o])
+            _sweep(self.instr, self.pool, lean.divisor, live[o], V, G, C, self.end,
+                   self.instr.shape[0])
+            for k in range(last, -1, -1):
+                t0, t1 = self.bounds[k]
+                if k != last:
+                    self._recompute(k, V, C, saved, carried, forward, extra)
+                    self._move(k + 1, k, [(G, C)])   # the adjoints the later segment left
+                    keep0 = self.base + (self.bounds[k + 1][0] - self.back - self.lows[k]) \
+                        * delta
+                    G[self.base * C:keep0 * C] = 0.0
+                    G[(keep0 + self.back * delta) * C:(self.base + (t1 - self.lows[k])
+                                                       * delta) * C] = 0.0
+                reverse(V, G, delta, t0, t1, self.lows[k] * delta, *extra)
+            _sweep(lean.instr, lean.pool, lean.divisor, live[o], V, G, C, 0, self.start)
+            store_adjoints(G, C, lean.in_slots, jac, p0, o)
+
+    def _recompute(self, k, V, C, saved, carried, forward, extra):
+        t0, t1 = self.bounds[k]
+        if k:
+            V[carried] = saved[k]
+        self._load_consts(k, (V, C))
+        forward(V, self.delta, t0, t1, self.lows[k] * self.delta, *extra)
+
+    def tangents(self, X, S, p0, C, V, D, values, tangents):
+        """Forward mode at points p0 .. p0 + C - 1: the segments run forward once, the
+        tangents beside the values (V of ``size * C``, D of ``size * K * C``)."""
+        lean, one, K = self.lean, C == 1, S.shape[2]
+        tangent = lean.loop_kernels[0 if one else 1][3]
+        extra = () if one else (C,)
+        code = (lean.instr, lean.pool, lean.divisor)
+        load_tangent_chunk(V, D, C, self.const_slots, self.const_vals, lean.in_slots, X, S,
+                           p0)
+        if self.loop_consts[0].size:           # (their tangents: zero, once for all)
+            D[self.base * K * C:(self.base + (self.size - self.base)) * K * C] = 0.0
+        if one:
+            forward_range(*code, V, 0, self.start)
+            tangent_range(*code, V, D, K, 0, self.start)
+        else:
+            forward_range_points(*code, V, C, 0, self.start)
+            tangent_range_points(*code, V, D, C, K, 0, self.start)
+        for k, (t0, t1) in enumerate(self.bounds):
+            self._enter(k, [(V, C), (D, K * C)])
+            tangent(V, D, self.delta, t0, t1, K, self.lows[k] * self.delta, *extra)
+        code = (self.instr, self.pool, lean.divisor)
+        if one:
+            forward_range(*code, V, self.end, self.instr.shape[0])
+            tangent_range(*code, V, D, K, self.end, self.instr.shape[0])
+        else:
+            forward_range_points(*code, V, C, self.end, self.instr.shape[0])
+            tangent_range_points(*code, V, D, C, K, self.end, self.instr.shape[0])
+        store_tangents(V, D, C, self.out_slots, values, tangents, p0)
+
+
+def _interpret(instr, pool, divisor, V, C, q0, q1):
+    if C == 1:
+        forward_range(instr, pool, divisor, V, q0, q1)
+    else:
+        forward_range_points(instr, pool, divisor, V, C, q0, q1)
+
+
+def _sweep(instr, pool, divisor, live, V, G, C, q0, q1):
+    if C == 1:
+        reverse_range(instr, pool, divisor, live, V, G, q0, q1)
+    else:
+        reverse_range_points(instr, pool, divisor, live, V, G, C, q0, q1)
+
+
+def _runs(instr, pool, q):
+    """The slot runs (start, length) instruction q writes and reads."""
+    op, n = int(instr[q, I_OP]), int(instr[q, I_N])
+    yield int(instr[q, I_OUT]), n
+    if op == GATHER or op == SCATTER_ADD:
+        step = 1 if op == GATHER else 2
+        p = int(instr[q, I_P])
+        for k in range(n if op == GATHER else int(instr[q, I_SA])):
+            yield int(pool[p + step * k]), 1
+        return
+    for t in range(3):
+        s = int(instr[q, I_A + t])
+        if s >= 0:
+            stride = 1 if op == COPY else int(instr[q, I_SA + t])
+            yield s, (n if stride else 1)
+
+
+def _carried(instr, start, period, base, span):
+    """The slots (offsets into the ``span`` slots before the body's own) that a
+    repetition reads from earlier ones: all a checkpoint needs to keep."""
+    read = set()
+    for q in range(start, start + period):
+        op, n = int(instr[q, I_OP]), int(instr[q, I_N])
+        for col in (I_A, I_A + 1, I_A + 2):
+            c = int(instr[q, col])
+            if c < 0 or int(instr[q + period, col]) == c or c >= base:
+                continue
+            stride = 1 if op == COPY else int(instr[q, I_SA + col - I_A])
+            read.update(e - (base - span) for e in range(c, c + (n if stride else 1))
+                        if e < base)
+    return np.array(sorted(read), np.int64)
+
+
+def _reach_back(instr, start, period, base, delta):
+    """How many repetitions back the body reads (at least 1)."""
+    back = 1
+    for q in range(start, start + period):
+        for col in (I_A, I_A + 1, I_A + 2):
+            c = int(instr[q, col])
+            if c >= 0 and int(instr[q + period, col]) != c and c < base:
+                back = max(back, -(-(base - c) // delta))
+    return back
