@@ -133,7 +133,7 @@ class Compiled:
         except Exception as e:                 # module still runs the recordings
             f, why = None, f"{type(e).__name__}: {e}"
         programs = {key: _lean_state(p) for key, p in self._programs.items()
-                    if p.lean is not None}
+                    if p.lean is not None and p.lean.user_calls is None}
         return {"f": f, "why": why, "name": getattr(self.f, "__name__", repr(self.f)),
                 "traces": self.traces, "programs": programs, "checkpoint": self.checkpoint}
 
@@ -271,7 +271,12 @@ class Compiled:
                    for per in jac]
             return p.rebuild(values), p.rebuild(
                 [new_leaf(t if t.ndim else float(t), t.shape, F64) for t in tan])
-        values, tan = p.lean.tangents(_joined(args)[None], _joined(tans)[None, :, None])
+        X, T = _joined(args)[None], _joined(tans)[None, :, None]
+        if p.lean.user_calls is None:
+            values, tan = p.lean.tangents(X, T)
+        else:                                  # (users' compiled ops have VJPs only)
+            values, jac = p.lean.run(X, jacobian=True)
+            tan = jac @ T
         return (p.rebuild(_lean_values(p.outputs, values[0])),
                 p.rebuild(_lean_values(p.outputs, tan[0, :, 0], tangent=True)))
 
@@ -621,7 +626,10 @@ def _stacked(results, method):
 
 def _forward_jacobian(p, X):
     """Values and the Jacobian (B, outputs, inputs) at the points X by forward mode:
-    one tangent lane per input element."""
+    one tangent lane per input element (by reverse through users' compiled ops, which
+    have VJPs only)."""
+    if p.lean.user_calls is not None:
+        return p.lean.run(X, jacobian=True)
     return p.lean.tangents(X, np.eye(p.total_in, dtype=X.dtype)[None])
 
 

@@ -8,6 +8,7 @@ with numpy functions, which record on Tensors) is itself differentiated. The VJP
 receives the primal inputs and output rather than opaque residuals: whatever it needs
 is recomputed from them, which is what keeps higher derivatives exact.
 """
+import numba
 import numpy as np
 
 from .engine import grad as engine_grad
@@ -36,6 +37,9 @@ class CustomOp:
             raise TypeError("custom_op: forward and vjp must be callables")
         self.forward, self.vjp = forward, vjp
         self.name = name or getattr(forward, "__name__", "custom_op")
+        # both numba-compiled: compiled programs call them from compiled code
+        # (kernels/calls.py), and every caller passes them the same things
+        self.compiled = _is_njit(forward) and _is_njit(vjp)
 
     def __repr__(self):
         return f"<autotape custom op {self.name!r}>"
@@ -51,6 +55,8 @@ class CustomOp:
         operands = [x if isinstance(x, Tensor) else x.astype(np.float64) for x in operands]
         values = [np.asarray(array_of(x), np.float64) if isinstance(x, Tensor) else x
                   for x in operands]
+        if self.compiled:
+            values = [_compiled_arg(v) for v in values]
         out = np.asarray(self.forward(*values), np.float64)
         if out.dtype.kind != "f":
             raise TypeError(f"custom op {self.name!r}: forward must return floats")
@@ -73,7 +79,21 @@ class CustomOp:
     def cotangents(self, inputs, output, g):
         """vjp's result, checked: one cotangent per input (None for none), each of its
         input's shape."""
-        result = self.vjp(inputs, output, g)
+        if self.compiled:
+            if any(isinstance(v, Tensor) for v in (*inputs, output, g)):
+                raise RuntimeError(
+                    f"custom op {self.name!r}: its vjp is numba-compiled, so it cannot be "
+                    "differentiated again (create_graph=True, Hessians); give a vjp "
+                    "written with autotape or numpy ops for higher derivatives")
+            result = self.vjp(tuple(_compiled_arg(np.asarray(v, np.float64)) for v in inputs),
+                              _compiled_arg(np.asarray(output, np.float64)),
+                              _compiled_arg(np.asarray(g, np.float64)))
+            if not isinstance(result, tuple):
+                raise TypeError(f"custom op {self.name!r}: a numba-compiled vjp must return "
+                                f"a tuple of cotangents, one per input, not "
+                                f"{type(result).__name__}")
+        else:
+            result = self.vjp(inputs, output, g)
         if not isinstance(result, (tuple, list)):
             result = (result,)
         if len(result) != len(inputs):
@@ -93,6 +113,16 @@ class CustomOp:
         return checked
 
 
+def _is_njit(f):
+    return isinstance(f, numba.core.dispatcher.Dispatcher)
+
+
+def _compiled_arg(v):
+    """What a numba-compiled forward or vjp gets: a float for a 0-d value, else a
+    C-contiguous float64 array (the same in eager calls and compiled programs)."""
+    return float(v) if v.ndim == 0 else np.ascontiguousarray(v, np.float64)
+
+
 def custom_op(forward, vjp, name=None):
     """A differentiable op from ``forward(*inputs) -> output`` (numpy arrays in and
     out) and ``vjp(inputs, output, g) -> cotangents`` (one per input, each of its
@@ -102,6 +132,13 @@ def custom_op(forward, vjp, name=None):
     ops or numpy functions is differentiated again. It works eagerly, in
     ``autotape.func``, in batched Jacobians (vjp once per cotangent lane) and in
     ``at.compile`` (forward called in the replay).
+
+    When forward and vjp are both ``numba.njit`` functions, a compiled program calls
+    them from compiled code, with no Python per call (an existing numba solver becomes
+    one differentiable op): forward gets arrays (floats for 0-d inputs), vjp gets
+    ``(inputs tuple, output, g)`` and returns a tuple of arrays, one per input. Such a
+    vjp is not differentiated again (no create_graph, no Hessians through it), and
+    forward-mode calls through it take the reverse sweep.
 
     >>> cube = at.custom_op(lambda x: x ** 3, lambda xs, y, g: (3 * xs[0] ** 2 * g,))
     >>> x = at.tensor([1.0, 2.0], requires_grad=True)

@@ -7,6 +7,8 @@ import numba
 import numpy as np
 
 from .kernels.blas import DGEMM
+from .kernels.cache import compile_notice
+from .kernels.calls import call_rows, driver
 from .kernels.elementwise import passes_nothing
 from .parallel import parallel_launch
 from .kernels.loops import find_loop, loop_kernels
@@ -44,7 +46,7 @@ class LeanProgram:
     threads share it (each call has scratch of its own)."""
     __slots__ = ("instr", "pool", "divisor", "live", "const_slots", "const_vals",
                  "in_slots", "out_slots", "nslots", "loop", "loop_kernels", "loop_slots",
-                 "calls", "segments", "reached")
+                 "calls", "segments", "reached", "user_calls", "driver")
 
     @classmethod
     def lower(cls, tape, in_rows, out_rows):
@@ -53,17 +55,24 @@ class LeanProgram:
         args, held = tape.kernel_args()
         rows, ipool, ndim, start, dims, size, arena, _, big, _ = args
         in_rows, out_rows = np.asarray(in_rows, np.int64), np.asarray(out_rows, np.int64)
+        compiled_ops = np.zeros(tape.nrows, np.uint8)
+        for row, op in tape.customs.items():
+            compiled_ops[row] = getattr(op, "compiled", False)
         (status, _, instr, pool, divisor, in_slots, out_slots, nslots, const_slots,
          const_vals) = lower(rows, ipool, ndim, start, dims, size, arena, big, in_rows,
-                             out_rows, DGEMM)
+                             out_rows, compiled_ops, DGEMM)
         if status != LOWERED:
             return None
         p = cls.__new__(cls)
+        p.user_calls = [_user_call(tape, row) for row in call_rows(instr)] or None
+        p.driver = None
         p.instr, p.pool, p.divisor, p.nslots = instr, pool, divisor, int(nslots)
         p.const_slots, p.const_vals = const_slots, const_vals
         p.in_slots, p.out_slots = in_slots, out_slots
         p.live = None
-        p.loop = find_loop(instr)           # (start, period, repeats, delta) or None
+        # (start, period, repeats, delta) or None; a program with users' compiled ops
+        # runs in their driver (kernels/calls.py), its loops interpreted
+        p.loop = find_loop(instr) if p.user_calls is None else None
         p.loop_kernels = None               # compiled after COMPILE_LOOP_AFTER calls
         p.loop_slots = p.segments = p.reached = None
         if p.loop is not None:
@@ -77,6 +86,9 @@ class LeanProgram:
         """Sweep the loop in segments from now on (checkpointing.py): ``budget`` the
         repetitions' worth of values kept at once, or None for the least. Raises
         NotCheckpointable (why not) or ValueError (a budget too small)."""
+        if self.user_calls is not None:
+            raise NotCheckpointable("it calls numba-compiled custom ops, whose driver keeps "
+                                    "every value")
         if self.loop is None:
             raise NotCheckpointable("f's recording has no repeating loop body (a loop of "
                                     "elementwise ops) to sweep in segments")
@@ -84,7 +96,7 @@ class LeanProgram:
 
     def __getstate__(self):
         state = {name: getattr(self, name) for name in self.__slots__
-                 if name not in ("loop_kernels", "calls", "segments", "reached")}
+                 if name not in ("loop_kernels", "calls", "segments", "reached", "driver")}
         state["budget"] = self.segments.budget if self.segments is not None else False
         return state
 
@@ -92,7 +104,7 @@ class LeanProgram:
         budget = state.pop("budget")
         for name, value in state.items():
             setattr(self, name, value)
-        self.loop_kernels = self.segments = self.reached = None
+        self.loop_kernels = self.segments = self.reached = self.driver = None
         self.calls = 0
         if budget is not False:
             self.checkpoint(budget)
@@ -112,6 +124,9 @@ class LeanProgram:
                 self.live = live            # (a race computes it twice, both right)
         chunk = 1 if B == 1 else chunk_size(self.nslots)
         workers = min(numba.get_num_threads(), (B + chunk - 1) // chunk)
+        if self.user_calls is not None:
+            self._run_driver(X, values, jac, jacobian, live)
+            return values, (jac if jacobian else None)
         if self._loop_compiled():
             compiled = self._prepare_loop(jacobian, live)
             segments = self.segments if all(compiled) else None
@@ -138,10 +153,46 @@ class LeanProgram:
                        scratch[self.nslots * chunk:2 * self.nslots * chunk])
         return values, (jac if jacobian else None)
 
+    def _run_driver(self, X, values, jac, jacobian, live):
+        """A program with users' compiled ops: their driver, the points split between
+        numba's thread count of Python threads (the driver releases the GIL)."""
+        first = self.driver is None
+        if first:
+            self.driver = driver(self.instr, self.user_calls)
+        B = X.shape[0]
+        code = (self.instr, self.pool, self.divisor, live, self.const_slots, self.const_vals,
+                self.in_slots, self.out_slots)
+        workers = min(numba.get_num_threads(), B)
+
+        def work(p0, p1, V, G):
+            self.driver(*code, X[p0:p1], values[p0:p1], jac[p0:p1] if jacobian else jac,
+                        jacobian, V, G)
+        if first:                              # (its first call compiles it)
+            names = ", ".join(sorted({call[2] for call in self.user_calls}))
+            with compile_notice(f"the driver of custom op(s) {names}",
+                                once="once per process: it calls your numba functions"):
+                scratch = _scratch(2 * self.nslots, X.dtype)
+                work(0, 1, scratch[:self.nslots], scratch[self.nslots:2 * self.nslots])
+            if B == 1:
+                return
+        if workers == 1:
+            scratch = _scratch(2 * self.nslots, X.dtype)
+            work(int(first), B, scratch[:self.nslots], scratch[self.nslots:2 * self.nslots])
+            return
+        cuts = np.linspace(int(first), B, workers + 1).astype(int)
+        with concurrent.futures.ThreadPoolExecutor(workers) as pool:
+            for done in [pool.submit(work, a, b, np.empty(self.nslots, X.dtype),
+                                     np.empty(self.nslots, X.dtype))
+                         for a, b in zip(cuts, cuts[1:])]:
+                done.result()
+
     def tangents(self, X, S):
         """Forward mode: values (B, outputs) at the points X (B, inputs) and their
         tangents (B, outputs, K) in the K directions S (B or 1, inputs, K: one set per
         point, or one for all), from one pass over the program carrying K lanes."""
+        if self.user_calls is not None:
+            raise RuntimeError("autotape internal error: forward mode through a user's "
+                               "compiled op (it has a VJP only); please report this")
         B, K = X.shape[0], S.shape[2]
         values = np.empty((B, self.out_slots.size), X.dtype)
         tangents = np.empty((B, self.out_slots.size, K), X.dtype)
@@ -302,6 +353,14 @@ class LeanProgram:
         skipped = live[start:end] == 0
         return not skipped.any() or bool(passes_nothing_mask(
             self.instr[start:end, I_OP][skipped]).all())
+
+
+def _user_call(tape, row):
+    """What the driver needs of a user's compiled op at ``row``: (forward, vjp, name,
+    operand shapes, output shape)."""
+    op = tape.customs[row]
+    return (op.forward, op.vjp, op.name, [tuple(tape.shape(r)) for r in tape.row(row).operands],
+            tuple(tape.shape(row)))
 
 
 def passes_nothing_mask(ops):

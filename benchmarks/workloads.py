@@ -162,6 +162,31 @@ def pendulum_trajectory_numba(theta, steps):
 
 
 @numba.njit(cache=True)
+def pendulum_state_numba(theta, steps):
+    """The final (x, v), plain RK4: an existing numba solver, as a custom op's forward."""
+    h = DT
+    x, v = theta[0], theta[1]
+    for _ in range(steps):
+        k1x, k1v = v, -theta[2] * math.sin(x) - theta[3] * v
+        x2, v2 = x + 0.5 * h * k1x, v + 0.5 * h * k1v
+        k2x, k2v = v2, -theta[2] * math.sin(x2) - theta[3] * v2
+        x3, v3 = x + 0.5 * h * k2x, v + 0.5 * h * k2v
+        k3x, k3v = v3, -theta[2] * math.sin(x3) - theta[3] * v3
+        x4, v4 = x + h * k3x, v + h * k3v
+        k4x, k4v = v4, -theta[2] * math.sin(x4) - theta[3] * v4
+        x = x + h / 6.0 * (k1x + 2.0 * k2x + 2.0 * k3x + k4x)
+        v = v + h / 6.0 * (k1v + 2.0 * k2v + 2.0 * k3v + k4v)
+    return np.array([x, v])
+
+
+@numba.njit(cache=True)
+def pendulum_state_vjp(theta, steps, g):
+    """g @ d (x, v) / d theta for pendulum_state_numba (forward-mode duals)."""
+    _, _, dx, dv = _pendulum_dual(theta, steps, np.empty(0), np.empty((0, 4)))
+    return g[0] * dx + g[1] * dv
+
+
+@numba.njit(cache=True)
 def _pendulum_dual(theta, steps, traj, jac):
     """The RK4 steps in forward mode (4 tangent lanes); each state and its derivative
     stored in traj / jac when they have room."""

@@ -134,13 +134,15 @@ first_compile_hooks = []
 
 
 @contextlib.contextmanager
-def compile_notice(what):
+def compile_notice(what, once=None):
     """While the block runs for more than NOTICE_AFTER seconds, one line on stderr says
-    what is being compiled and that it happens once: a first gradient that compiles for
-    half a minute in silence looks like a hang."""
+    what is being compiled and that it happens once (``once``: how often, where it is
+    not once per machine): a first gradient that compiles for half a minute in silence
+    looks like a hang."""
     def say():
-        print(f"autotape: compiling {what} (once: later runs load it from "
-              f"{cache_dir()})", file=sys.stderr, flush=True)
+        print(f"autotape: compiling {what} (" + (once or f"once: later runs load it from "
+                                                 f"{cache_dir()}") + ")",
+              file=sys.stderr, flush=True)
         while True:
             try:
                 hook = first_compile_hooks.pop()   # (two compiles' timers may race here)

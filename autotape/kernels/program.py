@@ -22,8 +22,9 @@ import numpy as np
 from numba import prange
 from numba.extending import register_jitable
 
-from ..opcodes import (ADD, BINARY_LAST, CONCAT, DIV, MEAN, MUL, PUT_ADD, RESHAPE, SCATTER,
-                       SETITEM, SOURCE_LAST, STRIDED, SUB, SUM, TAKE, UNARY_LAST, WHERE)
+from ..opcodes import (ADD, BINARY_LAST, CONCAT, CUSTOM, DIV, MEAN, MUL, PUT_ADD, RESHAPE,
+                       SCATTER, SETITEM, SOURCE_LAST, STRIDED, SUB, SUM, TAKE, UNARY_LAST,
+                       WHERE)
 from ..tape_format import A, AUX, B, OP, VLOC, array_location, operand, operand_count, \
     where_condition
 from .cache import cached_njit
@@ -33,11 +34,13 @@ from .elementwise import (binary_partial_x, binary_partial_y, binary_value, pass
 from .indexing import indexing_forward, pattern_map
 from .reduce import kept_map
 
-GATHER, SCATTER_ADD, COPY = -1, -2, -3  # instruction kinds beside the tape's opcodes
+GATHER, SCATTER_ADD, COPY, CALL = -1, -2, -3, -4  # instruction kinds beside the opcodes
 # Instruction columns: kind or opcode, output slot, operand slots a / b / condition,
 # element count, the operands' strides (1 or 0), where a gather's slots start in the
 # pool. A COPY moves n slots from a; a SCATTER_ADD keeps its pair count in I_SA and its
 # (source, output offset) pairs in the pool, and divides by its divisor (a mean's count).
+# A CALL is a user's numba-compiled op (kernels/calls.py runs it): its number among the
+# program's calls in I_A, and in the pool its operand count, then (slot, size) for each.
 I_OP, I_OUT, I_A, I_B, I_C, I_N, I_SA, I_SB, I_SC, I_P = range(10)
 WIDTH = 10
 
@@ -46,11 +49,11 @@ LOWERED, UNSUPPORTED = 0, 1
 
 @cached_njit()
 def lower(rows, ipool, shape_ndim, shape_start, shape_dims, shape_size, arena_addr,
-          big_addr, in_rows, out_rows, dgemm):
-    """Lower the rows ``out_rows`` need into instructions. Returns (status, detail,
-    instructions, pool, divisor per instruction, the slots of the inputs' and the
-    outputs' elements, slot count, const slots, their values): status UNSUPPORTED names
-    the row in detail."""
+          big_addr, in_rows, out_rows, call_rows, dgemm):
+    """Lower the rows ``out_rows`` need into instructions; a CUSTOM row that
+    ``call_rows`` marks becomes a CALL. Returns (status, detail, instructions, pool,
+    divisor per instruction, the slots of the inputs' and the outputs' elements, slot
+    count, const slots, their values): status UNSUPPORTED names the row in detail."""
     n = rows.shape[0]
     none = np.zeros(1, np.int64)
     touched = np.zeros((1, 1), np.bool_)
@@ -162,6 +165,14 @@ def lower(rows, ipool, shape_ndim, shape_start, shape_dims, shape_size, arena_ad
             for k in range(m):
                 pool.append(slot[a] + k)
                 pool.append(dst[k])
+        elif op == CUSTOM and call_rows[i]:        # (the row itself in I_A)
+            _emit(code, CALL, out, i, -1, -1, sz, 0, 0, 0, len(pool))
+            divisor.append(1.0)
+            params = rows[i, AUX]                  # (custom_params: count, rows)
+            pool.append(ipool[params])
+            for k in range(ipool[params]):
+                pool.append(slot[ipool[params + 1 + k]])
+                pool.append(size_of(real, ipool[params + 1 + k]))
         else:
             lane[0] = rows2[0, 0] + big2[0] + np.int64(track[0]) + touched[0, 0]
             return (UNSUPPORTED, i, np.zeros((0, WIDTH), np.int64), none, np.zeros(0),
@@ -186,6 +197,12 @@ def lower(rows, ipool, shape_ndim, shape_start, shape_dims, shape_size, arena_ad
     for q in range(instr.shape[0]):
         op, count = instr[q, I_OP], instr[q, I_N]
         marked[instr[q, I_OUT]:instr[q, I_OUT] + count] = True
+        if op == CALL:
+            p = instr[q, I_P]
+            for k in range(pool_arr[p]):
+                s0 = pool_arr[p + 1 + 2 * k]
+                marked[s0:s0 + pool_arr[p + 2 + 2 * k]] = True
+            continue
         if op == GATHER or op == SCATTER_ADD:
             step = 1 if op == GATHER else 2
             for k in range(count if op == GATHER else instr[q, I_SA]):
@@ -200,6 +217,11 @@ def lower(rows, ipool, shape_ndim, shape_start, shape_dims, shape_size, arena_ad
     for q in range(instr.shape[0]):
         op = instr[q, I_OP]
         instr[q, I_OUT] = renumber[instr[q, I_OUT]]
+        if op == CALL:
+            p = instr[q, I_P]
+            for k in range(pool_arr[p]):
+                pool_arr[p + 1 + 2 * k] = renumber[pool_arr[p + 1 + 2 * k]]
+            continue
         for t in range(3):
             if instr[q, I_A + t] >= 0:
                 instr[q, I_A + t] = renumber[instr[q, I_A + t]]
@@ -252,6 +274,9 @@ def _used(instr, pool, nslots, out_slots):
         if not used[q]:
             continue
         op, n = instr[q, I_OP], instr[q, I_N]
+        if op == CALL:
+            _mark_call_operands(instr, pool, producer, used, q)
+            continue
         if op == GATHER or op == SCATTER_ADD:
             step = 1 if op == GATHER else 2
             for k in range(n if op == GATHER else instr[q, I_SA]):
@@ -269,6 +294,18 @@ def _used(instr, pool, nslots, out_slots):
                 if r >= 0:
                     used[r] = True
     return used
+
+
+@register_jitable
+def _mark_call_operands(instr, pool, producer, mark, q):
+    """Mark the instructions that produce a CALL's operands."""
+    p = instr[q, I_P]
+    for k in range(pool[p]):
+        s0 = pool[p + 1 + 2 * k]
+        for e in range(pool[p + 2 + 2 * k]):
+            r = producer[s0 + e]
+            if r >= 0:
+                mark[r] = True
 
 
 @register_jitable(inline="always")
@@ -780,6 +817,9 @@ def live_sets(instr, pool, nslots, out_slots):
             if not mark[q]:
                 continue
             op, n = instr[q, I_OP], instr[q, I_N]
+            if op == CALL:
+                _mark_call_operands(instr, pool, producer, mark, q)
+                continue
             if op == GATHER or op == SCATTER_ADD:
                 p = instr[q, I_P]
                 step = 1 if op == GATHER else 2
