@@ -21,6 +21,8 @@ import numpy as np
 from .engine import grad as _grad, transform_grad
 from .grad_mode import enable_grad
 from .ops.indexing import stack
+from .program import LeanProgram
+from .tape import close_open_tape
 from .tensor import Tensor, new_leaf
 
 __all__ = ["grad", "value_and_grad", "vjp", "jvp", "jacrev", "jacfwd", "jacobian",
@@ -315,28 +317,103 @@ def jacrev(f, argnums=0, has_aux=False):
 jacobian = jacrev
 
 
+def _forward_mode(call, outs, seeds):
+    """Forward mode over f's recording: for each output, its tangents in the K
+    directions ``seeds`` (total input size, K), shape ``(K,) + output.shape``, from one
+    pass of the lean program (program.py) carrying K lanes. None where that cannot
+    run (derivatives that must stay differentiable, a recording spread over tapes or
+    with ops the lean program does not lower): the caller takes the reverse sweep."""
+    if call.create_graph or any(x.dtype != np.float64 for x in call.inputs):
+        return None
+    K = seeds.shape[1]
+    starts = np.cumsum([0] + [x.size for x in call.inputs])
+    recorded = [o for o in outs if o._tape is not None]
+    tapes = {id(o._tape): o._tape for o in recorded}
+    if len(tapes) > 1:
+        return None
+    found = {}
+    if tapes:
+        tape = next(iter(tapes.values()))
+        in_rows, used = [], []
+        for k, x in enumerate(call.inputs):
+            cache = x._cache
+            if x._tape is None and cache is not None and cache[0]() is tape:
+                in_rows.append(cache[1])
+                used.append(k)
+        if tape.imports or len(tape.leaves) != len(in_rows):
+            return None       # (f read variables besides its inputs: an outer
+                              # transform's, whose derivatives must flow through)
+        lean = LeanProgram.lower(tape, in_rows, [o._row for o in recorded], loops=False)
+        if lean is None or lean.user_calls is not None:
+            return None
+        X = np.concatenate([np.reshape(call.inputs[k]._value, -1) for k in used] or
+                           [np.zeros(0)])
+        S = np.concatenate([seeds[starts[k]:starts[k + 1]] for k in used] or
+                           [np.zeros((0, K))])
+        _, tangents = lean.tangents(X[None], np.ascontiguousarray(S)[None])
+        at = 0
+        for o in recorded:
+            found[id(o)] = tangents[0, at:at + o.size].T.reshape((K,) + o.shape)
+            at += o.size
+    lanes = []
+    for o in outs:
+        if id(o) in found:
+            lanes.append(found[id(o)])
+            continue
+        k = next((k for k, x in enumerate(call.inputs) if x is o), None)
+        lanes.append(np.zeros((K,) + o.shape) if k is None else
+                     seeds[starts[k]:starts[k + 1]].T.reshape((K,) + o.shape))
+    return lanes
+
+
 def jacfwd(f, argnums=0, has_aux=False):
-    """The Jacobian of f, as jacrev returns it. autotape has no separate forward-mode
-    sweep: it takes one reverse sweep with one lane per output element, which gives the
-    same numbers (see jvp for single directions).
+    """The Jacobian of f, as jacrev returns it, by forward mode: one pass over f's
+    recording carrying a tangent lane per input element (the cheap way when inputs are
+    few and outputs many). Where the recording has ops that pass does not run (matmul,
+    linear algebra, max / min / prod) or the result must stay differentiable, the
+    reverse sweep gives the same numbers.
 
     >>> at.func.jacfwd(lambda x: x ** 2)(at.tensor([1.0, 2.0]))
     tensor([[2., 0.],
             [0., 4.]])
     """
-    return jacrev(f, argnums, has_aux)
+    def jacfwd_f(*args):
+        close_open_tape()                      # (f's recording on a tape of its own)
+        call = _Call(f, args, argnums, has_aux, "jacfwd")
+        outs, rebuild = _outputs(call.out, "jacfwd")
+        total = sum(x.size for x in call.inputs)
+        lanes = _forward_mode(call, outs, np.eye(total))
+        if lanes is None:
+            jac = _jacobian_rows(call, outs)
+        else:
+            starts = np.cumsum([0] + [x.size for x in call.inputs])
+            jac = [[_leaf(np.moveaxis(lane[a:b].reshape(x.shape + o.shape),
+                                      list(range(x.ndim)), list(range(o.ndim, o.ndim + x.ndim))),
+                          o.dtype)
+                    for a, b, x in zip(starts, starts[1:], call.inputs)]
+                   for lane, o in zip(lanes, outs)]
+        call.retire()
+        result = rebuild([call.per_argnum(per_input) for per_input in jac])
+        return (result, call.aux) if has_aux else result
+    return jacfwd_f
+
+
+def _leaf(array, dtype):
+    a = np.array(array, dtype, order="C")      # (ascontiguousarray makes 0-d arrays 1-d)
+    return new_leaf(a if a.ndim else float(a), a.shape, a.dtype)
 
 
 def hessian(f, argnums=0):
     """The Hessian of a scalar function: one recording of f and of its gradient (with
-    create_graph), then one compiled sweep of the gradient's tape carrying every row of
-    the Hessian as a lane. Shape ``T + T`` for an input of shape T.
+    create_graph), then forward over reverse (jacfwd of the gradient: one pass with a
+    tangent lane per input element; a reverse sweep with a lane per row where that pass
+    cannot run). Shape ``T + T`` for an input of shape T.
 
     >>> at.func.hessian(lambda x: x[0] ** 2 * x[1] + x[1] ** 3)(at.tensor([1.0, 2.0]))
     tensor([[ 4.,  2.],
             [ 2., 12.]])
     """
-    return jacrev(grad(f, argnums), argnums)
+    return jacfwd(grad(f, argnums), argnums)
 
 
 # ---- directional derivatives ---------------------------------------------------------------
@@ -355,17 +432,27 @@ def _tangent_tensors(call, tangents, name):
 
 
 def jvp(f, primals, tangents, has_aux=False):
-    """``(f(*primals), J @ tangents)``. Exact: the reverse sweep is linear in its
-    cotangent u, so J t is the gradient of <J^T u, t> with respect to u, taken through
-    the recorded backward (two sweeps, no finite differences).
+    """``(f(*primals), J @ tangents)``, by forward mode: one pass over f's recording
+    carrying the tangents. Where that pass cannot run (see jacfwd) or the result must
+    stay differentiable: the reverse sweep is linear in its cotangent u, so J t is the
+    gradient of <J^T u, t> with respect to u, taken through the recorded backward (two
+    sweeps, no finite differences).
 
     >>> at.func.jvp(lambda x: x ** 3, (at.tensor([2.0]),), (at.tensor([1.0]),))
     (tensor([8.]), tensor([12.]))
     """
     primals, tangents = tuple(primals), tuple(tangents)
+    close_open_tape()                          # (f's recording on a tape of its own)
     call = _Call(f, primals, tuple(range(len(primals))), has_aux, "jvp")
     outs, rebuild = _outputs(call.out, "jvp")
     tans = _tangent_tensors(call, tangents, "jvp")
+    lanes = _forward_mode(call, outs, np.concatenate(
+        [t.numpy().reshape(-1) for t in tans] or [np.zeros(0)])[:, None])
+    if lanes is not None:
+        call.retire()
+        jt = rebuild([_leaf(lane[0], o.dtype) for lane, o in zip(lanes, outs)])
+        out = _detached(call.out)
+        return (out, jt, call.aux) if has_aux else (out, jt)
     us = [new_leaf(np.zeros(o.shape), o.shape, np.dtype(np.float64)).requires_grad_()
           for o in outs]
     live = [(o, u) for o, u in zip(outs, us) if o.requires_grad]

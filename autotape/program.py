@@ -49,9 +49,10 @@ class LeanProgram:
                  "calls", "segments", "reached", "user_calls", "driver")
 
     @classmethod
-    def lower(cls, tape, in_rows, out_rows):
+    def lower(cls, tape, in_rows, out_rows, loops=True):
         """The program, or None when a row has no lean form (the tape's interpreting
-        kernels then run it)."""
+        kernels then run it). ``loops=False``: a program run once, whose loops are not
+        worth looking for."""
         args, held = tape.kernel_args()
         rows, ipool, ndim, start, dims, size, arena, _, big, _ = args
         in_rows, out_rows = np.asarray(in_rows, np.int64), np.asarray(out_rows, np.int64)
@@ -72,7 +73,7 @@ class LeanProgram:
         p.live = None
         # (start, period, repeats, delta) or None; a program with users' compiled ops
         # runs in their driver (kernels/calls.py), its loops interpreted
-        p.loop = find_loop(instr) if p.user_calls is None else None
+        p.loop = find_loop(instr) if p.user_calls is None and loops else None
         p.loop_kernels = None               # compiled after COMPILE_LOOP_AFTER calls
         p.loop_slots = p.segments = p.reached = None
         if p.loop is not None:

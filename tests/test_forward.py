@@ -163,3 +163,64 @@ def test_jvp_bad_tangents_are_named():
         c.jvp((np.ones(3),), (np.ones(3), np.ones(3)))
     with pytest.raises(TypeError, match="tangents must be float arrays"):
         c.jvp((np.ones(3),), (np.array(["a", "b", "c"]),))
+
+
+# ---- eager: autotape.func.jvp / jacfwd / hessian over f's recording ----------------------
+
+def test_eager_jacfwd_runs_forward_and_equals_jacrev(monkeypatch):
+    import autotape.func as func_module
+    J_rev = F.jacrev(trajectory)(at.tensor(THETA)).numpy()
+
+    def no_reverse(*args):
+        raise AssertionError("jacfwd took the reverse sweep")
+    monkeypatch.setattr(func_module, "_jacobian_rows", no_reverse)
+    J = F.jacfwd(trajectory)(at.tensor(THETA))
+    assert J.shape == (120, 4) and not J.requires_grad
+    np.testing.assert_allclose(J.numpy(), J_rev, rtol=1e-12, atol=1e-14)
+    value, tangent = F.jvp(trajectory, (at.tensor(THETA),), (at.tensor([1.0, 0, 0, -1.0]),))
+    np.testing.assert_allclose(tangent.numpy(), J_rev @ [1.0, 0, 0, -1.0], rtol=1e-12,
+                               atol=1e-14)
+    np.testing.assert_array_equal(value.numpy(), trajectory(at.tensor(THETA)).numpy())
+
+
+def test_eager_forward_mode_several_inputs_and_outputs():
+    def f(x, s):
+        return {"a": at.sin(x) * s, "b": x.sum() * 2.0, "same": s}
+    x, s = at.tensor([[0.3, -1.2], [2.0, 0.5]]), at.tensor(1.5)
+    J = F.jacfwd(f, argnums=(0, 1))(x, s)
+    Jr = F.jacrev(f, argnums=(0, 1))(x, s)
+    for key in ("a", "b", "same"):
+        for got, want in zip(J[key], Jr[key]):
+            assert got.shape == want.shape
+            np.testing.assert_allclose(got.numpy(), want.numpy(), rtol=1e-14)
+
+
+def test_eager_forward_mode_falls_back_where_it_cannot_run():
+    def f(x):                                  # matmul: not lowered
+        m = x.reshape(2, 2)
+        return (m @ m).reshape(-1)
+    x = np.array([1.0, 2.0, -0.5, 0.3])
+    np.testing.assert_allclose(F.jacfwd(f)(at.tensor(x)).numpy(),
+                               central_jacobian(lambda v: f(at.tensor(v)).numpy(), x),
+                               rtol=1e-7)
+    # derivatives that must stay differentiable (an input requiring grad): reverse,
+    # recorded, so a second derivative flows
+    w = at.tensor([0.5, -1.0], requires_grad=True)
+    J = F.jacfwd(lambda v: v ** 3)(w)
+    assert J.requires_grad
+    (g,) = at.grad(J.sum(), w)
+    np.testing.assert_allclose(g.numpy(), 6 * w.numpy())
+
+
+def test_eager_jvp_matches_torch():
+    torch = pytest.importorskip("torch")
+    x, v = np.array([0.4, -0.8, 1.3]), np.array([1.0, -1.0, 0.5])
+
+    def f(t, lib):
+        return lib.tanh(t * t[0]) / (1.0 + t ** 2)
+    _, want = torch.func.jvp(lambda t: f(t, torch), (torch.tensor(x),), (torch.tensor(v),))
+    _, got = F.jvp(lambda t: f(t, at), (at.tensor(x),), (at.tensor(v),))
+    np.testing.assert_allclose(got.numpy(), want.numpy(), rtol=1e-14)
+    want = torch.func.jacfwd(lambda t: f(t, torch))(torch.tensor(x))
+    np.testing.assert_allclose(F.jacfwd(lambda t: f(t, at))(at.tensor(x)).numpy(),
+                               want.numpy(), rtol=1e-14)

@@ -89,7 +89,7 @@ def test_jacobians_and_directional_derivatives_match_finite_differences(f):
     x = rng.uniform(-1, 1, 5 if f is layer else 2 if f is stacked else 4)
     J = F.jacrev(f)(x)
     np.testing.assert_allclose(J.numpy(), fd_jacobian(f, x), rtol=1e-6, atol=1e-7)
-    np.testing.assert_array_equal(F.jacfwd(f)(x).numpy(), J.numpy())
+    np.testing.assert_allclose(F.jacfwd(f)(x).numpy(), J.numpy(), rtol=1e-13, atol=1e-15)
     t = rng.uniform(-1, 1, x.shape)
     out, jt = F.jvp(f, (x,), (t,))
     np.testing.assert_allclose(jt.numpy(), np.tensordot(J.numpy(), t, axes=x.ndim),
