@@ -29,6 +29,7 @@ from .functions import (calculus as _calculus, mathfuncs as _mathfuncs, products
                         shaping as _shaping, stacking as _stacking, statistics as _statistics)
 from .grad_mode import enable_grad, is_grad_enabled, no_grad, set_grad_enabled
 from .gradcheck import GradcheckError, gradcheck, gradgradcheck
+from .jit import Jit, jit
 from .ops.elementwise import (abs, add, arccos, arccosh, arcsin, arcsinh, arctan, arctan2,
                               arctanh, binary_ops as _binary_ops, ceil, clip, cos, cosh,
                               divide, equal, erf, exp, exp2, expm1, floor, fmod, greater,
@@ -59,7 +60,7 @@ __all__ = [
     "enable_grad", "set_grad_enabled", "is_grad_enabled",
     "where", "clip", "sum", "mean", "max", "min", "amax", "amin", "prod", "cumsum", "cumprod",
     "matmul", "reshape", "transpose", "astype",
-    "broadcast_to", "stack", "concatenate", "compile", "Compiled",
+    "broadcast_to", "stack", "concatenate", "compile", "Compiled", "jit", "Jit",
 ] + _statistics.__all__ + _shaping.__all__ + _products.__all__ + _calculus.__all__ + \
     _mathfuncs.__all__ + _stacking.__all__ + [
     op.name for op in _unary_ops.values()] + [op.name for op in _binary_ops.values()]

@@ -12,7 +12,7 @@ import threading
 class ThreadState:
     """One thread's recording state (see the module's docstring)."""
     __slots__ = ("grad_enabled", "tape", "trace", "scratch", "program_scratch",
-                 "__weakref__")
+                 "jit_tape", "jit_sweep", "__weakref__")
 
     def __init__(self):
         self.grad_enabled = True
@@ -20,6 +20,8 @@ class ThreadState:
         self.trace = None         # the compile Trace being recorded (guards.py)
         self.scratch = None       # the adjoint scratch of this thread's sweeps (executor.py)
         self.program_scratch = None   # values and adjoints of lean programs (program.py)
+        self.jit_tape = None      # the tape buffers of at.jit recordings (jit.py)
+        self.jit_sweep = None     # and their sweeps' adjoints
 
 
 class _PerThread(threading.local):

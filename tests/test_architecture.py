@@ -21,7 +21,7 @@ LAYERS = [
     ["functions.*", "linalg"],
     ["engine", "graph_backward", "custom"],
     ["numpy_dispatch", "tensor_methods"],
-    ["func", "compile", "gradcheck", "autograd.*", "warmup", "dask"],
+    ["func", "compile", "gradcheck", "autograd.*", "warmup", "dask", "jit"],
     ["numpy", "__init__", "__main__"],
 ]
 

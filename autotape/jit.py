@@ -1,0 +1,395 @@
+"""Differentiating code that is already numba-compiled: ``at.jit(fn)``.
+
+fn is a ``numba.njit`` function (or a plain one numba can compile) written for floats.
+``at.jit`` compiles it a second time with its float arguments replaced by
+differentiable values (kernels/active.py): every arithmetic op, comparison and
+``math`` / numpy scalar function appends a row to a tape that lives in compiled code,
+the arrays fn allocates (``np.zeros``, ``np.empty``, ``np.ones``) hold such values, and
+the njit functions fn calls are compiled the same way. A call records fn at its
+arguments (loops and branches as they run) and sweeps the tape backwards with the op
+table's partials, all in compiled code.
+
+>>> import numba
+>>> @numba.njit
+... def f(x, k):
+...     for _ in range(3):
+...         x = x * k + math.sin(x)
+...     return x
+>>> at.jit(f).grad(0.5, 2.0)
+(tensor(7.8997146), tensor(7.26941224))
+"""
+import ast
+import inspect
+import math  # noqa: F401  (the examples' njit functions use it)
+import re
+import textwrap
+import threading
+
+import numba
+import numpy as np
+from numba.core.dispatcher import Dispatcher
+from numba.core.errors import NumbaError
+
+from .func import flatten
+from .kernels import active
+from .kernels.active import ActiveArray, ActiveType
+from .tensor import F64, new_leaf
+from .thread_state import here
+
+__all__ = ["jit", "Jit"]
+
+ALLOCATORS = {np.zeros: active.zeros, np.empty: active.empty, np.ones: active.ones}
+START_ROWS = 1 << 12
+
+
+def jit(fn):
+    """fn, a numba-compiled function of floats (scalars or float arrays), made
+    differentiable: ``.value_and_grad``, ``.grad``, ``.jacobian`` take fn's arguments,
+    and calling it gives fn's value. See jit.py.
+
+    >>> import numba
+    >>> @numba.njit
+    ... def energy(q):
+    ...     e = 0.0
+    ...     for i in range(q.size - 1):
+    ...         e += (q[i + 1] - q[i]) ** 2
+    ...     return e
+    >>> at.jit(energy).grad(np.array([0.0, 1.0, 3.0]))
+    tensor([-2., -2.,  4.])
+    """
+    return Jit(fn)
+
+
+class Jit:
+    """A numba function made differentiable (see ``at.jit``).
+
+    >>> import numba
+    >>> sq = at.jit(numba.njit(lambda x: x * x))
+    >>> sq.value_and_grad(3.0)
+    (tensor(9.), tensor(6.))
+    """
+
+    def __init__(self, fn):
+        if isinstance(fn, Jit):
+            fn = fn.fn
+        if not callable(fn):
+            raise TypeError(f"at.jit: expected a function, got {type(fn).__name__}")
+        self.fn = fn
+        self.name = getattr(fn, "__name__", "fn")
+        self._recorders = {}
+        self._lock = threading.Lock()
+        self._rows = START_ROWS
+
+    def __repr__(self):
+        return f"<autotape.jit {self.name!r}>"
+
+    # -- public calls ------------------------------------------------------------------------
+
+    def __call__(self, *args):
+        """fn's value at args, from the recording (a Tensor of its shape)."""
+        values, _, _, shape, _ = self._record(args)
+        return _tensor(values.reshape(shape))
+
+    def value_and_grad(self, *args):
+        """``(fn(*args), gradient)`` for a scalar fn; the gradient has the arguments'
+        structure (one Tensor, or a tuple for several)."""
+        values, rows, tape, shape, arrays = self._record(args)
+        if values.size != 1:
+            raise RuntimeError(f"at.jit: grad needs {self.name} to return a scalar, but it "
+                               f"returned shape {shape}")
+        grads = self._gradients(tape, rows[0], arrays)
+        return _tensor(values.reshape(shape)), _per_argument(grads)
+
+    def grad(self, *args):
+        """The gradient of a scalar fn with respect to every argument."""
+        return self.value_and_grad(*args)[1]
+
+    def jacobian(self, *args):
+        """d output / d argument, shape ``output.shape + argument.shape`` (a tuple over
+        arguments for several): one reverse sweep per output element."""
+        values, rows, tape, shape, arrays = self._record(args)
+        per_output = [self._gradients(tape, r, arrays) for r in rows]
+        out = []
+        for k, a in enumerate(arrays):
+            block = np.stack([g[k].reshape(-1) for g in per_output]) if per_output else \
+                np.zeros((0, a.size))
+            out.append(_tensor(block.reshape(shape + a.shape)))
+        return _per_argument(out)
+
+    def map_points(self, method, args):
+        """``method`` at B points (a leading axis on every argument): one recording and
+        sweep per point, all compiled (autotape.func.vmap's spelling)."""
+        if method not in ("__call__", "grad", "value_and_grad", "jacobian"):
+            raise ValueError(f"vmap: at.jit maps __call__, grad, value_and_grad or "
+                             f"jacobian, not {method!r}")
+        arrays = [np.asarray(a, np.float64) for a in args]
+        if not arrays or any(a.ndim == 0 for a in arrays) or \
+                len({a.shape[0] for a in arrays}) != 1:
+            raise ValueError("vmap: every argument needs the same leading axis of points")
+        results = [getattr(self, method)(*(a[k] for a in arrays))
+                   for k in range(arrays[0].shape[0])]
+        leaves, rebuild = flatten(results[0])
+        per_point = [flatten(r)[0] for r in results]
+        return rebuild([_tensor(np.stack([p[k].numpy() for p in per_point]))
+                        for k in range(len(leaves))])
+
+    # -- recording --------------------------------------------------------------------------
+
+    def _record(self, args):
+        """Record fn at args: (output values, their rows, (ops, values, rows used), output
+        shape, the arguments as arrays)."""
+        arrays = [_argument(a, k, self.name) for k, a in enumerate(args)]
+        recorder = self._recorder([a.ndim for a in arrays])
+        inputs = [a if a.ndim else float(a) for a in arrays]
+        while True:
+            rows = self._rows
+            header, ops, values = _buffers(rows)
+            try:
+                out_values, out_rows, shape = recorder(header, *inputs)
+            except NumbaError as e:
+                raise _clear_error(self.name, e) from None
+            used = int(header[active.H_ROWS])
+            if not header[active.H_OVERFLOW]:
+                break
+            self._rows = max(used + used // 4, 2 * rows)
+        return (out_values, out_rows, (ops.reshape(-1, 3), values, used), tuple(shape),
+                arrays)
+
+    def _recorder(self, ndims):
+        key = tuple(ndims)
+        recorder = self._recorders.get(key)
+        if recorder is None:
+            with self._lock:
+                recorder = self._recorders.get(key)
+                if recorder is None:
+                    recorder = self._recorders[key] = _make_recorder(
+                        _transformed(self.fn, {}), ndims, self.name)
+        return recorder
+
+    def _gradients(self, tape, row, arrays):
+        """d output(row) / d each argument."""
+        ops, values, used = tape
+        total = sum(a.size for a in arrays)
+        adj, reached = _sweep_scratch(max(used, 1))
+        if row < 0:                            # a constant output
+            flat = np.zeros(total)
+        else:
+            active.sweep(ops, values, used, row, adj, reached)
+            flat = adj[:total].copy()          # (the inputs are the first rows)
+        grads, start = [], 0
+        for a in arrays:
+            grads.append(flat[start:start + a.size].reshape(a.shape))
+            start += a.size
+        return grads
+
+
+def _argument(a, k, name):
+    if isinstance(a, (bool, np.bool_)) or not isinstance(a, (int, float, np.number,
+                                                             np.ndarray, list, tuple)):
+        raise TypeError(f"at.jit({name}): argument {k} must be a float or a float array, "
+                        f"not {type(a).__name__}")
+    arr = np.array(a, np.float64, order="C")
+    if np.asarray(a).dtype.kind not in "iuf":
+        raise TypeError(f"at.jit({name}): argument {k} has dtype {np.asarray(a).dtype}")
+    return arr
+
+
+def _tensor(a):
+    a = np.asarray(a, F64)
+    return new_leaf(a.copy() if a.ndim else float(a), a.shape, F64)
+
+
+def _per_argument(values):
+    values = [v if hasattr(v, "_value") else _tensor(v) for v in values]
+    return values[0] if len(values) == 1 else tuple(values)
+
+
+def _buffers(rows):
+    """The calling thread's tape buffers for ``rows`` rows: header, (op, a, b) rows,
+    values. Held by this thread for its whole compiled call, so no other thread or
+    Python code frees or moves them meanwhile."""
+    state = here()
+    kept = state.jit_tape
+    if kept is None or kept[2].size < rows:
+        kept = (np.empty(active.HEADER, np.int64), np.empty(3 * rows, np.int64),
+                np.empty(rows, np.float64))
+        state.jit_tape = kept
+    header, ops, values = kept
+    header[:] = 0
+    header[active.H_CAPACITY] = values.size
+    header[active.H_OPS], header[active.H_VALUES] = ops.ctypes.data, values.ctypes.data
+    return header, ops, values
+
+
+def _sweep_scratch(n):
+    state = here()
+    kept = state.jit_sweep
+    if kept is None or kept[0].size < n:
+        kept = state.jit_sweep = (np.empty(n), np.empty(n, np.bool_))
+    return kept
+
+
+# ---- compiling fn for differentiable values --------------------------------------------------
+
+_RECORD = '''
+def record(header, {params}):
+    tape = header.ctypes.data
+{leaves}
+    return output(user({args}))
+'''
+
+
+def _make_recorder(user, ndims, name):
+    params = ", ".join(f"x{k}" for k in range(len(ndims)))
+    leaves = "\n".join(f"    a{k} = " + ("leaf(tape, x{k})" if nd == 0 else
+                                          "leaves(tape, x{k})").format(k=k)
+                       for k, nd in enumerate(ndims))
+    namespace = {"user": user, "leaf": active.leaf, "leaves": _leaves, "output": output}
+    exec(_RECORD.format(params=params or "", leaves=leaves or "    pass",
+                        args=", ".join(f"a{k}" for k in range(len(ndims)))), namespace)
+    return numba.njit(error_model="numpy", nogil=True)(namespace["record"])
+
+
+@numba.njit(error_model="numpy", nogil=True)
+def _leaves(tape, x):
+    rows = np.empty(x.shape, np.int64)
+    flat_rows = rows.reshape(-1)
+    flat = x.reshape(-1)
+    for k in range(flat.size):
+        flat_rows[k] = active.leaf(tape, flat[k]).row
+    cell = np.empty(1, np.intp)
+    cell[0] = tape
+    return ActiveArray(x.copy(), rows, cell)
+
+
+def output(out):
+    """(values, rows, shape) of fn's result."""
+
+
+@numba.extending.overload(output)
+def _output_impl(out):
+    if isinstance(out, ActiveType):
+        return lambda out: (np.full(1, out.value), np.full(1, out.row),
+                            np.zeros(0, np.int64))
+    if isinstance(out, active.ActiveArrayType):
+        def array_out(out):
+            shape = np.empty(out.values.ndim, np.int64)
+            for k in range(out.values.ndim):
+                shape[k] = out.values.shape[k]
+            return (out.values.copy().reshape(-1), out.rows.copy().reshape(-1), shape)
+        return array_out
+    if isinstance(out, (numba.types.Float, numba.types.Integer)):
+        return lambda out: (np.full(1, float(out)), np.full(1, -1), np.zeros(0, np.int64))
+    if isinstance(out, numba.types.Array) and isinstance(out.dtype, numba.types.Float):
+        def plain_array(out):
+            shape = np.empty(out.ndim, np.int64)
+            for k in range(out.ndim):
+                shape[k] = out.shape[k]
+            return (out.copy().reshape(-1).astype(np.float64),
+                    np.full(out.size, -1, np.int64), shape)
+        return plain_array
+    raise numba.core.errors.TypingError(
+        f"at.jit: the function must return a float or a float array (of differentiable "
+        f"values), not {out}")
+
+
+def _transformed(fn, done):
+    """fn compiled for differentiable values: its source with np.zeros / np.empty /
+    np.ones made to allocate arrays of them, and the njit functions it calls
+    transformed the same way (``done``: those transformed so far, by id)."""
+    key = id(fn)
+    if key in done:
+        return done[key]
+    py = fn.py_func if isinstance(fn, Dispatcher) else fn
+    try:
+        source = textwrap.dedent(inspect.getsource(py))
+        tree = ast.parse(source)
+    except (OSError, TypeError, SyntaxError):
+        # no source to read (typed at a prompt): compiled as it is, which serves every
+        # op on values; arrays it allocates with np.zeros cannot hold differentiable
+        # values then, and numba's typing error says where
+        compiled = done[key] = numba.njit(error_model="numpy", nogil=True)(py)
+        return compiled
+    node = tree.body[0]
+    if isinstance(node, ast.Assign) and isinstance(node.value, ast.Call):   # f = njit(...)
+        node = next((n for n in ast.walk(node) if isinstance(n, ast.Lambda)), None)
+    if not isinstance(node, (ast.FunctionDef, ast.Lambda)):
+        raise TypeError(f"at.jit: cannot find the definition of {py.__name__} in its source")
+    namespace = dict(py.__globals__)
+    if py.__closure__:
+        namespace.update(zip(py.__code__.co_freevars,
+                             (c.cell_contents for c in py.__closure__)))
+    name = f"__autotape_{py.__name__}_{key}".replace("<", "").replace(">", "")
+    if isinstance(node, ast.Lambda):
+        node = ast.FunctionDef(name=name, args=node.args, body=[ast.Return(node.body)],
+                               decorator_list=[], returns=None, type_comment=None,
+                               lineno=node.lineno, col_offset=node.col_offset)
+    node.name, node.decorator_list = name, []
+    module = ast.Module(body=[_Rewrite(namespace, done).visit(node)], type_ignores=[])
+    ast.fix_missing_locations(module)
+    ast.increment_lineno(module, py.__code__.co_firstlineno - 1)
+    exec(compile(module, py.__code__.co_filename, "exec"), namespace)
+    compiled = done[key] = numba.njit(error_model="numpy", nogil=True)(namespace[name])
+    return compiled
+
+
+class _Rewrite(ast.NodeTransformer):
+    """Calls to np.zeros / np.empty / np.ones and to other numba functions, redirected
+    (resolved through fn's globals)."""
+
+    def __init__(self, namespace, done):
+        self.namespace, self.done = namespace, done
+
+    def visit_Call(self, node):
+        self.generic_visit(node)
+        target = _resolve(node.func, self.namespace)
+        alias = None
+        if any(target is k for k in ALLOCATORS):
+            alias = f"__autotape_alloc_{target.__name__}"
+            self.namespace[alias] = next(v for k, v in ALLOCATORS.items() if k is target)
+        elif isinstance(target, Dispatcher):
+            alias = f"__autotape_call_{id(target)}"
+            self.namespace[alias] = _transformed(target, self.done)
+        if alias is not None:
+            node.func = ast.copy_location(ast.Name(id=alias, ctx=ast.Load()), node.func)
+        return node
+
+
+def _resolve(expr, namespace):
+    if isinstance(expr, ast.Name):
+        return namespace.get(expr.id)
+    if isinstance(expr, ast.Attribute):
+        base = _resolve(expr.value, namespace)
+        return getattr(base, expr.attr, None) if base is not None else None
+    return None
+
+
+_ANSI = re.compile(r"\x1b\[[0-9;]*m")
+
+
+def _clear_error(name, error):
+    """numba's typing error as one message naming the construct and the line."""
+    text = _ANSI.sub("", str(error))
+    lines = [line.strip() for line in text.splitlines() if line.strip()]
+    where = [w for w in re.findall(r'File "([^"]+)", line (\d+):\s*\n(?:.*\n)*?\s*(?:<source elided>\s*\n\s*)?(.+)', text)
+             if not w[0].startswith("<")]
+    found = re.search(r"No implementation of function (.+?) found for signature:\s*\n\s*"
+                      r">>> (.+)", text)
+    explained = next((line.split("TypingError: ")[-1] for line in lines
+                      if "differentiable value" in line), None)
+    if explained is None and found:
+        explained = f"numba has no {found.group(1)} for {found.group(2).strip()}"
+    if explained is None:
+        explained = next((line for line in lines if line.startswith("Cannot unify")), None)
+    if explained is None:
+        explained = next((line for line in lines if not line.startswith(("Failed in",
+                                                                          "During:"))),
+                         lines[0] if lines else text)
+    place = ""
+    if where:
+        file, line, _ = where[0]
+        place = f" at {file}:{line}"
+    return TypeError(f"at.jit({name}): cannot record{place}: {explained}. Differentiable "
+                     "values support arithmetic, comparisons, math / numpy scalar "
+                     "functions, and arrays from np.zeros / np.empty / np.ones indexed by "
+                     "integers and slices")

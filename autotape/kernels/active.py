@@ -1,0 +1,486 @@
+"""Differentiable values inside numba-compiled code (``at.jit``, jit.py).
+
+``Active`` is a numba type: a float64 value, its row on a tape that lives in compiled
+code, and the address of that tape's header. Arithmetic operators, comparisons and the
+``math`` / numpy scalar functions are overloaded for it: an op on an Active computes
+its value with the op table's function (elementwise.py) and appends one row (opcode,
+operand rows, value) to the tape, with no Python objects per op. An Active with row -1
+is a constant that is not on any tape (an element of a fresh ``np.zeros``, say): ops on
+constants only give constants, and a constant meeting a recorded value is written to
+the tape as a CONST row then.
+
+``ActiveArray`` holds arrays of them (values and rows, the same shape) for the arrays a
+model allocates (``np.zeros`` and friends, rewritten to ``zeros`` below) and for array
+arguments; indexing by integers reads and writes Actives, slicing gives views.
+
+The tape is three buffers a Python caller owns for the whole compiled call (never
+freed, moved or shared meanwhile): the header int64 [rows, capacity, address of the
+(op, a, b) rows, address of the values, overflow, decisions], the rows and the values.
+A tape that fills up keeps counting rows without writing them (overflow set); the
+caller records again with room for all of them.
+"""
+import math
+import operator
+
+import numba
+import numpy as np
+from llvmlite import ir
+from numba import types
+from numba.core import cgutils
+from numba.core.errors import TypingError
+from numba.experimental import structref
+from numba.extending import (intrinsic, lower_cast, make_attribute_wrapper, models,
+                             overload, overload_attribute, overload_method, register_model)
+
+from ..opcodes import (ABS, ADD, ARCCOS, ARCCOSH, ARCSIN, ARCSINH, ARCTAN, ARCTAN2,
+                       ARCTANH, CONST, COSH, DIV, ERF, EXP, EXP2, EXPM1, HYPOT, LEAF, LOG,
+                       LOG10, LOG1P, LOG2, MAXIMUM, MINIMUM, MUL, NEG, POW, SIN, COS,
+                       SINH, SQRT, SUB, TAN, TANH, UNARY_LAST)
+from .cache import cached_njit
+from .elementwise import (binary_partial_x, binary_partial_y, binary_value, times,
+                          unary_partial, unary_value)
+
+# header fields
+H_ROWS, H_CAPACITY, H_OPS, H_VALUES, H_OVERFLOW, H_DECISIONS = range(6)
+HEADER = 6
+
+
+# ---- the scalar type ----------------------------------------------------------------------
+
+class ActiveType(types.Type):
+    def __init__(self):
+        super().__init__(name="autotape.Active")
+
+    def unify(self, typingctx, other):
+        """A variable that holds a number in one place and an Active in another (an
+        accumulator ``s = 0.0`` then ``s += x``) is an Active (the number a constant)."""
+        if isinstance(other, (types.Float, types.Integer, types.Boolean)):
+            return self
+        return None
+
+    def can_convert_from(self, typingctx, other):
+        if isinstance(other, (types.Float, types.Integer, types.Boolean)):
+            return types.Conversion.safe
+        return None
+
+
+active = ActiveType()
+
+
+@register_model(ActiveType)
+class _ActiveModel(models.StructModel):
+    def __init__(self, dmm, fe_type):
+        super().__init__(dmm, fe_type, [("value", types.float64), ("row", types.int64),
+                                        ("tape", types.intp)])
+
+
+make_attribute_wrapper(ActiveType, "value", "value")
+make_attribute_wrapper(ActiveType, "row", "row")
+make_attribute_wrapper(ActiveType, "tape", "tape")
+
+
+@lower_cast(types.Float, ActiveType)
+@lower_cast(types.Integer, ActiveType)
+@lower_cast(types.Boolean, ActiveType)
+def _number_to_active(context, builder, fromty, toty, value):
+    s = cgutils.create_struct_proxy(active)(context, builder)
+    s.value = context.cast(builder, value, fromty, types.float64)
+    s.row = context.get_constant(types.int64, -1)
+    s.tape = context.get_constant(types.intp, 0)
+    return s._getvalue()
+
+
+@intrinsic
+def make_active(typingctx, value, row, tape):
+    """Active(value, row, tape)."""
+    sig = active(types.float64, types.int64, types.intp)
+
+    def codegen(context, builder, sig, args):
+        s = cgutils.create_struct_proxy(active)(context, builder)
+        s.value, s.row, s.tape = args
+        return s._getvalue()
+    return sig, codegen
+
+
+def _pointer(builder, address, index, llty):
+    return builder.gep(builder.inttoptr(address, llty.as_pointer()), [index])
+
+
+@intrinsic
+def load_int(typingctx, address, index):
+    """The int64 at address[index] (a buffer the caller keeps alive)."""
+    def codegen(context, builder, sig, args):
+        return builder.load(_pointer(builder, args[0], args[1], ir.IntType(64)))
+    return types.int64(types.intp, types.int64), codegen
+
+
+@intrinsic
+def store_int(typingctx, address, index, value):
+    def codegen(context, builder, sig, args):
+        builder.store(args[2], _pointer(builder, args[0], args[1], ir.IntType(64)))
+        return context.get_dummy_value()
+    return types.void(types.intp, types.int64, types.int64), codegen
+
+
+@intrinsic
+def store_float(typingctx, address, index, value):
+    def codegen(context, builder, sig, args):
+        builder.store(args[2], _pointer(builder, args[0], args[1], ir.DoubleType()))
+        return context.get_dummy_value()
+    return types.void(types.intp, types.int64, types.float64), codegen
+
+
+@numba.njit(inline="always")
+def push(tape, op, a, b, value):
+    """Append the row (op, a, b, value); the Active it made."""
+    n = load_int(tape, H_ROWS)
+    store_int(tape, H_ROWS, n + 1)
+    if n >= load_int(tape, H_CAPACITY):
+        store_int(tape, H_OVERFLOW, 1)
+        return make_active(value, -1, tape)
+    rows = load_int(tape, H_OPS)
+    store_int(rows, 3 * n, op)
+    store_int(rows, 3 * n + 1, a)
+    store_int(rows, 3 * n + 2, b)
+    store_float(load_int(tape, H_VALUES), n, value)
+    return make_active(value, n, tape)
+
+
+@numba.njit(inline="always")
+def row_of(tape, x):
+    """x's row, writing a constant to the tape first."""
+    if x.row >= 0:
+        return x.row
+    return push(tape, CONST, -1, -1, x.value).row
+
+
+@numba.njit(inline="always")
+def leaf(tape, value):
+    """A new input row."""
+    return push(tape, LEAF, -1, -1, value)
+
+
+@numba.njit(inline="always")
+def constant(value):
+    return make_active(value, -1, 0)
+
+
+@numba.njit(inline="always")
+def unary(op, x):
+    z = unary_value(op, x.value)
+    if x.row < 0:
+        return make_active(z, -1, x.tape)
+    return push(x.tape, op, x.row, -1, z)
+
+
+@numba.njit(inline="always")
+def binary(op, x, y):
+    z = binary_value(op, x.value, y.value)
+    if x.row < 0 and y.row < 0:
+        return make_active(z, -1, x.tape if x.tape else y.tape)
+    tape = x.tape if x.row >= 0 else y.tape
+    return push(tape, op, row_of(tape, x), row_of(tape, y), z)
+
+
+@numba.njit(inline="always")
+def decide(x, y, outcome):
+    """A decision taken on recorded values (a comparison): counted, since a recording
+    with decisions holds only where they come out the same."""
+    tape = x.tape if x.row >= 0 else (y.tape if y.row >= 0 else 0)
+    if tape:
+        store_int(tape, H_DECISIONS, load_int(tape, H_DECISIONS) + 1)
+    return outcome
+
+
+def _is_number(t):
+    return isinstance(t, (types.Float, types.Integer, types.Boolean))
+
+
+def _as_active(t):
+    """A function turning a value of type t into an Active, or None."""
+    if isinstance(t, ActiveType):
+        return lambda x: x
+    if _is_number(t):
+        return lambda x: constant(float(x))
+    return None
+
+
+def _operands(x, y):
+    """(convert x, convert y) when at least one is an Active and the other a number or
+    an Active; else None."""
+    if not (isinstance(x, ActiveType) or isinstance(y, ActiveType)):
+        return None
+    fx, fy = _as_active(x), _as_active(y)
+    if fx is None or fy is None:
+        return None
+    return numba.njit(inline="always")(fx), numba.njit(inline="always")(fy)
+
+
+# ---- operators and functions ----------------------------------------------------------------
+
+def _register_binary(fn, op, swap=False):
+    @overload(fn)
+    def impl(x, y):
+        conv = _operands(x, y)
+        if conv is None:
+            return None
+        fx, fy = conv
+        if swap:
+            return lambda x, y: binary(op, fy(y), fx(x))
+        return lambda x, y: binary(op, fx(x), fy(y))
+
+
+for _fn, _op in [(operator.add, ADD), (operator.sub, SUB), (operator.mul, MUL),
+                 (operator.truediv, DIV), (operator.pow, POW), (math.pow, POW),
+                 (np.power, POW), (math.atan2, ARCTAN2), (np.arctan2, ARCTAN2),
+                 (math.hypot, HYPOT), (np.hypot, HYPOT), (np.maximum, MAXIMUM),
+                 (np.minimum, MINIMUM), (np.add, ADD), (np.subtract, SUB),
+                 (np.multiply, MUL), (np.divide, DIV)]:
+    _register_binary(_fn, _op)
+for _fn, _op in [(operator.iadd, ADD), (operator.isub, SUB), (operator.imul, MUL),
+                 (operator.itruediv, DIV), (operator.ipow, POW)]:
+    _register_binary(_fn, _op)
+
+
+def _register_unary(fn, op):
+    @overload(fn)
+    def impl(x):
+        if isinstance(x, ActiveType):
+            return lambda x: unary(op, x)
+        return None
+
+
+_UNARY = [(operator.neg, NEG), (abs, ABS), (np.abs, ABS), (np.absolute, ABS),
+          (math.fabs, ABS), (np.negative, NEG)]
+for _name, _op in [("exp", EXP), ("log", LOG), ("sqrt", SQRT), ("sin", SIN), ("cos", COS),
+                   ("tan", TAN), ("tanh", TANH), ("sinh", SINH), ("cosh", COSH),
+                   ("log1p", LOG1P), ("expm1", EXPM1), ("log2", LOG2), ("log10", LOG10)]:
+    _UNARY += [(getattr(math, _name), _op), (getattr(np, _name), _op)]
+for _m, _n, _op in [("asin", "arcsin", ARCSIN), ("acos", "arccos", ARCCOS),
+                    ("atan", "arctan", ARCTAN), ("asinh", "arcsinh", ARCSINH),
+                    ("acosh", "arccosh", ARCCOSH), ("atanh", "arctanh", ARCTANH)]:
+    _UNARY += [(getattr(math, _m), _op), (getattr(np, _n), _op)]
+_UNARY += [(math.erf, ERF), (np.exp2, EXP2)]
+for _fn, _op in _UNARY:
+    _register_unary(_fn, _op)
+
+
+@overload(operator.pos)
+def _pos(x):
+    if isinstance(x, ActiveType):
+        return lambda x: x
+
+
+@overload(max)
+def _max(x, y):
+    if _operands(x, y) is not None:
+        fx, fy = _operands(x, y)
+        return lambda x, y: binary(MAXIMUM, fx(x), fy(y))
+
+
+@overload(min)
+def _min(x, y):
+    if _operands(x, y) is not None:
+        fx, fy = _operands(x, y)
+        return lambda x, y: binary(MINIMUM, fx(x), fy(y))
+
+
+def _register_compare(fn):
+    @overload(fn)
+    def impl(x, y):
+        conv = _operands(x, y)
+        if conv is None:
+            return None
+        fx, fy = conv
+
+        def compare(x, y):
+            a, b = fx(x), fy(y)
+            return decide(a, b, fn(a.value, b.value))
+        return compare
+
+
+for _fn in (operator.lt, operator.le, operator.gt, operator.ge, operator.eq, operator.ne):
+    _register_compare(_fn)
+
+
+def _refuse(fn, why):
+    @overload(fn)
+    def impl(x):
+        if isinstance(x, ActiveType):
+            raise TypingError(why)
+        return None
+
+
+_refuse(float, "float() of a differentiable value would drop its derivative (at.jit); "
+               "keep computing with it, or use a plain number where no derivative is "
+               "wanted")
+_refuse(int, "int() of a differentiable value would drop its derivative (at.jit)")
+_refuse(bool, "bool() of a differentiable value: compare it instead (x > 0)")
+_refuse(math.floor, "math.floor of a differentiable value returns an int, which drops "
+                    "the derivative (at.jit)")
+_refuse(math.ceil, "math.ceil of a differentiable value returns an int, which drops the "
+                   "derivative (at.jit)")
+
+
+@overload_attribute(ActiveType, "real")
+def _real(x):
+    return lambda x: x
+
+
+# ---- arrays of Actives ----------------------------------------------------------------------
+
+@structref.register
+class ActiveArrayType(types.StructRef):
+    def preprocess_fields(self, fields):
+        return tuple((name, types.unliteral(t)) for name, t in fields)
+
+
+class ActiveArray(structref.StructRefProxy):
+    """An array of differentiable values in compiled code: their values, their tape
+    rows (-1: a constant) and a one-element cell holding the tape's address, shared by
+    an array and its views (0 while it holds constants only)."""
+
+
+structref.define_proxy(ActiveArray, ActiveArrayType, ["values", "rows", "cell"])
+
+
+def _is_active_array(t):
+    return isinstance(t, ActiveArrayType)
+
+
+@overload(len)
+def _len(a):
+    if _is_active_array(a):
+        return lambda a: len(a.values)
+
+
+@overload_attribute(ActiveArrayType, "shape")
+def _shape(a):
+    return lambda a: a.values.shape
+
+
+@overload_attribute(ActiveArrayType, "size")
+def _size(a):
+    return lambda a: a.values.size
+
+
+@overload_attribute(ActiveArrayType, "ndim")
+def _ndim(a):
+    return lambda a: a.values.ndim
+
+
+@overload_method(ActiveArrayType, "copy")
+def _copy(a):
+    return lambda a: ActiveArray(a.values.copy(), a.rows.copy(), a.cell.copy())
+
+
+def _is_scalar_index(a, index):
+    """Whether ``a[index]`` is one element: an integer per axis."""
+    ndim = a.field_dict["values"].ndim
+    if isinstance(index, types.Integer):
+        return ndim == 1
+    return isinstance(index, types.BaseTuple) and len(index.types) == ndim and all(
+        isinstance(t, types.Integer) for t in index.types)
+
+
+@overload(operator.getitem)
+def _getitem(a, index):
+    if not _is_active_array(a):
+        return None
+    if _is_scalar_index(a, index):
+        return lambda a, index: make_active(a.values[index], a.rows[index], a.cell[0])
+    return lambda a, index: ActiveArray(a.values[index], a.rows[index], a.cell)
+
+
+@overload(operator.setitem)
+def _setitem(a, index, value):
+    if not _is_active_array(a):
+        return None
+    if isinstance(value, ActiveType):
+        def set_active(a, index, value):
+            a.values[index] = value.value
+            a.rows[index] = value.row
+            if value.row >= 0:
+                a.cell[0] = value.tape
+        return set_active
+    if _is_number(value):
+        def set_number(a, index, value):
+            a.values[index] = value
+            a.rows[index] = -1
+        return set_number
+    if _is_active_array(value):
+        def set_array(a, index, value):
+            a.values[index] = value.values
+            a.rows[index] = value.rows
+            if value.cell[0]:
+                a.cell[0] = value.cell[0]
+        return set_array
+    return None
+
+
+# ---- allocation (the model's np.zeros and friends, rewritten by jit.py) -------------------
+
+def zeros(shape, dtype=None):
+    """np.zeros, of Actives where the dtype is float."""
+
+
+def empty(shape, dtype=None):
+    """np.empty, of Actives where the dtype is float."""
+
+
+def ones(shape, dtype=None):
+    """np.ones, of Actives where the dtype is float."""
+
+
+def _float_dtype(dtype):
+    if dtype is None or isinstance(dtype, types.NoneType) or isinstance(dtype, types.Omitted):
+        return True
+    target = getattr(dtype, "dtype", dtype)
+    if isinstance(target, types.NumberClass):
+        target = target.instance_type
+    return isinstance(target, types.Float)
+
+
+def _allocator(stub, fill, numpy_fn):
+    @overload(stub)
+    def impl(shape, dtype=None):
+        if _float_dtype(dtype):
+            def alloc(shape, dtype=None):
+                return ActiveArray(np.full(shape, fill), np.full(shape, -1, np.int64),
+                                   np.zeros(1, np.intp))
+            return alloc
+        return lambda shape, dtype=None: numpy_fn(shape, dtype)
+
+
+_allocator(zeros, 0.0, np.zeros)
+_allocator(empty, math.nan, np.empty)
+_allocator(ones, 1.0, np.ones)
+
+
+# ---- the reverse sweep of such a tape --------------------------------------------------------
+
+@cached_njit()
+def sweep(ops, values, n, seed_row, adj, reached):
+    """The adjoints of every row for the output ``seed_row`` (seed 1), rows n - 1 .. 0,
+    only rows the output reaches (a row it does not reach would multiply its zero
+    adjoint by inf partials into nan). The op math is the op table's."""
+    adj[:n] = 0.0
+    reached[:n] = False
+    adj[seed_row] = 1.0
+    reached[seed_row] = True
+    for r in range(seed_row, -1, -1):
+        if not reached[r]:
+            continue
+        op, a, b = ops[r, 0], ops[r, 1], ops[r, 2]
+        if a < 0:
+            continue
+        g = adj[r]
+        if op <= UNARY_LAST:
+            adj[a] += times(op, g, unary_partial(op, values[a], values[r]))
+            reached[a] = True
+        else:
+            x, y, z = values[a], values[b], values[r]
+            adj[a] += times(op, g, binary_partial_x(op, x, y, z))
+            adj[b] += times(op, g, binary_partial_y(op, x, y, z))
+            reached[a] = True
+            reached[b] = True

@@ -1,0 +1,214 @@
+"""``at.jit``: numba functions written for floats, differentiated by recording inside
+compiled code (jit.py, kernels/active.py). Gradients against the same model through
+at.compile and against finite differences; loops, branches, helper functions, arrays
+from np.zeros; errors that name the construct and the line."""
+import math
+import threading
+
+import importlib
+
+import numba
+import numpy as np
+import pytest
+
+import autotape as at
+import autotape.func as F
+from autotape.thread_state import here
+from fd import central_jacobian
+
+jit_module = importlib.import_module("autotape.jit")
+
+THETA = np.array([1.0, 0.2, 9.8, 0.1])
+
+
+@numba.njit
+def accel(theta, x, v):
+    return -theta[2] * math.sin(x) - theta[3] * v
+
+
+@numba.njit
+def pendulum(theta):
+    x, v, h = theta[0], theta[1], 0.01
+    for _ in range(300):
+        k1x, k1v = v, accel(theta, x, v)
+        k2x, k2v = v + 0.5 * h * k1v, accel(theta, x + 0.5 * h * k1x, v + 0.5 * h * k1v)
+        k3x, k3v = v + 0.5 * h * k2v, accel(theta, x + 0.5 * h * k2x, v + 0.5 * h * k2v)
+        k4x, k4v = v + h * k3v, accel(theta, x + h * k3x, v + h * k3v)
+        x = x + h / 6.0 * (k1x + 2.0 * k2x + 2.0 * k3x + k4x)
+        v = v + h / 6.0 * (k1v + 2.0 * k2v + 2.0 * k3v + k4v)
+    return x * x + v * v
+
+
+def pendulum_at(theta):                       # the same model, as autotape ops
+    def acc(x, v):
+        return -theta[2] * at.sin(x) - theta[3] * v
+    x, v, h = theta[0], theta[1], 0.01
+    for _ in range(300):
+        k1x, k1v = v, acc(x, v)
+        k2x, k2v = v + 0.5 * h * k1v, acc(x + 0.5 * h * k1x, v + 0.5 * h * k1v)
+        k3x, k3v = v + 0.5 * h * k2v, acc(x + 0.5 * h * k2x, v + 0.5 * h * k2v)
+        k4x, k4v = v + h * k3v, acc(x + h * k3x, v + h * k3v)
+        x = x + h / 6.0 * (k1x + 2.0 * k2x + 2.0 * k3x + k4x)
+        v = v + h / 6.0 * (k1v + 2.0 * k2v + 2.0 * k3v + k4v)
+    return x * x + v * v
+
+
+def _fd_grad(f, x):
+    return central_jacobian(lambda v: np.atleast_1d(f(v)), x)[0]
+
+
+def test_pendulum_with_a_helper_function():
+    value, g = at.jit(pendulum).value_and_grad(THETA)
+    assert value.item() == pytest.approx(pendulum(THETA), rel=1e-14)
+    want = at.compile(pendulum_at, THETA).grad(THETA).numpy()
+    np.testing.assert_allclose(g.numpy(), want, rtol=1e-12, atol=1e-13)
+    np.testing.assert_allclose(g.numpy(), _fd_grad(pendulum, THETA), rtol=1e-6)
+
+
+@numba.njit
+def heat(k):
+    """Arrays from np.zeros / np.empty, loops over them, an accumulator from 0.0."""
+    n = k.size
+    u = np.zeros(n)
+    for i in range(n):
+        u[i] = math.sin(0.3 * i) + k[0]
+    for _ in range(30):
+        new = np.empty(n)
+        for i in range(n):
+            new[i] = u[i] + 0.1 * k[i] * (u[(i + 1) % n] - 2.0 * u[i] + u[(i - 1) % n])
+        u = new
+    s = 0.0
+    for i in range(n):
+        s += u[i] * u[i]
+    return s
+
+
+def test_model_allocating_arrays_matches_finite_differences():
+    k = np.linspace(0.5, 1.5, 10)
+    value, g = at.jit(heat).value_and_grad(k)
+    assert value.item() == pytest.approx(heat(k), rel=1e-13)
+    np.testing.assert_allclose(g.numpy(), _fd_grad(heat, k), rtol=1e-6, atol=1e-9)
+
+
+@numba.njit
+def fill(out, x):                             # a helper that writes into an array
+    for i in range(out.shape[0]):
+        for j in range(out.shape[1]):
+            out[i, j] = x * (i + 1) - j
+    return out
+
+
+@numba.njit
+def grid(x, w):
+    a = fill(np.zeros((3, 2)), x)
+    total = 0.0
+    for i in range(3):
+        row = a[i]                            # a view: writes through
+        row[1] = row[1] * w
+        total += max(a[i, 0], 0.0) * a[i, 1] + abs(a[i, 1]) ** 1.5
+    return total
+
+
+def test_two_dimensional_arrays_views_and_helpers():
+    g = at.jit(grid).grad(0.7, 1.3)
+    fd = _fd_grad(lambda v: grid(v[0], v[1]), np.array([0.7, 1.3]))
+    np.testing.assert_allclose([g[0].item(), g[1].item()], fd, rtol=1e-6)
+
+
+@numba.njit
+def piecewise(x):
+    if x > 1.0:                               # a branch on a value
+        return x * x
+    elif x > 0.0:
+        return math.sqrt(x) + math.exp(-x)
+    return -x
+
+
+@pytest.mark.parametrize("x, want", [(2.0, 4.0), (0.25, 0.5 / 0.5 - math.exp(-0.25)),
+                                     (-3.0, -1.0)])
+def test_branches_follow_the_values(x, want):
+    assert at.jit(piecewise).grad(x).item() == pytest.approx(want, rel=1e-12)
+
+
+@numba.njit
+def spiral(t):
+    out = np.empty(2 * t.size)
+    for i in range(t.size):
+        out[2 * i] = t[i] * math.cos(t[i])
+        out[2 * i + 1] = t[i] * math.sin(t[i])
+    return out
+
+
+def test_array_output_jacobian_and_value():
+    t = np.array([0.3, 1.1, 2.0])
+    J = at.jit(spiral).jacobian(t)
+    assert J.shape == (6, 3)
+    np.testing.assert_allclose(J.numpy(), central_jacobian(spiral, t), rtol=1e-6, atol=1e-9)
+    np.testing.assert_allclose(at.jit(spiral)(t).numpy(), spiral(t), rtol=1e-14)
+
+
+def test_a_long_chain_fills_the_tape_more_than_once(monkeypatch):
+    monkeypatch.setattr(jit_module, "START_ROWS", 64)
+    here().jit_tape = None                    # (no larger buffers from earlier tests)
+
+    @numba.njit
+    def chain(y):
+        for _ in range(5000):
+            y = math.exp(math.sin(y * 1.0001 + 0.5)) / 2.5
+        return y
+    f = at.jit(chain)
+    g = f.grad(0.3).item()
+    assert f._rows >= 15000
+    assert g == pytest.approx(_fd_grad(lambda v: chain(v[0]), np.array([0.3]))[0], rel=1e-6)
+
+
+def test_threads_record_at_once():
+    f = at.jit(pendulum)
+    points = THETA * np.linspace(0.8, 1.2, 8)[:, None]
+    want = [f.grad(p).numpy() for p in points]
+    got = [None] * len(points)
+
+    def work(k):
+        for _ in range(5):
+            got[k] = f.grad(points[k]).numpy()
+    threads = [threading.Thread(target=work, args=(k,)) for k in range(len(points))]
+    for t in threads:
+        t.start()
+    for t in threads:
+        t.join()
+    for g, w in zip(got, want):
+        np.testing.assert_array_equal(g, w)
+
+
+def test_vmap_over_points():
+    points = THETA * np.linspace(0.8, 1.2, 5)[:, None]
+    f = at.jit(pendulum)
+    values, grads = F.vmap(f.value_and_grad)(points)
+    for k in range(5):
+        v, g = f.value_and_grad(points[k])
+        assert values.numpy()[k] == v.item()
+        np.testing.assert_array_equal(grads.numpy()[k], g.numpy())
+
+
+def test_what_cannot_be_recorded_is_named_with_its_line():
+    @numba.njit
+    def drops(x):
+        return float(x) * 2.0
+
+    @numba.njit
+    def sorts(x):
+        a = np.zeros(3)
+        for i in range(3):
+            a[i] = x * i
+        return np.sort(a)[0]
+    with pytest.raises(TypeError, match=r"at.jit\(drops\): cannot record at .*test_jit.py:"
+                                        r"\d+: float\(\) of a differentiable value"):
+        at.jit(drops).grad(1.0)
+    with pytest.raises(TypeError, match=r"at.jit\(sorts\): cannot record at .*test_jit.py"):
+        at.jit(sorts).grad(1.0)
+    with pytest.raises(RuntimeError, match="needs spiral to return a scalar"):
+        at.jit(spiral).grad(np.ones(2))
+    with pytest.raises(TypeError, match="argument 0 must be a float or a float array"):
+        at.jit(pendulum).grad("theta")
+    with pytest.raises(TypeError, match="expected a function"):
+        at.jit(3)
