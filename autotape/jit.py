@@ -33,6 +33,9 @@ from numba.core.errors import NumbaError
 from .func import flatten
 from .kernels import active
 from .kernels.active import ActiveArray, ActiveType
+from .kernels.program import I_A, I_N, I_OP, I_OUT, I_SA, WIDTH
+from .opcodes import CONST, SOURCE_LAST
+from .program import LeanProgram
 from .tensor import F64, new_leaf
 from .thread_state import here
 
@@ -77,7 +80,8 @@ class Jit:
         self.fn = fn
         self.name = getattr(fn, "__name__", "fn")
         self._recorders = {}
-        self._lock = threading.Lock()
+        self._programs = {}      # argument shapes -> (lean program, output shape), or
+        self._lock = threading.Lock()   # False where fn takes decisions on values
         self._rows = START_ROWS
 
     def __repr__(self):
@@ -86,19 +90,18 @@ class Jit:
     # -- public calls ------------------------------------------------------------------------
 
     def __call__(self, *args):
-        """fn's value at args, from the recording (a Tensor of its shape)."""
-        values, _, _, shape, _ = self._record(args)
+        """fn's value at args (a Tensor of its shape)."""
+        values, _, shape, _ = self._evaluate(args, False)
         return _tensor(values.reshape(shape))
 
     def value_and_grad(self, *args):
         """``(fn(*args), gradient)`` for a scalar fn; the gradient has the arguments'
         structure (one Tensor, or a tuple for several)."""
-        values, rows, tape, shape, arrays = self._record(args)
+        values, jac, shape, arrays = self._evaluate(args, True)
         if values.size != 1:
             raise RuntimeError(f"at.jit: grad needs {self.name} to return a scalar, but it "
                                f"returned shape {shape}")
-        grads = self._gradients(tape, rows[0], arrays)
-        return _tensor(values.reshape(shape)), _per_argument(grads)
+        return _tensor(values.reshape(shape)), _per_argument(_split(jac[0], arrays, ()))
 
     def grad(self, *args):
         """The gradient of a scalar fn with respect to every argument."""
@@ -107,38 +110,77 @@ class Jit:
     def jacobian(self, *args):
         """d output / d argument, shape ``output.shape + argument.shape`` (a tuple over
         arguments for several): one reverse sweep per output element."""
-        values, rows, tape, shape, arrays = self._record(args)
-        per_output = [self._gradients(tape, r, arrays) for r in rows]
-        out = []
-        for k, a in enumerate(arrays):
-            block = np.stack([g[k].reshape(-1) for g in per_output]) if per_output else \
-                np.zeros((0, a.size))
-            out.append(_tensor(block.reshape(shape + a.shape)))
-        return _per_argument(out)
+        values, jac, shape, arrays = self._evaluate(args, True)
+        return _per_argument(_split(jac, arrays, shape))
 
     def map_points(self, method, args):
-        """``method`` at B points (a leading axis on every argument): one recording and
-        sweep per point, all compiled (autotape.func.vmap's spelling)."""
+        """``method`` at B points (a leading axis on every argument): one compiled call
+        for all of them where fn's recording takes no decisions on values (its lean
+        program, on every core), else one recording and sweep per point
+        (autotape.func.vmap's spelling)."""
         if method not in ("__call__", "grad", "value_and_grad", "jacobian"):
             raise ValueError(f"vmap: at.jit maps __call__, grad, value_and_grad or "
                              f"jacobian, not {method!r}")
-        arrays = [np.asarray(a, np.float64) for a in args]
-        if not arrays or any(a.ndim == 0 for a in arrays) or \
-                len({a.shape[0] for a in arrays}) != 1:
+        batch = [np.asarray(a, np.float64) for a in args]
+        if not batch or any(a.ndim == 0 for a in batch) or \
+                len({a.shape[0] for a in batch}) != 1 or not batch[0].shape[0]:
             raise ValueError("vmap: every argument needs the same leading axis of points")
-        results = [getattr(self, method)(*(a[k] for a in arrays))
-                   for k in range(arrays[0].shape[0])]
-        leaves, rebuild = flatten(results[0])
-        per_point = [flatten(r)[0] for r in results]
-        return rebuild([_tensor(np.stack([p[k].numpy() for p in per_point]))
-                        for k in range(len(leaves))])
+        B = batch[0].shape[0]
+        program = self._program([a[0] for a in batch]) if B > 1 else None
+        if program is None:
+            results = [getattr(self, method)(*(a[k] for a in batch)) for k in range(B)]
+            leaves, rebuild = flatten(results[0])
+            per_point = [flatten(r)[0] for r in results]
+            return rebuild([_tensor(np.stack([p[k].numpy() for p in per_point]))
+                            for k in range(len(leaves))])
+        lean, shape = program
+        arrays = [a[0] for a in batch]
+        X = np.concatenate([a.reshape(B, -1) for a in batch], axis=1)
+        values, jac = lean.run(X, jacobian=method != "__call__")
+        value = _tensor(values.reshape((B,) + shape))
+        if method == "__call__":
+            return value
+        if method == "jacobian":
+            return _per_argument(_split(jac, arrays, shape, (B,)))
+        if values.shape[1] != 1:
+            raise RuntimeError(f"at.jit: grad needs {self.name} to return a scalar, but it "
+                               f"returned shape {shape}")
+        grads = _per_argument(_split(jac[:, 0], arrays, (), (B,)))
+        return grads if method == "grad" else (value, grads)
+
+    def _evaluate(self, args, jacobian):
+        """(values flat, d values / d inputs (outputs, inputs) or None, output shape, the
+        arguments as arrays): the lean program's replay where fn's recording at these
+        shapes took no decisions on values, else a recording and its sweeps."""
+        arrays = [_argument(a, k, self.name) for k, a in enumerate(args)]
+        program = self._programs.get(tuple(a.shape for a in arrays))
+        if program:
+            lean, shape = program
+            X = np.concatenate([a.reshape(-1) for a in arrays])[None] if len(arrays) > 1 \
+                else arrays[0].reshape(1, -1)
+            values, jac = lean.run(X, jacobian=jacobian)
+            return values[0], (jac[0] if jacobian else None), shape, arrays
+        values, rows, tape, shape, decisions = self._record(arrays)
+        total = sum(a.size for a in arrays)
+        jac = np.stack([self._gradient(tape, r, total) for r in rows]) if jacobian else None
+        if program is None:
+            self._programs[tuple(a.shape for a in arrays)] = False if decisions else (
+                _lean_program(tape, total, rows, values), shape)
+        return values, jac, shape, arrays
+
+    def _program(self, arrays):
+        """(lean program, output shape) for arguments of these shapes, recording at
+        ``arrays`` first if need be; None where fn takes decisions on values."""
+        key = tuple(np.shape(a) for a in arrays)
+        if key not in self._programs:
+            self._evaluate(arrays, False)
+        return self._programs[key] or None
 
     # -- recording --------------------------------------------------------------------------
 
-    def _record(self, args):
-        """Record fn at args: (output values, their rows, (ops, values, rows used), output
-        shape, the arguments as arrays)."""
-        arrays = [_argument(a, k, self.name) for k, a in enumerate(args)]
+    def _record(self, arrays):
+        """Record fn at the arguments: (output values, their rows, (ops, values, rows
+        used), output shape, the decisions it took on recorded values)."""
         recorder = self._recorder([a.ndim for a in arrays])
         inputs = [a if a.ndim else float(a) for a in arrays]
         while True:
@@ -153,7 +195,7 @@ class Jit:
                 break
             self._rows = max(used + used // 4, 2 * rows)
         return (out_values, out_rows, (ops.reshape(-1, 3), values, used), tuple(shape),
-                arrays)
+                int(header[active.H_DECISIONS]))
 
     def _recorder(self, ndims):
         key = tuple(ndims)
@@ -166,21 +208,58 @@ class Jit:
                         _transformed(self.fn, {}), ndims, self.name)
         return recorder
 
-    def _gradients(self, tape, row, arrays):
-        """d output(row) / d each argument."""
+    def _gradient(self, tape, row, total):
+        """d output(row) / d the inputs, flat (the inputs are the tape's first rows)."""
         ops, values, used = tape
-        total = sum(a.size for a in arrays)
-        adj, reached = _sweep_scratch(max(used, 1))
         if row < 0:                            # a constant output
-            flat = np.zeros(total)
-        else:
-            active.sweep(ops, values, used, row, adj, reached)
-            flat = adj[:total].copy()          # (the inputs are the first rows)
-        grads, start = [], 0
-        for a in arrays:
-            grads.append(flat[start:start + a.size].reshape(a.shape))
-            start += a.size
-        return grads
+            return np.zeros(total)
+        adj, reached = _sweep_scratch(max(used, 1))
+        active.sweep(ops, values, used, row, adj, reached)
+        return adj[:total].copy()
+
+
+def _split(jac, arrays, shape, lead=()):
+    """A Jacobian block (lead + outputs, inputs) per argument, shaped lead + shape +
+    the argument's shape."""
+    out, start = [], 0
+    for a in arrays:
+        block = jac[..., start:start + a.size]
+        out.append(_tensor(block.reshape(lead + shape + a.shape)))
+        start += a.size
+    return out
+
+
+def _lean_program(tape, total, out_rows, out_values):
+    """The recording as a lean program (program.py): one slot per row, one instruction
+    per op row; constants one slot per distinct value (fn pushes a constant at every
+    op that meets a number, and the same slot in every repetition lets the loop finder
+    see one body)."""
+    ops, values, used = tape
+    op, a, b = ops[:used, 0], ops[:used, 1], ops[:used, 2]
+    rows = np.arange(used)
+    const_rows = rows[op == CONST]
+    distinct, first, inverse = np.unique(values[const_rows], return_index=True,
+                                         return_inverse=True)
+    canonical = rows.copy()
+    canonical[const_rows] = const_rows[first][inverse]
+    q = rows[op > SOURCE_LAST]
+    instr = np.zeros((q.size, WIDTH), np.int64)
+    instr[:, I_OP], instr[:, I_OUT] = op[q], q
+    instr[:, I_A] = canonical[a[q]]
+    instr[:, I_A + 1] = np.where(b[q] >= 0, canonical[np.maximum(b[q], 0)], -1)
+    instr[:, I_A + 2] = -1
+    instr[:, I_N] = 1
+    instr[:, I_SA] = 1
+    instr[:, I_SA + 1] = (b[q] >= 0).astype(np.int64)
+    const_slots, const_vals = const_rows[first], distinct
+    out_slots, nslots = np.array(out_rows, np.int64), used
+    for k in np.nonzero(out_slots < 0)[0]:     # a constant output: a slot of its own
+        const_slots = np.append(const_slots, nslots)
+        const_vals = np.append(const_vals, out_values[k])
+        out_slots[k] = nslots
+        nslots += 1
+    return LeanProgram.of(instr, np.zeros(1, np.int64), np.ones(q.size), np.arange(total),
+                          out_slots, nslots, const_slots, const_vals)
 
 
 def _argument(a, k, name):

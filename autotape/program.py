@@ -64,16 +64,24 @@ class LeanProgram:
                              out_rows, compiled_ops, DGEMM)
         if status != LOWERED:
             return None
+        user_calls = [_user_call(tape, row) for row in call_rows(instr)] or None
+        return cls.of(instr, pool, divisor, in_slots, out_slots, int(nslots), const_slots,
+                      const_vals, loops and user_calls is None, user_calls)
+
+    @classmethod
+    def of(cls, instr, pool, divisor, in_slots, out_slots, nslots, const_slots, const_vals,
+           loops=True, user_calls=None):
+        """The program made of these instructions (``lower``'s, or at.jit's tape, which
+        jit.py writes as instructions directly)."""
         p = cls.__new__(cls)
-        p.user_calls = [_user_call(tape, row) for row in call_rows(instr)] or None
-        p.driver = None
-        p.instr, p.pool, p.divisor, p.nslots = instr, pool, divisor, int(nslots)
+        p.user_calls, p.driver = user_calls, None
+        p.instr, p.pool, p.divisor, p.nslots = instr, pool, divisor, nslots
         p.const_slots, p.const_vals = const_slots, const_vals
         p.in_slots, p.out_slots = in_slots, out_slots
         p.live = None
         # (start, period, repeats, delta) or None; a program with users' compiled ops
         # runs in their driver (kernels/calls.py), its loops interpreted
-        p.loop = find_loop(instr) if p.user_calls is None and loops else None
+        p.loop = find_loop(instr) if loops else None
         p.loop_kernels = None               # compiled after COMPILE_LOOP_AFTER calls
         p.loop_slots = p.segments = p.reached = None
         if p.loop is not None:

@@ -212,3 +212,37 @@ def test_what_cannot_be_recorded_is_named_with_its_line():
         at.jit(pendulum).grad("theta")
     with pytest.raises(TypeError, match="expected a function"):
         at.jit(3)
+
+
+def test_one_function_across_branches_records_at_every_call():
+    f = at.jit(piecewise)
+    for _ in range(3):
+        for x, want in [(2.0, 4.0), (-3.0, -1.0), (0.25, 1.0 - math.exp(-0.25))]:
+            assert f.grad(x).item() == pytest.approx(want, rel=1e-12)
+    assert f._programs[((),)] is False          # decisions taken: never replayed
+
+
+def test_without_decisions_later_calls_replay_the_lean_program(monkeypatch):
+    f = at.jit(pendulum)
+    first = f.value_and_grad(THETA)
+    lean, _ = f._programs[((4,),)]
+
+    def no_recording(*args):
+        raise AssertionError("recorded again")
+    monkeypatch.setattr(f, "_record", no_recording)
+    for point in (THETA, THETA * 1.1, THETA * 0.9, THETA, THETA * 1.05, THETA):
+        value, g = f.value_and_grad(point)
+        np.testing.assert_allclose(g.numpy(), at.compile(pendulum_at, THETA).grad(point)
+                                   .numpy(), rtol=1e-12, atol=1e-13)
+    assert lean.loop is not None and lean.loop_kernels is not None   # the body compiled
+    assert value.item() == first[0].item()
+    np.testing.assert_array_equal(g.numpy(), first[1].numpy())
+    Js = F.vmap(f.jacobian)(np.stack([THETA, THETA * 1.1]))
+    assert Js.shape == (2, 4)
+    np.testing.assert_allclose(Js.numpy()[1], f.grad(THETA * 1.1).numpy(), rtol=1e-15)
+
+
+def test_vmap_with_decisions_goes_point_by_point():
+    xs = np.array([2.0, -3.0, 0.25, 1.5])
+    grads = F.vmap(at.jit(piecewise).grad)(xs).numpy()
+    np.testing.assert_allclose(grads, [4.0, -1.0, 1.0 - math.exp(-0.25), 3.0], rtol=1e-12)
