@@ -383,26 +383,25 @@ def _transformed(fn, done):
     try:
         source = textwrap.dedent(inspect.getsource(py))
         tree = ast.parse(source)
-    except (OSError, TypeError, SyntaxError):
+        if _definition(tree.body[0], py) is None:
+            raise SyntaxError("the source found is not this function's")
+    except (OSError, TypeError, SyntaxError, IndexError):
         # no source to read (typed at a prompt): compiled as it is, which serves every
         # op on values; arrays it allocates with np.zeros cannot hold differentiable
         # values then, and numba's typing error says where
         compiled = done[key] = numba.njit(error_model="numpy", nogil=True)(py)
         return compiled
-    node = tree.body[0]
-    if isinstance(node, ast.Assign) and isinstance(node.value, ast.Call):   # f = njit(...)
-        node = next((n for n in ast.walk(node) if isinstance(n, ast.Lambda)), None)
-    if not isinstance(node, (ast.FunctionDef, ast.Lambda)):
-        raise TypeError(f"at.jit: cannot find the definition of {py.__name__} in its source")
+    node = _definition(tree.body[0], py)
     namespace = dict(py.__globals__)
     if py.__closure__:
         namespace.update(zip(py.__code__.co_freevars,
                              (c.cell_contents for c in py.__closure__)))
     name = f"__autotape_{py.__name__}_{key}".replace("<", "").replace(">", "")
-    if isinstance(node, ast.Lambda):
-        node = ast.FunctionDef(name=name, args=node.args, body=[ast.Return(node.body)],
-                               decorator_list=[], returns=None, type_comment=None,
-                               lineno=node.lineno, col_offset=node.col_offset)
+    if isinstance(node, ast.Lambda):          # as a def, on the lambda's line
+        line = node.lineno
+        node = ast.parse(f"def {name}({ast.unparse(node.args)}):\n"
+                         f"    return {ast.unparse(node.body)}\n").body[0]
+        ast.increment_lineno(node, line - 1)
     node.name, node.decorator_list = name, []
     module = ast.Module(body=[_Rewrite(namespace, done).visit(node)], type_ignores=[])
     ast.fix_missing_locations(module)
@@ -410,6 +409,23 @@ def _transformed(fn, done):
     exec(compile(module, py.__code__.co_filename, "exec"), namespace)
     compiled = done[key] = numba.njit(error_model="numpy", nogil=True)(namespace[name])
     return compiled
+
+
+def _definition(statement, py):
+    """py's definition in the parsed statement (a def, or the statement's only lambda),
+    when it has py's name and arguments; else None: source read from a file that
+    changed since, or from the wrong lines, must not be compiled."""
+    if py.__name__ == "<lambda>":
+        found = [n for n in ast.walk(statement) if isinstance(n, ast.Lambda)]
+        node = found[0] if len(found) == 1 else None
+    else:
+        node = statement if isinstance(statement, ast.FunctionDef) and \
+            statement.name == py.__name__ else None
+    if node is None:
+        return None
+    code = py.__code__
+    names = [a.arg for a in node.args.posonlyargs + node.args.args]
+    return node if names == list(code.co_varnames[:code.co_argcount]) else None
 
 
 class _Rewrite(ast.NodeTransformer):

@@ -24,6 +24,7 @@ import subprocess
 import sys
 import time
 
+import numba
 import numpy as np
 
 from . import func
@@ -31,6 +32,7 @@ from .compile import compile as compile_
 from .creation import tensor
 from .engine import grad
 from .functions.shaping import roll
+from .jit import jit as jit_
 from .kernels import cache
 from .kernels.blas import DGEMM
 from .kernels.sweep import VARIANTS, linalg_row_vjp, sweep_for
@@ -124,16 +126,23 @@ def _threads():
         n = (1 << 19) + 1
         x = tensor(np.linspace(0.0, 1.0, n), requires_grad=True)
         grad((sin(x) * x + tanh(x) * exp(-x) + x ** 2).sum(), x)
-        func.vmap(compile_(lambda v: (v * v).sum(), np.ones(2)).grad)(np.ones((1 << 16, 2)))
+        small = compile_(lambda v: (v * v).sum(), np.ones(2))
+        func.vmap(small.grad)(np.ones((1 << 16, 2)))
+        func.vmap(small.jacfwd)(np.ones((1 << 12, 2)))
     finally:
         set_num_threads(saved)
+
+
+def _numba_code():
+    # at.jit's sweep (its recorders are compiled per function, per process)
+    jit_(numba.njit(lambda x: x * x)).grad(1.0)
 
 
 STEPS = [("numpy.linalg sweep", _linalg), ("compiled programs", _compiled),
          ("scalar sweep", _scalar), ("array sweep", _arrays),
          ("compiled loops, Jacobians, points", _more_compiled),
          ("elementwise sweep", _elementwise), ("replayed programs", _replayed),
-         ("threaded kernels", _threads)]
+         ("threaded kernels", _threads), ("numba code (at.jit)", _numba_code)]
 
 
 def _missing():
