@@ -41,7 +41,9 @@ from .thread_state import here
 
 __all__ = ["jit", "Jit"]
 
-ALLOCATORS = {np.zeros: active.zeros, np.empty: active.empty, np.ones: active.ones}
+ALLOCATORS = {np.zeros: active.zeros, np.empty: active.empty, np.ones: active.ones,
+              np.zeros_like: active.zeros_like, np.empty_like: active.empty_like,
+              np.ones_like: active.ones_like, np.full: active.full, np.array: active.array}
 START_ROWS = 1 << 12
 
 
@@ -112,6 +114,24 @@ class Jit:
         arguments for several): one reverse sweep per output element."""
         values, jac, shape, arrays = self._evaluate(args, True)
         return _per_argument(_split(jac, arrays, shape))
+
+    def jacfwd(self, *args):
+        """The Jacobian, as ``jacobian`` gives it, by forward mode (a tangent lane per
+        argument element, one pass) where fn's recording is replayed (it took no
+        decisions on values); else by reverse sweeps.
+
+        >>> import numba
+        >>> at.jit(numba.njit(lambda t: np.array([t * t, 3.0 * t]))).jacfwd(2.0)
+        tensor([4., 3.])
+        """
+        arrays = [_argument(a, k, self.name) for k, a in enumerate(args)]
+        program = self._program(arrays)
+        if program is None:
+            return self.jacobian(*args)
+        lean, shape = program
+        X = np.concatenate([a.reshape(-1) for a in arrays])[None]
+        _, tangents = lean.tangents(X, np.eye(X.shape[1])[None])
+        return _per_argument(_split(tangents[0], arrays, shape))
 
     def map_points(self, method, args):
         """``method`` at B points (a leading axis on every argument): one compiled call

@@ -246,3 +246,36 @@ def test_vmap_with_decisions_goes_point_by_point():
     xs = np.array([2.0, -3.0, 0.25, 1.5])
     grads = F.vmap(at.jit(piecewise).grad)(xs).numpy()
     np.testing.assert_allclose(grads, [4.0, -1.0, 1.0 - math.exp(-0.25), 3.0], rtol=1e-12)
+
+
+@numba.njit
+def smooth(u, w):
+    """np.zeros_like / np.full / np.ones_like of arguments and of values."""
+    out = np.zeros_like(u)
+    acc = np.full(u.size, w)
+    ones = np.ones_like(u)
+    for i in range(1, u.size - 1):
+        out[i] = (u[i - 1] + u[i + 1]) * acc[i] + u[i] * ones[i]
+    idx = np.zeros(3, np.int64)                # an integer array stays integer
+    idx[0] = 1
+    return out[idx[0]] * out[u.size - 2] + acc[0]
+
+
+def test_like_allocators_and_integer_arrays():
+    u, w = np.array([0.3, -1.0, 2.0, 0.7]), 0.4
+    g = at.jit(smooth).grad(u, w)
+    fd = _fd_grad(lambda v: smooth(v[:4], v[4]), np.append(u, w))
+    np.testing.assert_allclose(np.append(g[0].numpy(), g[1].item()), fd, rtol=1e-6, atol=1e-9)
+
+
+def test_jacfwd_forward_when_replayed_and_arrays_of_values():
+    @numba.njit
+    def polar(t):
+        return np.array([t[0] * math.cos(t[1]), t[0] * math.sin(t[1]), t[0] * 2.0])
+    f = at.jit(polar)
+    t = np.array([1.5, 0.4])
+    want = central_jacobian(polar, t)
+    np.testing.assert_allclose(f.jacobian(t).numpy(), want, rtol=1e-7, atol=1e-9)
+    np.testing.assert_allclose(f.jacfwd(t).numpy(), want, rtol=1e-7, atol=1e-9)
+    assert f._programs[((2,),)]                # replayed: forward mode ran on it
+    np.testing.assert_allclose(at.jit(piecewise).jacfwd(2.0).item(), 4.0)   # reverse

@@ -457,6 +457,99 @@ _allocator(empty, math.nan, np.empty)
 _allocator(ones, 1.0, np.ones)
 
 
+def zeros_like(a, dtype=None):
+    """np.zeros_like, of Actives where the result is float."""
+
+
+def empty_like(a, dtype=None):
+    """np.empty_like, of Actives where the result is float."""
+
+
+def ones_like(a, dtype=None):
+    """np.ones_like, of Actives where the result is float."""
+
+
+def _like(stub, fill, numpy_fn):
+    @overload(stub)
+    def impl(a, dtype=None):
+        values = a.field_dict["values"] if _is_active_array(a) else a
+        if not isinstance(values, types.Array):
+            return None
+        if _float_dtype(dtype) and (dtype is not None and not isinstance(
+                dtype, (types.NoneType, types.Omitted)) or
+                isinstance(values.dtype, types.Float)):
+            if _is_active_array(a):
+                return lambda a, dtype=None: ActiveArray(
+                    np.full(a.values.shape, fill), np.full(a.values.shape, -1, np.int64),
+                    np.zeros(1, np.intp))
+            return lambda a, dtype=None: ActiveArray(
+                np.full(a.shape, fill), np.full(a.shape, -1, np.int64), np.zeros(1, np.intp))
+        if _is_active_array(a):
+            return lambda a, dtype=None: numpy_fn(a.values, dtype)
+        return lambda a, dtype=None: numpy_fn(a, dtype)
+
+
+_like(zeros_like, 0.0, np.zeros_like)
+_like(empty_like, math.nan, np.empty_like)
+_like(ones_like, 1.0, np.ones_like)
+
+
+def array(obj, dtype=None):
+    """np.array, of Actives where obj is a list or tuple of them."""
+
+
+def _of_actives(obj):
+    return isinstance(obj, (types.List, types.UniTuple)) and isinstance(obj.dtype,
+                                                                         ActiveType)
+
+
+@overload(np.array)
+def _numpy_array(obj, dtype=None):
+    """np.array of a list of Actives, wherever it is written (no allocation to rewrite:
+    its elements say what it holds)."""
+    if _of_actives(obj):
+        return lambda obj, dtype=None: array(obj)
+    return None
+
+
+@overload(array)
+def _array(obj, dtype=None):
+    if _of_actives(obj):
+        def from_actives(obj, dtype=None):
+            n = len(obj)
+            values, rows, cell = np.empty(n), np.empty(n, np.int64), np.zeros(1, np.intp)
+            for k in range(n):
+                x = obj[k]
+                values[k], rows[k] = x.value, x.row
+                if x.row >= 0:
+                    cell[0] = x.tape
+            return ActiveArray(values, rows, cell)
+        return from_actives
+    if dtype is None or isinstance(dtype, (types.NoneType, types.Omitted)):
+        return lambda obj, dtype=None: np.array(obj)
+    return lambda obj, dtype=None: np.array(obj, dtype)
+
+
+def full(shape, fill_value, dtype=None):
+    """np.full, of Actives where the dtype is float (the fill may be one)."""
+
+
+@overload(full)
+def _full(shape, fill_value, dtype=None):
+    if not _float_dtype(dtype):
+        return lambda shape, fill_value, dtype=None: np.full(shape, fill_value, dtype)
+    if isinstance(fill_value, ActiveType):
+        def full_active(shape, fill_value, dtype=None):
+            cell = np.zeros(1, np.intp)
+            if fill_value.row >= 0:
+                cell[0] = fill_value.tape
+            return ActiveArray(np.full(shape, fill_value.value),
+                               np.full(shape, fill_value.row, np.int64), cell)
+        return full_active
+    return lambda shape, fill_value, dtype=None: ActiveArray(
+        np.full(shape, float(fill_value)), np.full(shape, -1, np.int64), np.zeros(1, np.intp))
+
+
 # ---- the reverse sweep of such a tape --------------------------------------------------------
 
 @cached_njit()
