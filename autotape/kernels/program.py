@@ -406,69 +406,75 @@ def _floats(values):
 # The forward and reverse loops are built twice from one source (``_kernels``): for one
 # point, where C is the constant 1 and every index is plain, and for chunks of C points.
 
-def _kernels(fixed_c):
-    """(forward, reverse, chunk) with C fixed to ``fixed_c``, or taken at run time (0)."""
+def _kernels(fixed_c, one_lane=False):
+    """(chunk, forward, reverse, tangent chunk, tangent) with C fixed to ``fixed_c``, or
+    taken at run time (0). With ``one_lane``, forward and reverse run point ``lane``
+    of the C only (a GPU thread's point, kernels/gpu.py); else every point."""
 
     @register_jitable
-    def forward(instr, pool, divisor, V, C, q0, q1):
+    def forward(instr, pool, divisor, V, C, lane, q0, q1):
         """Instructions q0 .. q1 - 1, in order, for the C points of V (slot-major)."""
         if fixed_c:
             C = fixed_c
+        j0, j1 = (lane, lane + 1) if one_lane else (0, C)
         for q in range(q0, q1):
             op, out, n = instr[q, I_OP], instr[q, I_OUT], instr[q, I_N]
             if op == COPY:
                 a = instr[q, I_A]
-                for k in range(n * C):
-                    V[out * C + k] = V[a * C + k]
+                for k in range(n):
+                    for j in range(j0, j1):
+                        V[(out + k) * C + j] = V[(a + k) * C + j]
             elif op == GATHER:
                 p = instr[q, I_P]
                 for k in range(n):
                     src, dst = pool[p + k] * C, (out + k) * C
-                    for j in range(C):
+                    for j in range(j0, j1):
                         V[dst + j] = V[src + j]
             elif op == SCATTER_ADD:
                 p, pairs, d = instr[q, I_P], instr[q, I_SA], divisor[q]
-                for k in range(n * C):
-                    V[out * C + k] = 0.0
+                for k in range(n):
+                    for j in range(j0, j1):
+                        V[(out + k) * C + j] = 0.0
                 for k in range(pairs):
                     src, dst = pool[p + 2 * k] * C, (out + pool[p + 2 * k + 1]) * C
-                    for j in range(C):
+                    for j in range(j0, j1):
                         V[dst + j] += V[src + j]
                 if d != 1.0:
-                    for k in range(n * C):
-                        V[out * C + k] = np.float64(V[out * C + k]) / d
+                    for k in range(n):
+                        for j in range(j0, j1):
+                            V[(out + k) * C + j] = np.float64(V[(out + k) * C + j]) / d
             elif op <= UNARY_LAST:
                 a, sa = instr[q, I_A], instr[q, I_SA]
                 for k in range(n):
                     x, z = (a + k * sa) * C, (out + k) * C
-                    for j in range(C):
+                    for j in range(j0, j1):
                         V[z + j] = unary_value(op, np.float64(V[x + j]))
             elif op <= BINARY_LAST:
                 a, b, sa, sb = instr[q, I_A], instr[q, I_B], instr[q, I_SA], instr[q, I_SB]
                 if op == ADD:
                     for k in range(n):
                         x, y, z = (a + k * sa) * C, (b + k * sb) * C, (out + k) * C
-                        for j in range(C):
+                        for j in range(j0, j1):
                             V[z + j] = np.float64(V[x + j]) + np.float64(V[y + j])
                 elif op == SUB:
                     for k in range(n):
                         x, y, z = (a + k * sa) * C, (b + k * sb) * C, (out + k) * C
-                        for j in range(C):
+                        for j in range(j0, j1):
                             V[z + j] = np.float64(V[x + j]) - np.float64(V[y + j])
                 elif op == MUL:
                     for k in range(n):
                         x, y, z = (a + k * sa) * C, (b + k * sb) * C, (out + k) * C
-                        for j in range(C):
+                        for j in range(j0, j1):
                             V[z + j] = np.float64(V[x + j]) * np.float64(V[y + j])
                 elif op == DIV:
                     for k in range(n):
                         x, y, z = (a + k * sa) * C, (b + k * sb) * C, (out + k) * C
-                        for j in range(C):
+                        for j in range(j0, j1):
                             V[z + j] = np.float64(V[x + j]) / np.float64(V[y + j])
                 else:
                     for k in range(n):
                         x, y, z = (a + k * sa) * C, (b + k * sb) * C, (out + k) * C
-                        for j in range(C):
+                        for j in range(j0, j1):
                             V[z + j] = binary_value(op, np.float64(V[x + j]),
                                                     np.float64(V[y + j]))
             else:                                                   # WHERE
@@ -477,35 +483,37 @@ def _kernels(fixed_c):
                 for k in range(n):
                     x, y, w, z = (a + k * sa) * C, (b + k * sb) * C, (c + k * sc) * C, \
                         (out + k) * C
-                    for j in range(C):
+                    for j in range(j0, j1):
                         V[z + j] = V[x + j] if V[w + j] != 0 else V[y + j]
 
     @register_jitable
-    def reverse(instr, pool, divisor, live, V, G, C, q0, q1):
+    def reverse(instr, pool, divisor, live, V, G, C, lane, q0, q1):
         """The reverse sweep over instructions q1 - 1 .. q0 that ``live`` marks (those
         the seed reaches: a dead one would multiply its zero adjoint by inf partials
         into nan)."""
         if fixed_c:
             C = fixed_c
+        j0, j1 = (lane, lane + 1) if one_lane else (0, C)
         for q in range(q1 - 1, q0 - 1, -1):
             if not live[q]:
                 continue
             op, out, n = instr[q, I_OP], instr[q, I_OUT], instr[q, I_N]
             if op == COPY:
                 a = instr[q, I_A]
-                for k in range(n * C):
-                    G[a * C + k] += G[out * C + k]
+                for k in range(n):
+                    for j in range(j0, j1):
+                        G[(a + k) * C + j] += G[(out + k) * C + j]
             elif op == GATHER:
                 p = instr[q, I_P]
                 for k in range(n):
                     src, dst = pool[p + k] * C, (out + k) * C
-                    for j in range(C):
+                    for j in range(j0, j1):
                         G[src + j] += G[dst + j]
             elif op == SCATTER_ADD:
                 p, pairs, d = instr[q, I_P], instr[q, I_SA], divisor[q]
                 for k in range(pairs):
                     src, dst = pool[p + 2 * k] * C, (out + pool[p + 2 * k + 1]) * C
-                    for j in range(C):
+                    for j in range(j0, j1):
                         G[src + j] += np.float64(G[dst + j]) / d
             elif passes_nothing(op):
                 continue
@@ -513,7 +521,7 @@ def _kernels(fixed_c):
                 a, sa = instr[q, I_A], instr[q, I_SA]
                 for k in range(n):
                     x, z = (a + k * sa) * C, (out + k) * C
-                    for j in range(C):
+                    for j in range(j0, j1):
                         G[x + j] += times(op, np.float64(G[z + j]), unary_partial(
                             op, np.float64(V[x + j]), np.float64(V[z + j])))
             elif op <= BINARY_LAST:
@@ -522,14 +530,14 @@ def _kernels(fixed_c):
                     sign = 1.0 if op == ADD else -1.0
                     for k in range(n):
                         x, y, z = (a + k * sa) * C, (b + k * sb) * C, (out + k) * C
-                        for j in range(C):
+                        for j in range(j0, j1):
                             g = np.float64(G[z + j])
                             G[x + j] += g
                             G[y + j] += sign * g
                 elif op == MUL:
                     for k in range(n):
                         x, y, z = (a + k * sa) * C, (b + k * sb) * C, (out + k) * C
-                        for j in range(C):
+                        for j in range(j0, j1):
                             g = np.float64(G[z + j])
                             xv, yv = np.float64(V[x + j]), np.float64(V[y + j])
                             G[x + j] += g * yv
@@ -537,7 +545,7 @@ def _kernels(fixed_c):
                 else:
                     for k in range(n):
                         x, y, z = (a + k * sa) * C, (b + k * sb) * C, (out + k) * C
-                        for j in range(C):
+                        for j in range(j0, j1):
                             g = np.float64(G[z + j])
                             xv, yv, zv = np.float64(V[x + j]), np.float64(V[y + j]), \
                                 np.float64(V[z + j])
@@ -549,7 +557,7 @@ def _kernels(fixed_c):
                 for k in range(n):
                     x, y, w, z = (a + k * sa) * C, (b + k * sb) * C, (c + k * sc) * C, \
                         (out + k) * C
-                    for j in range(C):
+                    for j in range(j0, j1):
                         if V[w + j] != 0:
                             G[x + j] += G[z + j]
                         else:
@@ -635,7 +643,7 @@ def _kernels(fixed_c):
             C = fixed_c
         K = S.shape[2]
         _load(V, T, C, K, const_slots, const_vals, in_slots, X, S, p0)
-        forward(instr, pool, divisor, V, C, 0, instr.shape[0])
+        forward(instr, pool, divisor, V, C, 0, 0, instr.shape[0])
         tangent(instr, pool, divisor, V, T, C, K, 0, instr.shape[0])
         _store(V, T, C, K, out_slots, values, tangents, p0)
 
@@ -656,7 +664,7 @@ def _kernels(fixed_c):
             s = in_slots[e] * C
             for j in range(C):
                 V[s + j] = X[p0 + min(j, m - 1), e]        # (a short last chunk repeats)
-        forward(instr, pool, divisor, V, C, 0, instr.shape[0])
+        forward(instr, pool, divisor, V, C, 0, 0, instr.shape[0])
         for o in range(out_slots.size):
             s = out_slots[o] * C
             for j in range(m):
@@ -668,7 +676,7 @@ def _kernels(fixed_c):
             s = out_slots[o] * C
             for j in range(C):
                 G[s + j] = 1.0
-            reverse(instr, pool, divisor, live[o], V, G, C, 0, instr.shape[0])
+            reverse(instr, pool, divisor, live[o], V, G, C, 0, 0, instr.shape[0])
             for e in range(in_slots.size):
                 s = in_slots[e] * C
                 for j in range(m):
@@ -718,25 +726,25 @@ def _store(V, T, C, K, out_slots, values, tangents, p0):
 @cached_njit()
 def forward_range(instr, pool, divisor, V, q0, q1):
     """Instructions q0 .. q1 - 1 at one point (around a compiled loop, kernels/loops.py)."""
-    _forward_one(instr, pool, divisor, V, 1, q0, q1)
+    _forward_one(instr, pool, divisor, V, 1, 0, q0, q1)
 
 
 @cached_njit()
 def reverse_range(instr, pool, divisor, live, V, G, q0, q1):
     """The reverse sweep of instructions q1 - 1 .. q0 at one point."""
-    _reverse_one(instr, pool, divisor, live, V, G, 1, q0, q1)
+    _reverse_one(instr, pool, divisor, live, V, G, 1, 0, q0, q1)
 
 
 @cached_njit()
 def forward_range_points(instr, pool, divisor, V, C, q0, q1):
     """forward_range for a chunk of C points (slot-major)."""
-    _forward_many(instr, pool, divisor, V, C, q0, q1)
+    _forward_many(instr, pool, divisor, V, C, 0, q0, q1)
 
 
 @cached_njit()
 def reverse_range_points(instr, pool, divisor, live, V, G, C, q0, q1):
     """reverse_range for a chunk of C points (slot-major)."""
-    _reverse_many(instr, pool, divisor, live, V, G, C, q0, q1)
+    _reverse_many(instr, pool, divisor, live, V, G, C, 0, q0, q1)
 
 
 @cached_njit()
