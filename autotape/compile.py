@@ -24,7 +24,7 @@ import warnings
 
 import numpy as np
 
-from . import engine, guards
+from . import engine, gpu, guards
 from .errstate import ignore_fp_errors
 from .executor import executor_for
 from .func import flatten
@@ -305,12 +305,15 @@ class Compiled:
 
     # -- many points at once (autotape.func.vmap) ------------------------------------------
 
-    def map_points(self, method, args):
+    def map_points(self, method, args, device=None):
         """``method`` ("__call__", "grad", "value_and_grad", "jacobian", "hessian") at B
         points: every argument carries a leading axis of length B, and so does every
         result. A recording the lean program runs evaluates all B points in one
         compiled call, in chunks spread over numba's threads; any other is called once
-        per point. ``autotape.func.vmap(c.grad)(thetas)`` is the public spelling."""
+        per point. ``device="cuda"``: one kernel launch on the GPU (gpu.py).
+        ``autotape.func.vmap(c.grad)(thetas)`` is the public spelling."""
+        if device is not None:
+            return self._map_points_on(device, method, args)
         kind = _METHOD_KINDS.get(method)
         if kind is None:
             raise ValueError(f"vmap: a compiled function maps __call__, grad, "
@@ -345,6 +348,69 @@ class Compiled:
         (value,), (grads,) = (_lean_values(p.outputs, values, lead),
                               _lean_jacobian(p, p.outputs, jac, lead))
         return grads if method == "grad" else (value, grads)
+
+    def _map_points_on(self, device, method, args):
+        """map_points on the GPU: host points give Tensors as on the CPU; device points
+        (one argument) give device arrays, (B,) + each result's shape."""
+        if device != "cuda":
+            raise ValueError(f"vmap: device must be None or 'cuda', not {device!r}")
+        if method not in ("__call__", "grad", "value_and_grad", "jacobian"):
+            raise ValueError(f"vmap on the GPU maps __call__, grad, value_and_grad or "
+                             f"jacobian, not {method!r}")
+        if any(gpu.is_device_array(a) for a in args):
+            return self._map_device_points(method, args)
+        batch = _arguments(args)
+        B = batch[0].shape[0] if batch and batch[0].ndim else 0
+        if not B or any(a.ndim == 0 or a.shape[0] != B for a in batch):
+            raise ValueError("vmap: every argument needs the same leading axis of points")
+        p = self._gpu_program([a[0] for a in batch])
+        X = np.concatenate([a.reshape(B, -1) for a in batch], axis=1)
+        values, jac = gpu.run_points(p.lean, X, method != "__call__")
+        lead = (B,)
+        if method == "__call__":
+            return p.rebuild(_lean_values(p.outputs, values, lead))
+        if method == "jacobian":
+            return p.rebuild(_lean_jacobian(p, p.outputs, jac, lead))
+        _scalar_output(p, method)
+        (value,), (grads,) = (_lean_values(p.outputs, values, lead),
+                              _lean_jacobian(p, p.outputs, jac, lead))
+        return grads if method == "grad" else (value, grads)
+
+    def _map_device_points(self, method, args):
+        if len(args) != 1 or not gpu.is_device_array(args[0]):
+            raise ValueError("vmap on the GPU: device points must be f's only argument "
+                             "(pass host arrays for several)")
+        points = args[0]
+        shape = tuple(points.shape)
+        if not shape:
+            raise ValueError("vmap: every argument needs a leading axis of points")
+        B = shape[0]
+        p = self._gpu_program([np.zeros(shape[1:])])
+        if len(p.outputs) != 1 or p.outputs[0][0] != "row":
+            raise ValueError("vmap on the GPU: with device points f must return one "
+                             "recorded Tensor")
+        out_shape = p.outputs[0][2]
+        X = gpu.as_device(points).reshape(B, -1)
+        values, jac = gpu.run_points(p.lean, X, method != "__call__")
+        value = values.reshape((B,) + out_shape)
+        if method == "__call__":
+            return value
+        if method == "jacobian":
+            return jac.reshape((B,) + out_shape + shape[1:])
+        if math.prod(out_shape) != 1:
+            raise RuntimeError(f"{method}: f must return a single scalar Tensor")
+        grads = jac.reshape((B,) + shape[1:])
+        return grads if method == "grad" else (value, grads)
+
+    def _gpu_program(self, args):
+        """The lean program for these arguments' shapes, which the GPU runs."""
+        p = self._lean("value", _arguments(args))
+        if p is None:
+            raise ValueError(
+                "vmap on the GPU: f's recording does not run as a lean program (it takes "
+                "decisions in Python from traced values, or has ops the lean program does "
+                "not lower: max / min / prod, scans, matmul, linear algebra)")
+        return p
 
     # -- recording and replay -------------------------------------------------------------
 

@@ -512,20 +512,25 @@ def _pack(value_and_grads):
     return (value,) + tuple(grads)
 
 
-def vmap(f, in_axes=0):
+def vmap(f, in_axes=0, device=None):
     """f mapped over a leading axis of every argument, as ``jax.vmap(f)``: each result
     gains that axis too.
 
     For a compiled function or one of its methods (``c``, ``c.grad``,
     ``c.value_and_grad``, ``c.jacobian``, ``c.hessian`` of ``c = at.compile(...)``) the
-    B points run as one compiled program, B points per instruction, on every core.
-    Any other f is called once per point and its results stacked.
+    B points run as one compiled program, B points per instruction, on every core;
+    with ``device="cuda"`` as one kernel launch on the GPU, one thread per point
+    (points given as a device array stay on the device, results too: gpu.py). Any
+    other f is called once per point and its results stacked.
 
     >>> c = at.compile(lambda t: (t ** 3).sum(), np.ones(2))
     >>> at.func.vmap(c.grad)(np.array([[1.0, 2.0], [3.0, 4.0]]))
     tensor([[ 3., 12.],
             [27., 48.]])
     """
+    if device is not None and not hasattr(getattr(f, "__self__", f), "map_points"):
+        raise ValueError("vmap: device= applies to a compiled function or its methods "
+                         "(at.compile)")
     if in_axes != 0:
         raise ValueError("vmap: only in_axes=0 (a leading axis on every argument) is "
                          "supported")
@@ -536,7 +541,8 @@ def vmap(f, in_axes=0):
 
     def mapped(*args):
         if mapper is not None:
-            return mapper(method, args)
+            return mapper(method, args) if device is None else \
+                mapper(method, args, device=device)
         if not args:
             raise ValueError("vmap: f needs at least one argument with a leading axis")
         results = [f(*(a[k] for a in args)) for k in range(len(args[0]))]

@@ -133,11 +133,14 @@ class Jit:
         _, tangents = lean.tangents(X, np.eye(X.shape[1])[None])
         return _per_argument(_split(tangents[0], arrays, shape))
 
-    def map_points(self, method, args):
+    def map_points(self, method, args, device=None):
         """``method`` at B points (a leading axis on every argument): one compiled call
         for all of them where fn's recording takes no decisions on values (its lean
         program, on every core), else one recording and sweep per point
         (autotape.func.vmap's spelling)."""
+        if device is not None:
+            raise ValueError("vmap: at.jit functions run on the CPU (their recording is "
+                             "CPU code); device= applies to at.compile's")
         if method not in ("__call__", "grad", "value_and_grad", "jacobian"):
             raise ValueError(f"vmap: at.jit maps __call__, grad, value_and_grad or "
                              f"jacobian, not {method!r}")

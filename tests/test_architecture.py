@@ -15,7 +15,7 @@ LAYERS = [
     ["opcodes", "tape_format", "thread_state", "grad_mode", "guards", "errstate", "memory"],
     ["kernels.*"],
     ["tape"],
-    ["parallel", "executor", "program", "checkpointing"],
+    ["parallel", "executor", "program", "checkpointing", "gpu"],
     ["tensor"],
     ["creation", "ops.*", "hooks"],
     ["functions.*", "linalg"],

@@ -14,7 +14,7 @@ import numba
 import numpy as np
 from numba.extending import register_jitable
 
-from . import vmath
+from . import libm, scalar, vmath
 from ..opcodes import (ABS, ADD, ARCCOS, ARCCOSH, ARCSIN, ARCSINH, ARCTAN, ARCTAN2, ARCTANH,
                        CEIL, COMPARE_FIRST, COMPARE_LAST, COS, COSH, DIV, EQUAL, ERF, EXP,
                        EXP2, EXPM1, FLOOR, FMOD, GREATER, GREATER_EQUAL, HYPOT, LESS,
@@ -26,8 +26,8 @@ from .cache import cached_njit
 from .context import (accumulator, adjoint, first_write, first_write_lane, has_adjoint,
                       lane_block, live, operand_map, size_of, trailing, value)
 
-LN2, LN10 = math.log(2.0), math.log(10.0)
-TWO_OVER_SQRT_PI = 2.0 / math.sqrt(math.pi)
+LN2, LN10 = libm.log(2.0), libm.log(10.0)
+TWO_OVER_SQRT_PI = 2.0 / libm.sqrt(math.pi)
 
 
 # ---- the tables: each op's value and its partial derivatives, z = f(x) or f(x, y) ----------
@@ -38,7 +38,7 @@ TWO_OVER_SQRT_PI = 2.0 / math.sqrt(math.pi)
 @register_jitable
 def power(x, p):
     """x ** p; by repeated squaring when p is a small integer (libm pow costs ~40 ns)."""
-    if p == np.floor(p) and abs(p) <= 64:
+    if p == scalar.floor(p) and abs(p) <= 64:
         n = int(abs(p))
         r = 1.0
         while n:
@@ -54,7 +54,7 @@ def power(x, p):
 def _remainder(x, y):
     """numpy's remainder: the sign of y, a zero signed as y (numba's np.remainder on
     floats is not numpy's there, and 1 / -0 is -inf)."""
-    r = np.fmod(x, y)
+    r = scalar.fmod(x, y)
     if r != 0.0:
         if (r < 0.0) != (y < 0.0):
             r += y
@@ -70,12 +70,12 @@ def _floor_divide(x, y):
     floor(-0.5 / inf) is -0. CPython's algorithm, through fmod."""
     if y == 0.0:
         return x / y
-    m = np.fmod(x, y)
+    m = scalar.fmod(x, y)
     d = (x - m) / y
     if m != 0.0 and ((y < 0.0) != (m < 0.0)):
         d -= 1.0
     if d != 0.0:
-        f = np.floor(d)
+        f = scalar.floor(d)
         return f + 1.0 if d - f > 0.5 else f
     return math.copysign(0.0, x / y)
 
@@ -90,7 +90,7 @@ def _over(a, b):
 def _round_half_even(x):
     if not abs(x) < 4503599627370496.0:          # 2**52: already an integer (or nan, inf)
         return x
-    r = np.floor(x)
+    r = scalar.floor(x)
     d = x - r
     if d > 0.5 or (d == 0.5 and r % 2 != 0):
         r += 1.0
@@ -102,15 +102,15 @@ def unary_value(op, x):
     """z = f(x)."""
     if op == NEG:     return -x
     if op == ABS:     return abs(x)
-    if op == EXP:     return math.exp(x)
-    if op == LOG:     return math.log(x) if x > 0 else (-math.inf if x == 0 else math.nan)
-    if op == SQRT:    return math.sqrt(x) if x >= 0 else math.nan
+    if op == EXP:     return libm.exp(x)
+    if op == LOG:     return libm.log(x) if x > 0 else (-math.inf if x == 0 else math.nan)
+    if op == SQRT:    return libm.sqrt(x) if x >= 0 else math.nan
     if op == SIN:     return vmath.sin(x)
     if op == COS:     return vmath.cos(x)
-    if op == TAN:     return math.tan(x)
-    if op == TANH:    return math.tanh(x)
-    if op == SIGMOID: return 1.0 / (1.0 + math.exp(-x)) if x >= 0 else \
-                             math.exp(x) / (1.0 + math.exp(x))
+    if op == TAN:     return libm.tan(x)
+    if op == TANH:    return libm.tanh(x)
+    if op == SIGMOID: return 1.0 / (1.0 + libm.exp(-x)) if x >= 0 else \
+                             libm.exp(x) / (1.0 + libm.exp(x))
     if op == RELU:    return 0.0 if x <= 0 else x   # (nan stays nan, as torch's)
     return _more_unary_value(op, x)
 
@@ -134,27 +134,27 @@ def unary_partial(op, x, z):
 
 @register_jitable
 def _more_unary_value(op, x):
-    if op == LOG1P:   return math.log1p(x) if x >= -1 else math.nan
-    if op == EXPM1:   return math.expm1(x)
-    if op == LOG2:    return math.log2(x) if x > 0 else (-math.inf if x == 0 else math.nan)
-    if op == LOG10:   return math.log10(x) if x > 0 else (-math.inf if x == 0 else math.nan)
+    if op == LOG1P:   return libm.log1p(x) if x >= -1 else math.nan
+    if op == EXPM1:   return libm.expm1(x)
+    if op == LOG2:    return libm.log2(x) if x > 0 else (-math.inf if x == 0 else math.nan)
+    if op == LOG10:   return libm.log10(x) if x > 0 else (-math.inf if x == 0 else math.nan)
     if op == EXP2:    return 2.0 ** x
     if op == SQUARE:  return x * x
     if op == RECIPROCAL: return 1.0 / x
-    if op == SINH:    return math.sinh(x)
-    if op == COSH:    return math.cosh(x)
-    if op == ARCSIN:  return math.asin(x) if abs(x) <= 1 else math.nan
-    if op == ARCCOS:  return math.acos(x) if abs(x) <= 1 else math.nan
-    if op == ARCTAN:  return math.atan(x)
-    if op == ARCSINH: return math.asinh(x)
-    if op == ARCCOSH: return math.acosh(x) if x >= 1 else math.nan
-    if op == ARCTANH: return math.atanh(x) if abs(x) < 1 else (
+    if op == SINH:    return libm.sinh(x)
+    if op == COSH:    return libm.cosh(x)
+    if op == ARCSIN:  return libm.asin(x) if abs(x) <= 1 else math.nan
+    if op == ARCCOS:  return libm.acos(x) if abs(x) <= 1 else math.nan
+    if op == ARCTAN:  return libm.atan(x)
+    if op == ARCSINH: return libm.asinh(x)
+    if op == ARCCOSH: return libm.acosh(x) if x >= 1 else math.nan
+    if op == ARCTANH: return libm.atanh(x) if abs(x) < 1 else (
                              math.copysign(math.inf, x) if abs(x) == 1 else math.nan)
-    if op == SOFTPLUS: return (x if x > 0 else 0.0) + math.log1p(math.exp(-abs(x)))
+    if op == SOFTPLUS: return (x if x > 0 else 0.0) + libm.log1p(libm.exp(-abs(x)))
     if op == ERF:     return math.erf(x)
     if op == SIGN:    return 1.0 if x > 0 else (-1.0 if x < 0 else x)
-    if op == FLOOR:   return np.floor(x)          # (numba's math.floor is an int64:
-    if op == CEIL:    return np.ceil(x)           # garbage at inf, nan, 1e20)
+    if op == FLOOR:   return scalar.floor(x)      # (numba's math.floor is an int64:
+    if op == CEIL:    return scalar.ceil(x)       # garbage at inf, nan, 1e20)
     if op == ROUND:   return _round_half_even(x)
     return math.nan
 
@@ -168,17 +168,17 @@ def _more_unary_partial(op, x, z):
     if op == EXP2:    return z * LN2
     if op == SQUARE:  return 2.0 * x
     if op == RECIPROCAL: return -z * z
-    if op == SINH:    return math.cosh(x)
-    if op == COSH:    return math.sinh(x)
-    if op == ARCSIN:  return 1.0 / math.sqrt(1.0 - x * x)
-    if op == ARCCOS:  return -1.0 / math.sqrt(1.0 - x * x)
+    if op == SINH:    return libm.cosh(x)
+    if op == COSH:    return libm.sinh(x)
+    if op == ARCSIN:  return 1.0 / libm.sqrt(1.0 - x * x)
+    if op == ARCCOS:  return -1.0 / libm.sqrt(1.0 - x * x)
     if op == ARCTAN:  return 1.0 / (1.0 + x * x)
-    if op == ARCSINH: return 1.0 / math.sqrt(x * x + 1.0)
-    if op == ARCCOSH: return 1.0 / math.sqrt(x * x - 1.0)
+    if op == ARCSINH: return 1.0 / libm.sqrt(x * x + 1.0)
+    if op == ARCCOSH: return 1.0 / libm.sqrt(x * x - 1.0)
     if op == ARCTANH: return 1.0 / (1.0 - x * x)
-    if op == SOFTPLUS: return 1.0 / (1.0 + math.exp(-x)) if x >= 0 else math.exp(x) / (
-                                    1.0 + math.exp(x))
-    if op == ERF:     return TWO_OVER_SQRT_PI * math.exp(-x * x)
+    if op == SOFTPLUS: return 1.0 / (1.0 + libm.exp(-x)) if x >= 0 else libm.exp(x) / (
+                                    1.0 + libm.exp(x))
+    if op == ERF:     return TWO_OVER_SQRT_PI * libm.exp(-x * x)
     if op == SIGN or op == FLOOR or op == CEIL or op == ROUND:
         return 0.0
     return math.nan
@@ -213,7 +213,7 @@ def binary_partial_y(op, x, y, z):
     if op == SUB:     return -1.0
     if op == MUL:     return x
     if op == DIV:     return -x / (y * y)
-    if op == POW:     return 0.0 if (x == 0 and y >= 0) else z * math.log(x)
+    if op == POW:     return 0.0 if (x == 0 and y >= 0) else z * libm.log(x)
     return _more_binary_partial_y(op, x, y, z)
 
 
@@ -221,14 +221,14 @@ def binary_partial_y(op, x, y, z):
 def _more_binary_value(op, x, y):
     if op == MAXIMUM: return x if (x >= y or x != x) else y
     if op == MINIMUM: return x if (x <= y or x != x) else y
-    if op == ARCTAN2: return math.atan2(x, y)
-    if op == HYPOT:   return math.hypot(x, y)
+    if op == ARCTAN2: return libm.atan2(x, y)
+    if op == HYPOT:   return libm.hypot(x, y)
     if op == LOGADDEXP:
         if x == y:                                 # (inf, inf): inf, not inf - inf
             return x + LN2
         m = x if x > y else y
-        return m if m == -math.inf else m + math.log1p(math.exp(-abs(x - y)))
-    if op == FMOD:    return np.fmod(x, y)
+        return m if m == -math.inf else m + libm.log1p(libm.exp(-abs(x - y)))
+    if op == FMOD:    return scalar.fmod(x, y)
     if op == MOD:     return _remainder(x, y)
     if op == LESS:    return 1.0 if x < y else 0.0
     if op == LESS_EQUAL: return 1.0 if x <= y else 0.0
@@ -245,7 +245,7 @@ def _more_binary_partial_x(op, x, y, z):
     if op == MINIMUM: return 0.5 if x == y else (0.0 if x > y else 1.0)
     if op == ARCTAN2: return _over(y, x * x + y * y)
     if op == HYPOT:   return x / z
-    if op == LOGADDEXP: return 1.0 / (1.0 + math.exp(y - x))   # (torch's form: no inf - inf)
+    if op == LOGADDEXP: return 1.0 / (1.0 + libm.exp(y - x))   # (torch's form: no inf - inf)
     if op == FMOD:    return 1.0
     if op == MOD:     return 1.0
     if COMPARE_FIRST <= op <= COMPARE_LAST:
@@ -259,8 +259,8 @@ def _more_binary_partial_y(op, x, y, z):
     if op == MINIMUM: return 0.5 if x == y else (0.0 if y > x else 1.0)
     if op == ARCTAN2: return _over(-x, x * x + y * y)
     if op == HYPOT:   return y / z
-    if op == LOGADDEXP: return 1.0 / (1.0 + math.exp(x - y))
-    if op == FMOD:    return -np.trunc(x / y)
+    if op == LOGADDEXP: return 1.0 / (1.0 + libm.exp(x - y))
+    if op == FMOD:    return -scalar.trunc(x / y)
     if op == MOD:     return -_floor_divide(x, y)
     if COMPARE_FIRST <= op <= COMPARE_LAST:
         return 0.0

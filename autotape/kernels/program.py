@@ -721,6 +721,8 @@ def _store(V, T, C, K, out_slots, values, tangents, p0):
 (_chunk_one, _forward_one, _reverse_one, _tangent_chunk_one, _tangent_one), \
     (_chunk_many, _forward_many, _reverse_many, _tangent_chunk_many, _tangent_many) = \
     _kernels(1), _kernels(0)
+# one point (``lane``) of C, for a GPU thread (kernels/gpu.py)
+_, lane_forward, lane_reverse, _, _ = _kernels(0, one_lane=True)
 
 
 @cached_njit()

@@ -19,6 +19,7 @@ import numpy as np
 from numba import types
 from numba.extending import intrinsic, register_jitable
 
+from . import libm, scalar
 from .cache import cached_njit
 
 _S1, _S2, _S3 = -1.66666666666666324348e-01, 8.33333333332248946124e-03, -1.98412698298579493134e-04
@@ -45,8 +46,8 @@ def _sin_quadrant(x, shift):
     c = w + (((1.0 - w) - hz) + z * z * (_C1 + z * (_C2 + z * (_C3 + z * (
         _C4 + z * (_C5 + z * _C6))))))
     n = q + shift
-    n = n - 4.0 * np.floor(n * 0.25)
-    half = np.floor(n * 0.5)
+    n = n - 4.0 * scalar.floor(n * 0.25)
+    half = scalar.floor(n * 0.5)
     v = c if n - 2.0 * half == 1.0 else s
     return -v if half == 1.0 else v
 
@@ -56,7 +57,7 @@ def sin(x):
     """sin(x), within 2 ulp (libm beyond REDUCTION_LIMIT)."""
     if abs(x) <= REDUCTION_LIMIT:
         return _sin_quadrant(x, 0.0)
-    return math.sin(x)
+    return libm.sin(x)
 
 
 @register_jitable
@@ -64,7 +65,7 @@ def cos(x):
     """cos(x), within 2 ulp (libm beyond REDUCTION_LIMIT)."""
     if abs(x) <= REDUCTION_LIMIT:
         return _sin_quadrant(x, 1.0)
-    return math.cos(x)
+    return libm.cos(x)
 
 
 @register_jitable
@@ -72,12 +73,12 @@ def _libm_shifted_sin(x, shift):
     """sin(x + shift * pi/2) by libm, for any |x|."""
     n = shift - 4.0 * math.floor(shift / 4.0)
     if n == 0.0:
-        return math.sin(x)
+        return libm.sin(x)
     if n == 1.0:
-        return math.cos(x)
+        return libm.cos(x)
     if n == 2.0:
-        return -math.sin(x)
-    return -math.cos(x)
+        return -libm.sin(x)
+    return -libm.cos(x)
 
 
 @register_jitable

@@ -1,0 +1,133 @@
+"""Compiled programs on a CUDA GPU (gpu.py, kernels/gpu.py): one thread per point,
+forward and reverse in one launch. Without a GPU these run in numba's CUDA simulator
+(CI sets NUMBA_ENABLE_CUDASIM=1; the simulator runs blocks one after another, which
+these kernels allow: no thread reads another's slots). On a GPU: ``pytest -m cuda``.
+The PTX check compiles the kernel for an H100 (sm_90) where NVIDIA's NVVM wheels are
+installed (the ``.[cuda]`` extra), without a driver."""
+import importlib
+import os
+
+import numpy as np
+import pytest
+
+import autotape as at
+import autotape.func as F
+from autotape import gpu, opcodes
+from test_op_table import SAMPLES
+from test_program import NOT_LOWERED, pendulum
+from test_op_table import _recorded_ops
+
+SIMULATED = os.environ.get("NUMBA_ENABLE_CUDASIM") == "1"
+
+
+def _cuda_or_skip():
+    try:
+        return gpu.cuda_module()
+    except RuntimeError as e:
+        pytest.skip(str(e))
+
+
+pytestmark = pytest.mark.cuda
+LOWERED = sorted(code for code, (f, x) in SAMPLES.items()
+                 if not _recorded_ops(f, x) & NOT_LOWERED)
+
+
+@pytest.mark.parametrize("code", LOWERED, ids=opcodes.opcode_name)
+def test_every_lowered_op_on_the_gpu_equals_the_cpu(code):
+    _cuda_or_skip()
+    f, x = SAMPLES[code]
+    c = at.compile(f, x)
+    points = np.stack([x, x * 0.7 + 0.05, x * 1.1])
+    for method in ("value_and_grad", "__call__"):
+        want = at.func.flatten(F.vmap(getattr(c, method))(points))[0]
+        got = at.func.flatten(F.vmap(getattr(c, method), device="cuda")(points))[0]
+        for w, g in zip(want, got):
+            np.testing.assert_allclose(g.numpy(), w.numpy(), rtol=1e-12, atol=1e-14,
+                                       equal_nan=True)
+
+
+def test_a_loop_program_and_its_jacobian():
+    _cuda_or_skip()
+    c = at.compile(lambda t: at.stack([pendulum(t), pendulum(t * 1.01) * t[0]]),
+                   np.array([1.0, 0.0, 9.8, 0.1]))
+    thetas = np.array([1.0, 0.0, 9.8, 0.1]) * np.random.default_rng(0).uniform(
+        0.5, 1.5, (5, 4))
+    np.testing.assert_allclose(F.vmap(c.jacobian, device="cuda")(thetas).numpy(),
+                               F.vmap(c.jacobian)(thetas).numpy(), rtol=1e-12, atol=1e-14)
+
+
+def test_device_points_stay_on_the_device():
+    cuda = _cuda_or_skip()
+    c = at.compile(pendulum, np.array([1.0, 0.0, 9.8, 0.1]))
+    thetas = np.array([1.0, 0.0, 9.8, 0.1]) * np.linspace(0.8, 1.2, 6)[:, None]
+    values, grads = F.vmap(c.value_and_grad, device="cuda")(cuda.to_device(thetas))
+    assert gpu.is_device_array(values) and gpu.is_device_array(grads)
+    assert grads.shape == (6, 4) and values.shape == (6,)
+    want_v, want_g = F.vmap(c.value_and_grad)(thetas)
+    np.testing.assert_allclose(grads.copy_to_host(), want_g.numpy(), rtol=1e-12)
+    np.testing.assert_allclose(values.copy_to_host(), want_v.numpy(), rtol=1e-12)
+
+
+def test_what_the_gpu_does_not_run_is_named():
+    _cuda_or_skip()
+    taped = at.compile(lambda t: t.max() * t[0], np.ones(3))
+    with pytest.raises(ValueError, match="does not run as a lean program"):
+        F.vmap(taped.grad, device="cuda")(np.ones((2, 3)))
+    c = at.compile(lambda t: (t * t).sum(), np.ones(3))
+    with pytest.raises(ValueError, match="device must be None or 'cuda'"):
+        F.vmap(c.grad, device="tpu")(np.ones((2, 3)))
+    with pytest.raises(ValueError, match="device= applies to a compiled function"):
+        F.vmap(lambda t: t, device="cuda")
+    with pytest.raises(ValueError, match="GPU maps __call__, grad"):
+        F.vmap(c.hessian, device="cuda")(np.ones((2, 3)))
+
+
+def test_without_numba_cuda_the_error_says_what_to_install(monkeypatch):
+    real = importlib.import_module
+
+    def missing(name, *args):
+        if name == "numba.cuda":
+            raise ImportError("No module named 'numba.cuda'")
+        return real(name, *args)
+    monkeypatch.setattr(gpu.importlib, "import_module", missing)
+    with pytest.raises(RuntimeError, match=r"pip install 'autotape\[cuda\]'"):
+        gpu.cuda_module()
+
+
+def test_the_kernel_compiles_to_ptx_for_an_h100():
+    if SIMULATED:
+        pytest.skip("the simulator compiles nothing")
+    try:
+        cuda = importlib.import_module("numba.cuda")
+        from numba import types
+        dispatcher = importlib.import_module(cuda.jit.__module__.rsplit(".", 1)[0] +
+                                             ".dispatcher")
+    except ImportError as e:
+        pytest.skip(f"numba.cuda: {e}")
+    kernels = importlib.import_module("autotape.kernels.gpu")
+    i64, f64, u8 = types.int64, types.float64, types.uint8
+
+    def array(t, n):
+        return types.Array(t, n, "C")
+    signature = (array(i64, 2), array(i64, 1), array(f64, 1), array(u8, 2), array(i64, 1),
+                 array(f64, 1), array(i64, 1), array(i64, 1), array(f64, 2), array(f64, 2),
+                 array(f64, 3), types.boolean, array(f64, 1), array(f64, 1))
+    if not cuda.is_available() and hasattr(dispatcher, "get_current_device"):
+        # device functions are compiled for the current device's capability; with no
+        # driver there is none, so name the H100's
+        class H100:
+            compute_capability = (9, 0)
+        original = dispatcher.get_current_device
+        dispatcher.get_current_device = H100
+    else:
+        original = None
+    try:
+        ptx, _ = cuda.compile_ptx(kernels.run_points_cuda.py_func, signature, cc=(9, 0))
+    except Exception as e:                       # no NVVM: the wheels are not installed
+        if "NVVM" in str(e) or "libnvvm" in str(e).lower():
+            pytest.skip(f"no NVVM to compile with: {e}")
+        raise
+    finally:
+        if original is not None:
+            dispatcher.get_current_device = original
+    assert ".target sm_90" in ptx and "run_points_cuda" in ptx
