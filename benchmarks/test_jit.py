@@ -28,15 +28,21 @@ def accel(theta, x, v):
 
 
 @numba.njit
+def rk4(theta, x, v, h):
+    """One RK4 step (a helper njit function: at.jit compiles it the same way)."""
+    k1x, k1v = v, accel(theta, x, v)
+    k2x, k2v = v + 0.5 * h * k1v, accel(theta, x + 0.5 * h * k1x, v + 0.5 * h * k1v)
+    k3x, k3v = v + 0.5 * h * k2v, accel(theta, x + 0.5 * h * k2x, v + 0.5 * h * k2v)
+    k4x, k4v = v + h * k3v, accel(theta, x + h * k3x, v + h * k3v)
+    return (x + h / 6.0 * (k1x + 2.0 * k2x + 2.0 * k3x + k4x),
+            v + h / 6.0 * (k1v + 2.0 * k2v + 2.0 * k3v + k4v))
+
+
+@numba.njit
 def pendulum(theta):
-    x, v, h = theta[0], theta[1], W.DT
+    x, v = theta[0], theta[1]
     for _ in range(1000):
-        k1x, k1v = v, accel(theta, x, v)
-        k2x, k2v = v + 0.5 * h * k1v, accel(theta, x + 0.5 * h * k1x, v + 0.5 * h * k1v)
-        k3x, k3v = v + 0.5 * h * k2v, accel(theta, x + 0.5 * h * k2x, v + 0.5 * h * k2v)
-        k4x, k4v = v + h * k3v, accel(theta, x + h * k3x, v + h * k3v)
-        x = x + h / 6.0 * (k1x + 2.0 * k2x + 2.0 * k3x + k4x)
-        v = v + h / 6.0 * (k1v + 2.0 * k2v + 2.0 * k3v + k4v)
+        x, v = rk4(theta, x, v, W.DT)
     return x * x + v * v
 
 
@@ -44,14 +50,9 @@ def pendulum(theta):
 def clamped_pendulum(theta):
     """The same with a decision on a value every step (a clamp that never bites): a
     recording with decisions is made again at every call."""
-    x, v, h = theta[0], theta[1], W.DT
+    x, v = theta[0], theta[1]
     for _ in range(1000):
-        k1x, k1v = v, accel(theta, x, v)
-        k2x, k2v = v + 0.5 * h * k1v, accel(theta, x + 0.5 * h * k1x, v + 0.5 * h * k1v)
-        k3x, k3v = v + 0.5 * h * k2v, accel(theta, x + 0.5 * h * k2x, v + 0.5 * h * k2v)
-        k4x, k4v = v + h * k3v, accel(theta, x + h * k3x, v + h * k3v)
-        x = x + h / 6.0 * (k1x + 2.0 * k2x + 2.0 * k3x + k4x)
-        v = v + h / 6.0 * (k1v + 2.0 * k2v + 2.0 * k3v + k4v)
+        x, v = rk4(theta, x, v, W.DT)
         if v > 1e6:
             v = v * 0.0 + 1e6
     return x * x + v * v

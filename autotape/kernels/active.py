@@ -196,37 +196,29 @@ def _is_number(t):
     return isinstance(t, (types.Float, types.Integer, types.Boolean))
 
 
-def _as_active(t):
-    """A function turning a value of type t into an Active, or None."""
-    if isinstance(t, ActiveType):
-        return lambda x: x
-    if _is_number(t):
-        return lambda x: constant(float(x))
-    return None
+_same = numba.njit(inline="always")(lambda x: x)
+_constant_of = numba.njit(inline="always")(lambda x: constant(float(x)))
 
 
 def _operands(x, y):
-    """(convert x, convert y) when at least one is an Active and the other a number or
-    an Active; else None."""
+    """(convert x, convert y) into Actives when at least one is an Active and the other
+    an Active or a number; else None."""
     if not (isinstance(x, ActiveType) or isinstance(y, ActiveType)):
         return None
-    fx, fy = _as_active(x), _as_active(y)
-    if fx is None or fy is None:
+    if not all(isinstance(t, ActiveType) or _is_number(t) for t in (x, y)):
         return None
-    return numba.njit(inline="always")(fx), numba.njit(inline="always")(fy)
+    return tuple(_same if isinstance(t, ActiveType) else _constant_of for t in (x, y))
 
 
 # ---- operators and functions ----------------------------------------------------------------
 
-def _register_binary(fn, op, swap=False):
+def _register_binary(fn, op):
     @overload(fn)
     def impl(x, y):
         conv = _operands(x, y)
         if conv is None:
             return None
         fx, fy = conv
-        if swap:
-            return lambda x, y: binary(op, fy(y), fx(x))
         return lambda x, y: binary(op, fx(x), fy(y))
 
 
@@ -235,7 +227,7 @@ for _fn, _op in [(operator.add, ADD), (operator.sub, SUB), (operator.mul, MUL),
                  (np.power, POW), (math.atan2, ARCTAN2), (np.arctan2, ARCTAN2),
                  (math.hypot, HYPOT), (np.hypot, HYPOT), (np.maximum, MAXIMUM),
                  (np.minimum, MINIMUM), (np.add, ADD), (np.subtract, SUB),
-                 (np.multiply, MUL), (np.divide, DIV)]:
+                 (np.multiply, MUL), (np.divide, DIV), (max, MAXIMUM), (min, MINIMUM)]:
     _register_binary(_fn, _op)
 for _fn, _op in [(operator.iadd, ADD), (operator.isub, SUB), (operator.imul, MUL),
                  (operator.itruediv, DIV), (operator.ipow, POW)]:
@@ -269,20 +261,6 @@ for _fn, _op in _UNARY:
 def _pos(x):
     if isinstance(x, ActiveType):
         return lambda x: x
-
-
-@overload(max)
-def _max(x, y):
-    if _operands(x, y) is not None:
-        fx, fy = _operands(x, y)
-        return lambda x, y: binary(MAXIMUM, fx(x), fy(y))
-
-
-@overload(min)
-def _min(x, y):
-    if _operands(x, y) is not None:
-        fx, fy = _operands(x, y)
-        return lambda x, y: binary(MINIMUM, fx(x), fy(y))
 
 
 def _register_compare(fn):
