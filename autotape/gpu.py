@@ -91,12 +91,11 @@ def run_points(lean, X, jacobian):
 
 def _device_program(lean, cuda, jacobian):
     """The program's arrays on the device, copied once and kept with it."""
-    kept = getattr(lean, "device_arrays", None)
-    if kept is None or (jacobian and kept[3].shape[0] != lean.out_slots.size):
+    kept = lean.device_arrays                  # (arrays, whether they hold reach marks)
+    if kept is None or (jacobian and not kept[1]):
         live = live_sets(lean.instr, lean.pool, lean.nslots, lean.out_slots) if jacobian \
             else np.zeros((1, 1), np.uint8)
-        kept = tuple(cuda.to_device(a) for a in (
+        kept = lean.device_arrays = (tuple(cuda.to_device(a) for a in (
             lean.instr, lean.pool, lean.divisor, live, lean.const_slots, lean.const_vals,
-            lean.in_slots, lean.out_slots))
-        lean.device_arrays = kept
-    return kept
+            lean.in_slots, lean.out_slots)), jacobian)
+    return kept[0]

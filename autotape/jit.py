@@ -290,10 +290,14 @@ def _argument(a, k, name):
                                                              np.ndarray, list, tuple)):
         raise TypeError(f"at.jit({name}): argument {k} must be a float or a float array, "
                         f"not {type(a).__name__}")
-    arr = np.array(a, np.float64, order="C")
-    if np.asarray(a).dtype.kind not in "iuf":
+    kind = np.asarray(a).dtype.kind
+    if kind not in "iuf":
         raise TypeError(f"at.jit({name}): argument {k} has dtype {np.asarray(a).dtype}")
-    return arr
+    if kind in "iu" and np.ndim(a):
+        raise TypeError(f"at.jit({name}): argument {k} is an integer array; at.jit "
+                        "differentiates every argument, so pass integer data (indices, "
+                        "sizes) through a global or a closure")
+    return np.array(a, np.float64, order="C")
 
 
 def _tensor(a):

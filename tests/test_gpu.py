@@ -56,6 +56,17 @@ def test_a_loop_program_and_its_jacobian():
                                F.vmap(c.jacobian)(thetas).numpy(), rtol=1e-12, atol=1e-14)
 
 
+def test_values_first_then_gradients():
+    # the program's device arrays are kept: a first call without derivatives must not
+    # leave the later gradient call without its reach marks
+    _cuda_or_skip()
+    c = at.compile(lambda t: (t * t).sum() * t[0], np.ones(3))
+    points = np.arange(6.0).reshape(2, 3) + 1.0
+    F.vmap(c, device="cuda")(points)
+    np.testing.assert_allclose(F.vmap(c.grad, device="cuda")(points).numpy(),
+                               F.vmap(c.grad)(points).numpy(), rtol=1e-14)
+
+
 def test_device_points_stay_on_the_device():
     cuda = _cuda_or_skip()
     c = at.compile(pendulum, np.array([1.0, 0.0, 9.8, 0.1]))

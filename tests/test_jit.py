@@ -210,6 +210,8 @@ def test_what_cannot_be_recorded_is_named_with_its_line():
         at.jit(spiral).grad(np.ones(2))
     with pytest.raises(TypeError, match="argument 0 must be a float or a float array"):
         at.jit(pendulum).grad("theta")
+    with pytest.raises(TypeError, match="argument 0 is an integer array"):
+        at.jit(pendulum).grad(np.arange(4))
     with pytest.raises(TypeError, match="expected a function"):
         at.jit(3)
 
