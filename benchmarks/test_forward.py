@@ -61,3 +61,52 @@ def test_trajectory_numba_floor(benchmark):
     W.pendulum_trajectory_numba(THETA, STEPS)
     benchmark.pedantic(lambda: W.pendulum_trajectory_numba(THETA, STEPS), rounds=200,
                        warmup_rounds=5)
+
+
+# ---- eager: autotape.func.jacfwd over f's recording ------------------------------------------
+
+EAGER_STEPS = 200
+EAGER = pytest.mark.benchmark(
+    group="forward mode, eager: pendulum trajectory Jacobian, 200 RK4 steps, 400 x 4")
+
+
+def _trajectory_torch(torch, theta):
+    x, v, states, h = theta[0], theta[1], [], W.DT
+    for _ in range(EAGER_STEPS):
+        def accel(x, v):
+            return -theta[2] * torch.sin(x) - theta[3] * v
+        k1x, k1v = v, accel(x, v)
+        k2x, k2v = v + 0.5 * h * k1v, accel(x + 0.5 * h * k1x, v + 0.5 * h * k1v)
+        k3x, k3v = v + 0.5 * h * k2v, accel(x + 0.5 * h * k2x, v + 0.5 * h * k2v)
+        k4x, k4v = v + h * k3v, accel(x + h * k3x, v + h * k3v)
+        x = x + h / 6.0 * (k1x + 2.0 * k2x + 2.0 * k3x + k4x)
+        v = v + h / 6.0 * (k1v + 2.0 * k2v + 2.0 * k3v + k4v)
+        states += [x, v]
+    return torch.stack(states)
+
+
+def _eager_check(J):
+    np.testing.assert_allclose(np.asarray(J), W.pendulum_trajectory_numba(
+        THETA, EAGER_STEPS)[1], rtol=1e-9, atol=1e-12)
+
+
+@EAGER
+def test_eager_jacfwd_autotape(benchmark):
+    f = at.func.jacfwd(lambda t: W.pendulum_trajectory_at(t, EAGER_STEPS))
+    _eager_check(f(THETA).numpy())
+    benchmark.pedantic(lambda: f(THETA), rounds=20, warmup_rounds=2)
+
+
+@EAGER
+def test_eager_jacrev_autotape(benchmark):
+    f = at.func.jacrev(lambda t: W.pendulum_trajectory_at(t, EAGER_STEPS))
+    _eager_check(f(THETA).numpy())
+    benchmark.pedantic(lambda: f(THETA), rounds=5, warmup_rounds=1)
+
+
+@EAGER
+def test_eager_jacfwd_torch(benchmark, torch):
+    f = torch.func.jacfwd(lambda t: _trajectory_torch(torch, t))
+    t = torch.tensor(THETA)
+    _eager_check(f(t).numpy())
+    benchmark.pedantic(lambda: f(t), rounds=20, warmup_rounds=2)
