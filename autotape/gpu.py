@@ -22,6 +22,8 @@ from .kernels.program import live_sets
 
 __all__ = ["run_points", "is_device_array", "as_device", "cuda_module"]
 
+SCRATCH_BYTES = 4 << 30     # device memory for the points' slots, per launch
+
 
 def cuda_module():
     """``numba.cuda``, usable here, or a RuntimeError saying what to install."""
@@ -79,11 +81,19 @@ def run_points(lean, X, jacobian):
     arrays = _device_program(lean, cuda, jacobian)
     values = cuda.device_array((B, outs))
     jac = cuda.device_array((B, outs, ins) if jacobian else (1, 1, 1))
-    V = cuda.device_array(max(lean.nslots * B, 1))
-    G = cuda.device_array(max(lean.nslots * B, 1) if jacobian else 1)
-    blocks = max(1, math.ceil(B / kernels.THREADS))
-    kernels.run_points_cuda[blocks, kernels.THREADS](*arrays, Xd, values, jac, jacobian, V,
-                                                     G)
+    # every point keeps all its slots (values, adjoints): points go in launches of at
+    # most SCRATCH_BYTES of them
+    per_point = 8 * max(lean.nslots, 1) * (2 if jacobian else 1)
+    step = max(1, min(B, SCRATCH_BYTES // per_point))
+    V = cuda.device_array(max(lean.nslots, 1) * step)
+    G = cuda.device_array(max(lean.nslots, 1) * step if jacobian else 1)
+    for p0 in range(0, B, step):
+        p1 = min(B, p0 + step)
+        n = p1 - p0
+        blocks = max(1, math.ceil(n / kernels.THREADS))
+        kernels.run_points_cuda[blocks, kernels.THREADS](
+            *arrays, Xd[p0:p1], values[p0:p1], jac[p0:p1] if jacobian else jac, jacobian,
+            V[:max(lean.nslots, 1) * n], G[:max(lean.nslots, 1) * n] if jacobian else G)
     if on_device:
         return values, (jac if jacobian else None)
     return values.copy_to_host(), (jac.copy_to_host() if jacobian else None)

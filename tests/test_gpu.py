@@ -67,6 +67,16 @@ def test_values_first_then_gradients():
                                F.vmap(c.grad)(points).numpy(), rtol=1e-14)
 
 
+def test_points_beyond_the_scratch_go_in_several_launches(monkeypatch):
+    _cuda_or_skip()
+    c = at.compile(pendulum, np.array([1.0, 0.0, 9.8, 0.1]))
+    monkeypatch.setattr(gpu, "SCRATCH_BYTES", 3 * 16 * c._lean(
+        "value", [np.ones(4)]).lean.nslots)   # three points' slots per launch
+    thetas = np.array([1.0, 0.0, 9.8, 0.1]) * np.linspace(0.8, 1.2, 8)[:, None]
+    np.testing.assert_allclose(F.vmap(c.grad, device="cuda")(thetas).numpy(),
+                               F.vmap(c.grad)(thetas).numpy(), rtol=1e-12)
+
+
 def test_device_points_stay_on_the_device():
     cuda = _cuda_or_skip()
     c = at.compile(pendulum, np.array([1.0, 0.0, 9.8, 0.1]))
