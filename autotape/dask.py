@@ -15,7 +15,8 @@ one machine computes:
     values, grads = dask.compute(values, grads)      # any scheduler
 
 The compiled program travels to each worker once, not once per chunk: on a
-``distributed`` cluster it is scattered to every worker; for dask's process scheduler
+``distributed`` cluster it is the result of one task, replicated to every worker (a
+worker lost with it costs that task again, not the computation); for dask's process scheduler
 it is written to one temporary file that each worker process reads once; the threaded
 scheduler shares the object. Workers load kernels from their own disk cache.
 
@@ -150,8 +151,14 @@ def _handle(compiled, client):
     handle = handles.get(key)
     if handle is not None and (client is None or handle.status == "finished"):
         return handle
-    handle = _Shipped(compiled) if client is None else \
-        client.scatter(compiled, broadcast=True, hash=False)
+    if client is None:
+        handle = _Shipped(compiled)
+    else:
+        # a task rather than scattered data: a worker killed while holding the program
+        # loses no more than a task result, which the scheduler computes again (a
+        # scattered value lost with its workers fails every computation needing it)
+        handle = client.submit(pickle.loads, pickle.dumps(compiled), pure=False)
+        client.replicate([handle])             # (every worker holds it once)
     handles[key] = handle
     return handle
 
