@@ -281,3 +281,26 @@ def test_jacfwd_forward_when_replayed_and_arrays_of_values():
     np.testing.assert_allclose(f.jacfwd(t).numpy(), want, rtol=1e-7, atol=1e-9)
     assert f._programs[((2,),)]                # replayed: forward mode ran on it
     np.testing.assert_allclose(at.jit(piecewise).jacfwd(2.0).item(), 4.0)   # reverse
+
+
+@numba.njit
+def array_model(x0, k):
+    """Array expressions, as much numba code is written: arithmetic between arrays and
+    with scalars, in-place updates, ufuncs, sums, means and dot products."""
+    x = x0.copy()
+    v = np.zeros_like(x0)
+    for _ in range(20):
+        a = -k[0] * np.sin(x) - k[1] * v
+        v += 0.05 * a
+        x = x + 0.05 * v
+    return np.sum(x * x) + v.mean() + np.dot(x, v) + np.exp(-x).sum() + (2.0 - x / 3.0).sum()
+
+
+def test_array_expressions_match_finite_differences():
+    x0, k = np.array([0.3, -1.2, 0.8]), np.array([9.8, 0.4])
+    g = at.jit(array_model).grad(x0, k)
+    fd = _fd_grad(lambda v: array_model(v[:3], v[3:]), np.concatenate([x0, k]))
+    np.testing.assert_allclose(np.concatenate([g[0].numpy(), g[1].numpy()]), fd,
+                               rtol=1e-6, atol=1e-8)
+    value = at.jit(array_model)(x0, k).item()
+    assert value == pytest.approx(array_model(x0, k), rel=1e-13)

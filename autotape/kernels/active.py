@@ -396,6 +396,192 @@ def _setitem(a, index, value):
     return None
 
 
+# ---- whole-array arithmetic on arrays of Actives ------------------------------------------
+# Elementwise ops, sums and 1-D dot products, one recorded op per element: what a model
+# written with array expressions (x = x + dt * v) records, the same rows its loop would.
+
+@numba.njit(inline="always")
+def _element(a, index):
+    return make_active(a.values[index], a.rows[index], a.cell[0])
+
+
+@numba.njit(inline="always")
+def _put(a, index, x):
+    a.values[index] = x.value
+    a.rows[index] = x.row
+    if x.row >= 0:
+        a.cell[0] = x.tape
+
+
+@numba.njit(inline="always")
+def _fresh(shape):
+    return ActiveArray(np.empty(shape), np.full(shape, -1, np.int64), np.zeros(1, np.intp))
+
+
+@numba.njit(inline="always")
+def _same_shape(x, y):
+    if x.values.shape != y.values.shape:
+        raise ValueError("at.jit: arrays of differentiable values combine elementwise "
+                         "only at the same shape (or with a scalar)")
+
+
+def _register_array_binary(fn, op):
+    @overload(fn)
+    def impl(x, y):
+        ax, ay = _is_active_array(x), _is_active_array(y)
+        if ax and ay:
+            def both(x, y):
+                _same_shape(x, y)
+                out = _fresh(x.values.shape)
+                for index in np.ndindex(x.values.shape):
+                    _put(out, index, binary(op, _element(x, index), _element(y, index)))
+                return out
+            return both
+        scalar = y if ax else x
+        if not (ax or ay) or not (isinstance(scalar, ActiveType) or _is_number(scalar)):
+            return None
+        convert = _same if isinstance(scalar, ActiveType) else _constant_of
+        if ax:
+            def array_scalar(x, y):
+                s, out = convert(y), _fresh(x.values.shape)
+                for index in np.ndindex(x.values.shape):
+                    _put(out, index, binary(op, _element(x, index), s))
+                return out
+            return array_scalar
+
+        def scalar_array(x, y):
+            s, out = convert(x), _fresh(y.values.shape)
+            for index in np.ndindex(y.values.shape):
+                _put(out, index, binary(op, s, _element(y, index)))
+            return out
+        return scalar_array
+
+
+for _fn, _op in [(operator.add, ADD), (operator.sub, SUB), (operator.mul, MUL),
+                 (operator.truediv, DIV), (operator.pow, POW), (np.power, POW),
+                 (np.add, ADD), (np.subtract, SUB), (np.multiply, MUL), (np.divide, DIV),
+                 (np.maximum, MAXIMUM), (np.minimum, MINIMUM), (np.arctan2, ARCTAN2),
+                 (np.hypot, HYPOT)]:
+    _register_array_binary(_fn, _op)
+
+
+def _register_array_update(fn, op):
+    """a += b and friends: in place, as numpy's."""
+    @overload(fn)
+    def impl(a, b):
+        if not _is_active_array(a):
+            return None
+        if _is_active_array(b):
+            def update_array(a, b):
+                _same_shape(a, b)
+                for index in np.ndindex(a.values.shape):
+                    _put(a, index, binary(op, _element(a, index), _element(b, index)))
+                return a
+            return update_array
+        if not (isinstance(b, ActiveType) or _is_number(b)):
+            return None
+        convert = _same if isinstance(b, ActiveType) else _constant_of
+
+        def update_scalar(a, b):
+            s = convert(b)
+            for index in np.ndindex(a.values.shape):
+                _put(a, index, binary(op, _element(a, index), s))
+            return a
+        return update_scalar
+
+
+for _fn, _op in [(operator.iadd, ADD), (operator.isub, SUB), (operator.imul, MUL),
+                 (operator.itruediv, DIV)]:
+    _register_array_update(_fn, _op)
+
+
+def _register_array_unary(fn, op):
+    @overload(fn)
+    def impl(a):
+        if not _is_active_array(a):
+            return None
+
+        def each(a):
+            out = _fresh(a.values.shape)
+            for index in np.ndindex(a.values.shape):
+                _put(out, index, unary(op, _element(a, index)))
+            return out
+        return each
+
+
+for _fn, _op in _UNARY:
+    if _fn is not math.fabs and not getattr(_fn, "__module__", "") == "math" and \
+            _fn is not abs:
+        _register_array_unary(_fn, _op)
+
+
+def _total(a):
+    """The sum of an array of Actives (one ADD row per element after the first)."""
+
+
+@overload(_total)
+def _total_impl(a):
+    def total(a):
+        s = constant(0.0)
+        first = True
+        for index in np.ndindex(a.values.shape):
+            s = _element(a, index) if first else binary(ADD, s, _element(a, index))
+            first = False
+        return s
+    return total
+
+
+@overload(np.sum)
+def _np_sum(a):
+    if _is_active_array(a):
+        return lambda a: _total(a)
+
+
+@overload_method(ActiveArrayType, "sum")
+def _sum(a):
+    return lambda a: _total(a)
+
+
+@overload(np.mean)
+def _np_mean(a):
+    if _is_active_array(a):
+        return lambda a: binary(DIV, _total(a), constant(float(a.values.size)))
+
+
+@overload_method(ActiveArrayType, "mean")
+def _mean(a):
+    return lambda a: binary(DIV, _total(a), constant(float(a.values.size)))
+
+
+@overload(np.dot)
+def _dot(a, b):
+    if not (_is_active_array(a) or _is_active_array(b)):
+        return None
+    if not all(_is_active_array(t) or (isinstance(t, types.Array) and t.ndim == 1)
+               for t in (a, b)):
+        return None
+
+    def dot(a, b):
+        if len(a) != len(b):
+            raise ValueError("at.jit: np.dot of arrays of different lengths")
+        s = constant(0.0)
+        for k in range(len(a)):
+            s = binary(ADD, s, binary(MUL, _active_at(a, k), _active_at(b, k)))
+        return s
+    return dot
+
+
+def _active_at(a, k):
+    """a[k] as an Active, for an array of Actives or of floats."""
+
+
+@overload(_active_at)
+def _active_at_impl(a, k):
+    if _is_active_array(a):
+        return lambda a, k: _element(a, k)
+    return lambda a, k: constant(float(a[k]))
+
+
 # ---- allocation (the model's np.zeros and friends, rewritten by jit.py) -------------------
 
 def zeros(shape, dtype=None):
