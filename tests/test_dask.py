@@ -109,6 +109,10 @@ def test_local_cluster_equals_one_machine_and_broadcasts_the_program(cluster, co
     got = dask.compute(value, grad)
     _equal(got, _local(compiled, "value_and_grad", points))
     # the program is one task's result, replicated to every worker
+    deadline = time.time() + 10                # (the scheduler's view may lag a moment)
+    while not [key for key, who in cluster.who_has().items() if len(who) == 2] and \
+            time.time() < deadline:
+        time.sleep(0.05)
     held = [key for key, who in cluster.who_has().items() if len(who) == 2]
     assert held, cluster.who_has()
 
