@@ -71,18 +71,7 @@ EAGER = pytest.mark.benchmark(
 
 
 def _trajectory_torch(torch, theta):
-    x, v, states, h = theta[0], theta[1], [], W.DT
-    for _ in range(EAGER_STEPS):
-        def accel(x, v):
-            return -theta[2] * torch.sin(x) - theta[3] * v
-        k1x, k1v = v, accel(x, v)
-        k2x, k2v = v + 0.5 * h * k1v, accel(x + 0.5 * h * k1x, v + 0.5 * h * k1v)
-        k3x, k3v = v + 0.5 * h * k2v, accel(x + 0.5 * h * k2x, v + 0.5 * h * k2v)
-        k4x, k4v = v + h * k3v, accel(x + h * k3x, v + h * k3v)
-        x = x + h / 6.0 * (k1x + 2.0 * k2x + 2.0 * k3x + k4x)
-        v = v + h / 6.0 * (k1v + 2.0 * k2v + 2.0 * k3v + k4v)
-        states += [x, v]
-    return torch.stack(states)
+    return W.pendulum_trajectory(theta, EAGER_STEPS, torch.sin, torch.stack)
 
 
 def _eager_check(J):

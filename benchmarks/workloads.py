@@ -56,35 +56,39 @@ def chain_numba(x):
 
 # ---- pendulum (RK4) ---------------------------------------------------------------------------
 
-def _accel_at(theta, x, v):
-    return -theta[2] * at.sin(x) - theta[3] * v
+def rk4_step(theta, x, v, h, sin):
+    """One RK4 step of the damped pendulum, for any library: ``sin`` is its sine
+    (at.sin, jnp.sin, torch.sin)."""
+    def accel(x, v):
+        return -theta[2] * sin(x) - theta[3] * v
+    k1x, k1v = v, accel(x, v)
+    k2x, k2v = v + 0.5 * h * k1v, accel(x + 0.5 * h * k1x, v + 0.5 * h * k1v)
+    k3x, k3v = v + 0.5 * h * k2v, accel(x + 0.5 * h * k2x, v + 0.5 * h * k2v)
+    k4x, k4v = v + h * k3v, accel(x + h * k3x, v + h * k3v)
+    return (x + h / 6.0 * (k1x + 2.0 * k2x + 2.0 * k3x + k4x),
+            v + h / 6.0 * (k1v + 2.0 * k2v + 2.0 * k3v + k4v))
 
 
 def pendulum_at(theta, steps):
     x, v = theta[0], theta[1]
     for _ in range(steps):
-        x, v = _rk4_at(theta, x, v, DT)
+        x, v = rk4_step(theta, x, v, DT, at.sin)
     return x * x + v * v
 
 
-def pendulum_trajectory_at(theta, steps):
-    """The pendulum's trajectory: x and v after every step, flat (2 * steps,)."""
+def pendulum_trajectory(theta, steps, sin, stack):
+    """The pendulum's trajectory: x and v after every step, flat (2 * steps,), eager in
+    any library (``stack`` its stack)."""
     x, v = theta[0], theta[1]
-    h = DT
     states = []
     for _ in range(steps):
-        x, v = _rk4_at(theta, x, v, h)
+        x, v = rk4_step(theta, x, v, DT, sin)
         states += [x, v]
-    return at.stack(states)
+    return stack(states)
 
 
-def _rk4_at(theta, x, v, h):
-    k1x, k1v = v, _accel_at(theta, x, v)
-    k2x, k2v = v + 0.5 * h * k1v, _accel_at(theta, x + 0.5 * h * k1x, v + 0.5 * h * k1v)
-    k3x, k3v = v + 0.5 * h * k2v, _accel_at(theta, x + 0.5 * h * k2x, v + 0.5 * h * k2v)
-    k4x, k4v = v + h * k3v, _accel_at(theta, x + h * k3x, v + h * k3v)
-    return (x + h / 6.0 * (k1x + 2.0 * k2x + 2.0 * k3x + k4x),
-            v + h / 6.0 * (k1v + 2.0 * k2v + 2.0 * k3v + k4v))
+def pendulum_trajectory_at(theta, steps):
+    return pendulum_trajectory(theta, steps, at.sin, at.stack)
 
 
 def pendulum_trajectory_jax(jax, steps):
@@ -94,17 +98,7 @@ def pendulum_trajectory_jax(jax, steps):
 
     def f(theta):
         def body(state, _):
-            x, v = state
-            h = DT
-
-            def accel(x, v):
-                return -theta[2] * jnp.sin(x) - theta[3] * v
-            k1x, k1v = v, accel(x, v)
-            k2x, k2v = v + 0.5 * h * k1v, accel(x + 0.5 * h * k1x, v + 0.5 * h * k1v)
-            k3x, k3v = v + 0.5 * h * k2v, accel(x + 0.5 * h * k2x, v + 0.5 * h * k2v)
-            k4x, k4v = v + h * k3v, accel(x + h * k3x, v + h * k3v)
-            x = x + h / 6.0 * (k1x + 2.0 * k2x + 2.0 * k3x + k4x)
-            v = v + h / 6.0 * (k1v + 2.0 * k2v + 2.0 * k3v + k4v)
+            x, v = rk4_step(theta, state[0], state[1], DT, jnp.sin)
             return (x, v), jnp.stack([x, v])
         _, states = jax.lax.scan(body, (theta[0], theta[1]), None, length=steps)
         return states.reshape(-1)
