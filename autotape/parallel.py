@@ -4,9 +4,10 @@
 The count covers the places work is split: large +, -, *, / and x ** 2 and autotape's
 own sin, cos and tanh in the forward, and the compiled sweep's large elementwise rows
 and whole sums (numba's threads: one pool; every split gives the one-thread values bit
-for bit), and numpy's OpenBLAS (its own threads, set to the same count, so that a matrix
-product never uses more threads than asked for). Other forward ops stay numpy's own,
-single-threaded: their values are numpy's to the bit.
+for bit); numpy's other elementwise functions on large arrays (``ufunc_in_threads``:
+numpy's own loop on a piece of the array per thread, so numpy's values to the bit); and
+numpy's OpenBLAS (its own threads, set to the same count, so that a matrix product
+never uses more threads than asked for).
 Default: ``OMP_NUM_THREADS`` if set, else the cores this process may run on.
 
 >>> at.set_num_threads(1); at.get_num_threads()
@@ -15,9 +16,12 @@ Default: ``OMP_NUM_THREADS`` if set, else the cores this process may run on.
 import contextlib
 import os
 import threading
+from concurrent.futures import ThreadPoolExecutor
 
 import numba
+import numpy as np
 
+from .errstate import ignore_fp_errors
 from .kernels.blas import set_blas_threads
 
 PARALLEL_MIN = 1 << 18          # elements: below this an op runs on the calling thread
@@ -85,6 +89,55 @@ def parallel_launch():
     except ValueError:                      # no parallel kernel has run yet
         return _PARALLEL_LOCK
     return contextlib.nullcontext() if layer in ("omp", "tbb") else _PARALLEL_LOCK
+
+
+def pieces(size):
+    """How many pieces an op on ``size`` elements is split into (1: not split): up to
+    the thread count, none smaller than PARALLEL_MIN / 2."""
+    n = _state["threads"]
+    if n == 1 or size < PARALLEL_MIN:
+        return 1
+    return min(n, size // (PARALLEL_MIN // 2))
+
+
+_POOL = []              # the helper threads of ufunc_in_threads, made at first use
+_POOL_LOCK = threading.Lock()
+
+
+def _helpers():
+    with _POOL_LOCK:
+        if not _POOL:
+            _POOL.append(ThreadPoolExecutor(max(1, numba.config.NUMBA_NUM_THREADS - 1),
+                                            thread_name_prefix="autotape-ufunc"))
+    return _POOL[0]
+
+
+def _ufunc_piece(ufunc, args, out, lo, hi):
+    with ignore_fp_errors():                 # (numpy's error state is per thread)
+        ufunc(*[a[lo:hi] if type(a) is np.ndarray else a for a in args], out=out[lo:hi])
+
+
+def ufunc_in_threads(ufunc, args, out, count):
+    """``ufunc(*args, out=out)`` in ``count`` pieces, one per thread, the calling thread
+    doing the first: numpy's own loop on each piece (it releases the GIL), so the values
+    are numpy's to the bit. ``args``: flat float64 arrays of out's size, or floats.
+
+    >>> x = np.linspace(0.0, 1.0, 1 << 19)
+    >>> out = np.empty_like(x)
+    >>> ufunc_in_threads(np.exp, (x,), out, 2)
+    >>> bool((out == np.exp(x)).all())
+    True
+    """
+    n = out.size
+    bounds = [k * n // count for k in range(count + 1)]
+    pool = _helpers()
+    rest = [pool.submit(_ufunc_piece, ufunc, args, out, bounds[k], bounds[k + 1])
+            for k in range(1, count)]
+    try:
+        _ufunc_piece(ufunc, args, out, 0, bounds[1])
+    finally:
+        for f in rest:          # the pieces write into out: never return before they end
+            f.result()
 
 
 set_num_threads(_default_threads())

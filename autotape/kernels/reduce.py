@@ -7,11 +7,13 @@ that zeros are exact: in a group with one zero only that element gets a gradient
 product of the others), with two or more none does. cumprod's VJP is a backward
 recurrence that never divides, so it is exact at zeros too.
 """
+import numba
 import numpy as np
 from numba.extending import register_jitable
 
 from ..opcodes import CUMPROD, CUMSUM, MAX, MEAN, MIN, PROD, SUM
 from ..tape_format import A, OP, reduces_axis, scan_dims
+from .cache import cached_njit
 from .context import (accumulator, adjoint, aux, broadcast_map, first_write, has_adjoint,
                       shape_of, size_of, value)
 
@@ -188,3 +190,87 @@ def _sum_vjp(ctx, i, a):
     else:
         for k in range(n):
             ga[k] += g[m[k]] * scale
+
+
+# ---- a whole sum on threads, numpy's to the bit ------------------------------------------
+
+@register_jitable
+def _pairwise_block(a, lo, n):
+    """numpy's sum of up to 128 elements: under 8 in order; else 8 accumulators combined
+    as a tree, then the remainder in order."""
+    if n < 8:
+        s = -0.0
+        for k in range(lo, lo + n):
+            s += a[k]
+        return s
+    r0, r1, r2, r3 = a[lo], a[lo + 1], a[lo + 2], a[lo + 3]
+    r4, r5, r6, r7 = a[lo + 4], a[lo + 5], a[lo + 6], a[lo + 7]
+    m = lo + n - n % 8
+    for k in range(lo + 8, m, 8):
+        r0 += a[k]
+        r1 += a[k + 1]
+        r2 += a[k + 2]
+        r3 += a[k + 3]
+        r4 += a[k + 4]
+        r5 += a[k + 5]
+        r6 += a[k + 6]
+        r7 += a[k + 7]
+    s = ((r0 + r1) + (r2 + r3)) + ((r4 + r5) + (r6 + r7))
+    for k in range(m, lo + n):
+        s += a[k]
+    return s
+
+
+@register_jitable
+def pairwise_sum(a, lo, n):
+    """numpy's pairwise summation of a[lo:lo + n] (its float add loop's reduce): blocks
+    of up to 128 as _pairwise_block; above, the two halves (the first a multiple of 8)
+    summed so, then added. The recursion runs on explicit stacks (numba compiles no
+    recursive register_jitable), with the same additions in the same order."""
+    todo_lo, todo_n = np.empty(128, np.int64), np.empty(128, np.int64)
+    todo_join = np.empty(128, np.bool_)
+    sums = np.empty(128)
+    todo_lo[0], todo_n[0], todo_join[0] = lo, n, False
+    top, nsums = 1, 0
+    while top > 0:
+        top -= 1
+        start, size = todo_lo[top], todo_n[top]
+        if todo_join[top]:                      # both halves summed: add them
+            nsums -= 1
+            sums[nsums - 1] = sums[nsums - 1] + sums[nsums]
+        elif size <= 128:
+            sums[nsums] = _pairwise_block(a, start, size)
+            nsums += 1
+        else:
+            half = size // 2
+            half -= half % 8
+            todo_join[top] = True               # (after the two halves below it)
+            todo_lo[top + 1], todo_n[top + 1], todo_join[top + 1] = start + half, size - half, False
+            todo_lo[top + 2], todo_n[top + 2], todo_join[top + 2] = start, half, False
+            top += 3
+    return sums[0]
+
+
+@cached_njit(parallel=True)
+def sum_in_threads(a, depth):
+    """np.sum(a) of a flat float64 array of at least 128 * 2**depth elements: the
+    2**depth subtrees at that depth of numpy's pairwise recursion summed on numba's
+    threads, then combined as numpy combines them, so bit for bit numpy's sum."""
+    leaves = 1 << depth
+    lo, size = np.zeros(leaves, np.int64), np.zeros(leaves, np.int64)
+    size[0] = a.size
+    for level in range(depth):
+        for k in range((1 << level) - 1, -1, -1):     # node k -> children 2k, 2k + 1
+            n, start = size[k], lo[k]
+            half = n // 2
+            half -= half % 8
+            lo[2 * k], size[2 * k] = start, half
+            lo[2 * k + 1], size[2 * k + 1] = start + half, n - half
+    part = np.empty(leaves)
+    for k in numba.prange(leaves):
+        part[k] = pairwise_sum(a, lo[k], size[k])
+    while leaves > 1:
+        leaves //= 2
+        for k in range(leaves):
+            part[k] = part[2 * k] + part[2 * k + 1]
+    return 0.0 + part[0]            # numpy starts from its identity, 0.0

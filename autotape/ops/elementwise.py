@@ -21,7 +21,8 @@ from ..errstate import ignore_fp_errors
 from ..guards import current_trace, decide, observe
 from ..kernels import vmath
 from ..kernels.elementwise import LN2, LN10, TWO_OVER_SQRT_PI, binary_parallel, unary_into
-from ..parallel import PARALLEL_MIN, for_numba, get_num_threads, parallel_launch
+from ..parallel import (PARALLEL_MIN, for_numba, get_num_threads, parallel_launch, pieces,
+                        ufunc_in_threads)
 from ..opcodes import (ABS, ADD, ARCCOS, ARCCOSH, ARCSIN, ARCSINH, ARCTAN, ARCTAN2, ARCTANH,
                        CEIL, COS, COSH, DIV, EQUAL, ERF, EXP, EXP2, EXPM1, FLOOR, FMOD,
                        GREATER, GREATER_EQUAL, HYPOT, LESS, LESS_EQUAL, LOG, LOG1P, LOG2,
@@ -442,10 +443,15 @@ def _unary_function(op):
 
 def _unary_array(op, x):
     v = x._value
-    if op.code in _OWN_SIMD and v.size >= PARALLEL_MIN and get_num_threads() > 1:
-        chunks = min(for_numba(), v.size // (PARALLEL_MIN // 2))
+    count = pieces(v.size) if v.dtype == F64 and v.flags.c_contiguous else 1
+    if count > 1 and op.code in _OWN_SIMD:
+        for_numba()
         with parallel_launch():
-            z = op.array(v, chunks)
+            z = op.array(v, count)
+        return record(op.code, z, x)
+    if count > 1 and type(op.array) is np.ufunc:
+        z = np.empty(v.shape)
+        ufunc_in_threads(op.array, (v.reshape(-1),), z.reshape(-1), count)
         return record(op.code, z, x)
     with ignore_fp_errors():
         z = op.array(v)
@@ -453,7 +459,8 @@ def _unary_array(op, x):
 
 
 # sin, cos and tanh are autotape's own SIMD loops (kernels/vmath.py), which split among
-# numba's threads on large arrays with the same values as on one.
+# numba's threads on large arrays with the same values as on one. The other ops that
+# are numpy ufuncs split among threads as numpy's own loop on pieces of the array.
 _OWN_SIMD = {SIN, COS, TANH}
 
 
@@ -556,9 +563,13 @@ def _binary_arrays(op, x, y):
         y = as_tensor(y)
     xa = array_of(x) if type(x) is Tensor else x
     ya = array_of(y) if type(y) is Tensor else y
-    big = _chunkable(xa, ya) if op.code in _EXACT else None
-    if big is not None and (op.code != POW or (type(big[1]) is float and big[1] == 2.0)):
+    big = _chunkable(xa, ya)
+    if big is not None and op.code in _EXACT and (op.code != POW or (type(big[1]) is float
+                                                                and big[1] == 2.0)):
         z = _exact_in_threads(op.code, *big)
+    elif big is not None and type(op.array) is np.ufunc:
+        z = np.empty(big[2])
+        ufunc_in_threads(op.array, big[:2], z.reshape(-1), pieces(z.size))
     else:
         with ignore_fp_errors():
             z = op.array(xa, ya)
@@ -568,8 +579,7 @@ def _binary_arrays(op, x, y):
 
 
 # Large +, -, *, / and x ** 2 run on numba's threads (bit for bit numpy's values: IEEE
-# arithmetic is exact). Other ops keep numpy's own functions, whose values autotape
-# follows; threads would change their last bits.
+# arithmetic is exact); numpy's other binary ufuncs on numpy's loop per piece.
 _EXACT = {ADD, SUB, MUL, DIV, POW}
 
 
@@ -577,26 +587,44 @@ def _exact_in_threads(code, xf, yf, shape):
     """x op y on numba's threads (kernels/elementwise.py)."""
     sx, sy = (0 if type(xf) is float else 1), (0 if type(yf) is float else 1)
     out = np.empty(math.prod(shape))
-    chunks = min(for_numba(), out.size // (PARALLEL_MIN // 2))
+    for_numba()
     with parallel_launch():
         binary_parallel(code, np.array([xf]) if sx == 0 else xf,
-                        np.array([yf]) if sy == 0 else yf, out, sx, sy, chunks)
+                        np.array([yf]) if sy == 0 else yf, out, sx, sy, pieces(out.size))
     return out.reshape(shape)
 
 
 def _chunkable(xa, ya):
     """(flat x or a float, flat y or a float, shape) when x op y is large enough for
-    threads: two float64 arrays of one shape, or one and a number; else None."""
+    threads: two C-contiguous float64 arrays of one shape, or one and a Python number
+    (numpy takes the number as a float64, as here); else None."""
     if get_num_threads() == 1:
         return None
-    if type(xa) is np.ndarray and xa.size >= PARALLEL_MIN and xa.dtype == F64:
-        if type(ya) is np.ndarray and ya.shape == xa.shape and ya.dtype == F64:
-            return xa.reshape(-1), ya.reshape(-1), xa.shape
-        if type(ya) is float:
-            return xa.reshape(-1), ya, xa.shape
-    elif type(xa) is float and type(ya) is np.ndarray and ya.size >= PARALLEL_MIN and \
-            ya.dtype == F64:
-        return xa, ya.reshape(-1), ya.shape
+    if type(xa) is np.ndarray:
+        if not _big(xa):
+            return None
+        if type(ya) is np.ndarray:
+            if ya.shape == xa.shape and ya.dtype == F64 and ya.flags.c_contiguous:
+                return xa.reshape(-1), ya.reshape(-1), xa.shape
+            return None
+        ya = _as_float(ya)
+        return None if ya is None else (xa.reshape(-1), ya, xa.shape)
+    if type(ya) is np.ndarray and _big(ya):
+        xa = _as_float(xa)
+        return None if xa is None else (xa, ya.reshape(-1), ya.shape)
+    return None
+
+
+def _big(a):
+    return a.size >= PARALLEL_MIN and a.dtype == F64 and a.flags.c_contiguous
+
+
+def _as_float(c):
+    if type(c) in _NUMBER_TYPES:
+        try:
+            return float(c)
+        except OverflowError:                  # (an int beyond float64: numpy's error)
+            return None
     return None
 
 

@@ -11,6 +11,8 @@ from numpy.lib.array_utils import normalize_axis_index, normalize_axis_tuple
 
 from ..errstate import ignore_fp_errors
 from ..guards import observe
+from ..kernels.reduce import sum_in_threads
+from ..parallel import for_numba, parallel_launch, pieces
 from ..opcodes import CUMPROD, CUMSUM, MAX, MEAN, MIN, PROD, SUM
 from ..tape_format import reduce_params, reduced_axes, scan_dims, scan_params
 from ..tensor import array_of, leaf_of
@@ -29,6 +31,16 @@ def reduction(code, x, axis, keepdims):
     """Record the reduction ``code`` of x over ``axis`` (None: all axes)."""
     x = as_tensor(x)
     axes = normalize_axes(x, axis)
+    v = array_of(x)
+    count = pieces(v.size) if (code == SUM or code == MEAN) and len(axes) == v.ndim and \
+        v.dtype == np.float64 and v.flags.c_contiguous else 1
+    if count > 1:                           # a whole sum on threads: numpy's value
+        for_numba()
+        with parallel_launch():
+            s = sum_in_threads(v.reshape(-1), (count - 1).bit_length())
+        z = np.float64(s if code == SUM else s / v.size)
+        return record(code, np.full((1,) * v.ndim, z) if keepdims else z, x,
+                      params=reduce_params(axes))
     if x.size:
         with ignore_fp_errors():
             z = reductions[code](array_of(x), axis=axes, keepdims=keepdims)
