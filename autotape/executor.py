@@ -16,11 +16,11 @@ import numpy as np
 
 from .kernels.blas import DGEMM
 from .memory import KEPT, busy, on_idle
-from .parallel import PARALLEL_MIN, for_numba, get_num_threads, parallel_launch
+from .parallel import PARALLEL_MIN, for_numba, get_num_threads, parallel_launch, pieces
 from .kernels.replay import forward_replay, replay_and_sweep
 from .kernels.sweep import (HOOK_ROW, LINALG, LINALG_ROW, OK, PYTHON, PYTHON_ROW, RELEASED,
                             SPLIT, SPLIT_STATE, STOP_DONE, UNKNOWN_OP, linalg_row_vjp,
-                            split_row_vjp, sweep_for)
+                            segment_vjp, sweep_for)
 from .opcodes import opcode_name
 from .thread_state import here
 
@@ -38,6 +38,9 @@ FRESH_STATE = np.full(SPLIT_STATE, -1, np.int64)
 NO_MARKS = np.zeros((0, 0), np.bool_)
 NO_STOPS = np.zeros(0, np.uint8)
 KEEP_SCRATCH_BYTES = 16 << 20       # scratch kept between sweeps; a larger one is given back
+# elements: a run of elementwise rows this large is swept tile by tile (kernels/sweep.py
+# segment_vjp): below it the adjoints already stay in cache, and the stop costs more
+FUSE_MIN = 1 << 16
 
 
 class Executor(abc.ABC):
@@ -100,14 +103,15 @@ class CpuExecutor(Executor):
         columns = tape.columns()
         adj = self.scratch(lanes * columns.total_size)
         args, held = tape.kernel_args()        # held: what args' addresses point into
-        # large elementwise rows are split among threads (one lane: a Jacobian's lanes
-        # already give each row enough work)
-        split = PARALLEL_MIN if lanes == 1 and columns.total_size >= PARALLEL_MIN and \
-            get_num_threads() > 1 else 0
+        # runs of large elementwise rows are swept in tiles, on threads (one lane: a
+        # Jacobian's lanes already give each row enough work)
+        split = FUSE_MIN if lanes == 1 and columns.total_size >= FUSE_MIN else 0
         families = columns.families
         reverse_sweep = sweep_for(families)    # compiled for what the tape's ops need
         state = np.full(SPLIT_STATE, -1, np.int64) if split or families & (LINALG | PYTHON) \
             or stops.size else FRESH_STATE
+        if split:
+            state[6] = PARALLEL_MIN if get_num_threads() > 1 else np.iinfo(np.int64).max
         status, detail, adj_off, touched = reverse_sweep(
             *args, retain, seed_rows, seed_vals, seed_off, lanes, adj, row_addr, self.dgemm,
             read, NO_ROWS, NO_MARKS, state, split, stops)
@@ -129,12 +133,13 @@ class CpuExecutor(Executor):
                 if not linalg_row_vjp(*head, adj, adj_off, row_addr, touched, self.dgemm,
                                       detail, lanes, state[1]):
                     self._raise(tape, UNKNOWN_OP, detail)
-            else:                                # a large row, among threads
-                n = tape.size(detail) if kind != 3 else \
-                    tape.size(tape.row(detail).operands[0])
+            else:                                # a segment, in tiles, among threads
+                bottom, n = state[4], state[5]
+                for_numba()
                 with parallel_launch():
-                    split_row_vjp(*head, adj, adj_off, row_addr, touched, self.dgemm,
-                                  detail, state, min(for_numba(), n // (PARALLEL_MIN // 2)))
+                    segment_vjp(*head, adj, adj_off, row_addr, touched, self.dgemm, detail,
+                                bottom, n, state[1], read, pieces(n))
+                resume = bottom - 1
             state[0] = resume
             status, detail, adj_off, touched = reverse_sweep(
                 *args, retain, seed_rows, seed_vals, seed_off, lanes, adj, row_addr,

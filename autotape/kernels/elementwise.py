@@ -377,8 +377,8 @@ def _unary_loops(code):
     return loops
 
 
-_unary_tanh, _unary_exp, _unary_sigmoid, _unary_relu, _unary_square, _unary_any = (
-    _unary_loops(c) for c in (TANH, EXP, SIGMOID, RELU, SQUARE, -1))
+_unary_tanh, _unary_exp, _unary_sigmoid, _unary_relu, _unary_square, _unary_neg, \
+    _unary_any = (_unary_loops(c) for c in (TANH, EXP, SIGMOID, RELU, SQUARE, NEG, -1))
 
 
 @register_jitable
@@ -408,6 +408,8 @@ def unary_loop(op, x, z, g, ga, assign):
         _unary_relu(op, x, z, g, ga, assign)
     elif op == SQUARE:
         _unary_square(op, x, z, g, ga, assign)
+    elif op == NEG:
+        _unary_neg(op, x, z, g, ga, assign)
     else:
         _unary_any(op, x, z, g, ga, assign)
 
@@ -448,68 +450,58 @@ _same_shape_add, _same_shape_sub, _same_shape_mul, _same_shape_div, _same_shape_
     _same_shape_any = (_same_shape_loops(c) for c in (ADD, SUB, MUL, DIV, POW, -1))
 
 
+def _chunk_loops(code):
+    """The loops of binary_chunk; ``code`` as in _same_shape_loops (a constant opcode
+    folds the table to its line, so the loops vectorise)."""
+    @register_jitable
+    def loops(op, x, y, z, g, sx, sy, want_a, assign_a, ga, want_b, assign_b, gb):
+        if code >= 0:
+            op = code
+        n = z.size
+        if want_a and assign_a:
+            for k in range(n):
+                ga[k] = times(op, g[k], binary_partial_x(op, x[k * sx], y[k * sy], z[k]))
+        elif want_a:
+            for k in range(n):
+                ga[k] += times(op, g[k], binary_partial_x(op, x[k * sx], y[k * sy], z[k]))
+        if want_b and assign_b:
+            for k in range(n):
+                gb[k] = times(op, g[k], binary_partial_y(op, x[k * sx], y[k * sy], z[k]))
+        elif want_b:
+            for k in range(n):
+                gb[k] += times(op, g[k], binary_partial_y(op, x[k * sx], y[k * sy], z[k]))
+    return loops
+
+
+_chunk_add, _chunk_sub, _chunk_mul, _chunk_div, _chunk_pow, _chunk_any = (
+    _chunk_loops(c) for c in (ADD, SUB, MUL, DIV, POW, -1))
+
+
 @register_jitable
 def binary_chunk(op, x, y, z, g, sx, sy, want_a, assign_a, ga, want_b, assign_b, gb):
     """Part of a same-shape binary VJP, elements given as slices: each wanted operand is
-    of the slice's size (kernels/sweep.py splits a large row among threads this way).
-    ``assign``: write rather than add."""
-    n = z.size
+    of the slice's size (kernels/sweep.py sweeps large rows in tiles this way), the
+    others of the slice's size (stride ``sx`` / ``sy`` 1) or one element (0).
+    ``assign``: write rather than add. The same arithmetic as binary_vjp's loops."""
     if op == POW and sy == 0 and y[0] == 2.0 and not want_b:
-        if want_a:
-            if assign_a:
-                for k in range(n):
-                    ga[k] = 2.0 * x[k] * g[k]
-            else:
-                for k in range(n):
-                    ga[k] += 2.0 * x[k] * g[k]
-        return
-    if op == ADD or op == SUB:
-        sign = 1.0 if op == ADD else -1.0
-        if want_a:
-            if assign_a:
-                for k in range(n):
-                    ga[k] = g[k]
-            else:
-                for k in range(n):
-                    ga[k] += g[k]
-        if want_b:
-            if assign_b:
-                for k in range(n):
-                    gb[k] = sign * g[k]
-            else:
-                for k in range(n):
-                    gb[k] += sign * g[k]
-        return
-    if op == MUL:
-        if want_a:
-            if assign_a:
-                for k in range(n):
-                    ga[k] = g[k] * y[k * sy]
-            else:
-                for k in range(n):
-                    ga[k] += g[k] * y[k * sy]
-        if want_b:
-            if assign_b:
-                for k in range(n):
-                    gb[k] = g[k] * x[k * sx]
-            else:
-                for k in range(n):
-                    gb[k] += g[k] * x[k * sx]
-        return
-    if want_a:
-        if assign_a:
-            for k in range(n):
-                ga[k] = times(op, g[k], binary_partial_x(op, x[k * sx], y[k * sy], z[k]))
-        else:
-            for k in range(n):
-                ga[k] += times(op, g[k], binary_partial_x(op, x[k * sx], y[k * sy], z[k]))
-    if want_b:
-        if assign_b:
-            for k in range(n):
-                gb[k] = times(op, g[k], binary_partial_y(op, x[k * sx], y[k * sy], z[k]))
-        else:
-            for k in range(n):
-                gb[k] += times(op, g[k], binary_partial_y(op, x[k * sx], y[k * sy], z[k]))
+        if want_a and assign_a:                  # x ** 2: 2 x g, as _square_vjp
+            for k in range(z.size):
+                ga[k] = 2.0 * x[k] * g[k]
+        elif want_a:
+            for k in range(z.size):
+                ga[k] += 2.0 * x[k] * g[k]
+    elif op == ADD:
+        _chunk_add(op, x, y, z, g, sx, sy, want_a, assign_a, ga, want_b, assign_b, gb)
+    elif op == SUB:
+        _chunk_sub(op, x, y, z, g, sx, sy, want_a, assign_a, ga, want_b, assign_b, gb)
+    elif op == MUL:
+        _chunk_mul(op, x, y, z, g, sx, sy, want_a, assign_a, ga, want_b, assign_b, gb)
+    elif op == DIV:
+        _chunk_div(op, x, y, z, g, sx, sy, want_a, assign_a, ga, want_b, assign_b, gb)
+    elif op == POW:
+        _chunk_pow(op, x, y, z, g, sx, sy, want_a, assign_a, ga, want_b, assign_b, gb)
+    else:
+        _chunk_any(op, x, y, z, g, sx, sy, want_a, assign_a, ga, want_b, assign_b, gb)
 
 
 @register_jitable

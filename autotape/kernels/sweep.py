@@ -3,8 +3,8 @@
 The sweep marks the rows reachable backwards from the seeded outputs (``reach``), gives
 each reachable row that can carry a gradient a slice of one flat adjoint buffer
 (``allocate``), seeds the outputs (``seed``), then walks the rows in reverse and hands
-each one to its family's VJP kernel. ``reverse_sweep`` composes the stages; with
-threads set, it stops at a large elementwise row, which ``split_row_vjp`` runs on
+each one to its family's VJP kernel. ``reverse_sweep`` composes the stages; it stops
+at a run of large elementwise rows, which ``segment_vjp`` sweeps tile by tile on
 numba's threads, and resumes. Both are called from executor.py only.
 
 Lanes. One sweep can carry K cotangents at once (a whole Jacobian, a Hessian,
@@ -50,7 +50,7 @@ ALL_FAMILIES = ELEMENTWISE | REDUCE | INDEX | MATMUL_FAMILY     # those swept in
 VARIANTS = {0: "scalar", ELEMENTWISE | REDUCE: "elementwise and reduction",
             ALL_FAMILIES: "array"}
 HAS_ELEMENTWISE = HAS_REDUCE = HAS_INDEX = HAS_MATMUL = True      # (see sweep_for)
-LINALG_ROW = 4      # state[3] of a sweep stopped at a numpy.linalg row (see split_row)
+LINALG_ROW = 4      # state[3] of a sweep stopped at a numpy.linalg row (see segment_at)
 HOOK_ROW = 5        # state[3] of a sweep stopped at a row named in ``stops``
 PYTHON_ROW = 6      # state[3] of a sweep stopped at a CUSTOM row: the caller runs its VJP
 
@@ -176,12 +176,13 @@ def reverse_sweep(rows, ipool, shape_ndim, shape_start, shape_dims, shape_size,
     (-1: no gradient reached the row) land in ``adj_off``, the written-marks in
     ``touched`` (lanes, rows); given empty, both are made here.
 
-    Splitting: with ``split_min`` > 0 (one lane), the sweep stops at an elementwise row
-    of at least that many elements, prepares it (``split_row``) and returns SPLIT with
-    the row; the caller runs ``split_row_vjp`` on its pieces in threads, then calls again
-    with ``state[0]`` set to the next row down. ``state`` (int64, SPLIT_STATE long)
-    carries the sweep between calls (written only with SPLIT); ``state[0] < 0`` starts
-    one.
+    Segments: with ``split_min`` > 0 (one lane), the sweep stops at an elementwise row
+    of at least that many elements that starts a segment (``segment_at``) and returns
+    SPLIT with the row, the segment in state; the caller runs ``segment_vjp``, then
+    calls again with ``state[0]`` set to the row below the segment. ``state[6]``: the
+    size from which a segment of one row is worth it (threads). ``state`` (int64,
+    SPLIT_STATE long) carries the sweep between calls (written only with SPLIT);
+    ``state[0] < 0`` starts one.
 
     Stops: a row r with ``stops[r]`` (uint8; ``stops`` may be shorter than the tape,
     or empty) that the sweep reaches makes it return SPLIT with state[3] == HOOK_ROW
@@ -251,7 +252,7 @@ def reverse_sweep(rows, ipool, shape_ndim, shape_start, shape_dims, shape_size,
             state[1], state[2], state[3] = total, top, PYTHON_ROW
             return SPLIT, i, adj_off, touched
         if (HAS_ELEMENTWISE or HAS_REDUCE) and split_min > 0 and \
-                split_row(ctx, i, state, split_min):
+                segment_at(ctx, i, state, split_min, stops):
             state[1], state[2] = total, top
             return SPLIT, i, adj_off, touched
         # kernels that take every lane at once (a row's partials or index map are
@@ -380,95 +381,198 @@ def linalg_row_vjp(rows, ipool, shape_ndim, shape_start, shape_dims, shape_size,
     return known
 
 
-# ---- one large elementwise row, split among threads ------------------------------------------
-# state[3:]: what split_row resolved for split_row_vjp: the kind (1 unary, 2 binary, 3 a
-# whole sum or mean), for
-# each operand whether it gets a gradient and whether it is written (not added to),
-# and each operand's stride (1: the row's size, 0: one element).
+# ---- a run of large elementwise rows, swept tile by tile ------------------------------------
+# A segment: consecutive rows that are all elementwise on n elements (n >= the sweep's
+# fuse_min), their operands of n elements or single elements that get no gradient, or
+# whole sums and means of n elements, or rows no gradient reaches. segment_vjp sweeps it
+# one tile of elements at a time: every row's VJP on elements lo .. hi, then the next
+# tile. Per element that is the unfused sweep's arithmetic in its order (so its bits); the
+# adjoints that live only inside the segment stay in a tile-sized buffer in cache instead
+# of going to memory and back (an elementwise chain's sweep is memory-bound); and the
+# tiles go to numba's threads, one launch per segment.
+# state[3:7] of a sweep stopped at a segment: SEGMENT, its lowest row, n, and the size
+# from which a single row is worth a segment of its own (threads; else never).
 SPLIT_STATE = 11
+SEGMENT = 1
 STOP_DONE = 10      # state[STOP_DONE]: the stop row whose stop has been handled
+SEGMENT_MAX = 64    # rows
+TILE = 16384       # elements: the tiles a row reads and writes stay in L2 (measured: 4096
+                    # costs the 1M-element benchmark 6% more on one thread, 1024 20%)
 
 
 @register_jitable
-def split_row(ctx, i, state, split_min):
-    """Whether row i (one lane) is split: at least ``split_min`` elements, and a unary
-    op, a binary one whose operands are each of the row's size or get no gradient, or a
-    sum or mean of a whole operand (its VJP fills the operand). If so, marks the
-    operands written (zeroing those added to) and leaves what split_row_vjp needs in
-    state."""
-    op, a, b = ctx.rows[i, OP], ctx.rows[i, A], ctx.rows[i, B]
-    n = size_of(ctx, i)
-    if (op == SUM or op == MEAN) and n == 1 and size_of(ctx, a) >= split_min and \
-            has_adjoint(ctx, a):
-        state[3], state[4] = 3, first_write(ctx, a)
+def _fits(ctx, r, n):
+    """An operand of a segment's row: n elements, or one that gets no gradient."""
+    size = size_of(ctx, r)
+    return size == n or (size == 1 and not has_adjoint(ctx, r))
+
+
+@register_jitable
+def _segment_row(ctx, r, n):
+    """Whether row r may be in a segment of n-element rows: a row no gradient reaches or
+    passes through (skipped), a same-size unary or binary elementwise row, or a whole
+    sum or mean of n elements."""
+    op = ctx.rows[r, OP]
+    if not has_adjoint(ctx, r) or op <= SOURCE_LAST or passes_nothing(op):
         return True
-    if n < split_min or passes_nothing(op):
-        return False
+    a = ctx.rows[r, A]
     if UNARY_FIRST <= op <= UNARY_LAST:
-        if not has_adjoint(ctx, a) or size_of(ctx, a) != n:
-            return False
-        state[3], state[4] = 1, first_write(ctx, a)
-        return True
-    if not (BINARY_FIRST <= op <= BINARY_LAST):
+        return size_of(ctx, r) == n and size_of(ctx, a) == n
+    if BINARY_FIRST <= op <= BINARY_LAST:
+        return size_of(ctx, r) == n and _fits(ctx, a, n) and _fits(ctx, ctx.rows[r, B], n)
+    return (op == SUM or op == MEAN) and size_of(ctx, r) == 1 and size_of(ctx, a) == n
+
+
+@register_jitable
+def _passes(ctx, r):
+    op = ctx.rows[r, OP]
+    return has_adjoint(ctx, r) and op > SOURCE_LAST and not passes_nothing(op)
+
+
+@register_jitable
+def segment_at(ctx, i, state, fuse_min, stops):
+    """Whether the sweep hands rows i, i - 1, ... to segment_vjp: row i is elementwise on
+    (or sums) at least ``fuse_min`` elements, and the segment below it holds two rows
+    that pass a gradient, or is large enough for threads. If so, leaves the segment's
+    lowest row and size in state."""
+    op, a = ctx.rows[i, OP], ctx.rows[i, A]
+    if not _passes(ctx, i):
         return False
-    na, nb = size_of(ctx, a), size_of(ctx, b)
-    want_a, want_b = has_adjoint(ctx, a), has_adjoint(ctx, b)
-    if not ((na == n or (na == 1 and not want_a)) and (nb == n or (nb == 1 and not want_b))):
+    if UNARY_FIRST <= op <= BINARY_LAST:
+        n = size_of(ctx, i)
+    elif op == SUM or op == MEAN:
+        n = size_of(ctx, a)
+    else:
         return False
-    assign_a = want_a and first_write(ctx, a)
-    if want_a and not assign_a:
-        accumulator(ctx, a)
-    assign_b = want_b and first_write(ctx, b)
-    if want_b and not assign_b:
-        accumulator(ctx, b)
-    state[3], state[4], state[5], state[6], state[7] = 2, want_a, assign_a, want_b, assign_b
-    state[8], state[9] = (1 if na == n else 0), (1 if nb == n else 0)
+    if n < fuse_min or not _segment_row(ctx, i, n):
+        return False
+    j, passing = i, 1              # (row 0 stays out: the sweep resumes below a segment)
+    while j > 1 and i - j + 1 < SEGMENT_MAX and not (j - 1 < stops.size and stops[j - 1]) \
+            and _segment_row(ctx, j - 1, n):
+        j -= 1
+        passing += _passes(ctx, j)
+    if passing < 2 and n < state[6]:
+        return False
+    state[3], state[4], state[5] = SEGMENT, j, n
     return True
 
 
-@cached_njit(parallel=True)
-def split_row_vjp(rows, ipool, shape_ndim, shape_start, shape_dims, shape_size, arena_addr,
-                  big_addr, adj, adj_off, row_addr, touched, dgemm, i, state, chunks):
-    """The VJP of the row a sweep returned SPLIT at (see split_row), in ``chunks``
-    pieces on numba's threads. A parallel entry point of its own: called from the
-    sweep, it would keep the sweep out of numba's on-disk cache."""
-    n = shape_size[rows[i, SHAPE]] if state[3] != 3 else shape_size[rows[rows[i, A], SHAPE]]
-    for c in numba.prange(chunks):
-        _row_piece(rows, ipool, shape_ndim, shape_start, shape_dims, shape_size, arena_addr,
-                   big_addr, adj, adj_off, row_addr, touched, dgemm, i, state,
-                   c * n // chunks, (c + 1) * n // chunks)
-
-
 @register_jitable
-def _row_piece(rows, ipool, shape_ndim, shape_start, shape_dims, shape_size, arena_addr,
-               big_addr, adj, adj_off, row_addr, touched, dgemm, i, state, lo, hi):
-    """Elements lo .. hi of the split row's VJP (pieces never share an element)."""
-    lane = np.array([0, state[1]])
+def _segment_plan(ctx, top, bottom, read):
+    """What segment_vjp does at each row, top down, in the unfused sweep's order:
+    plan[m] for row top - m is [live, own slot, then for operands a and b: wanted,
+    assign (else add), slot]. A slot >= 0 is a tile buffer: a row of the segment whose
+    adjoint starts there (nothing wrote it before) and that the caller does not read;
+    slots are reused once their row is swept. Marks the written operands in ``touched``
+    as the unfused sweep does. Returns (plan, slots)."""
+    count = top - bottom + 1
+    plan = np.full((count, 8), -1, np.int64)
+    local = np.zeros(count, np.bool_)          # may live in a tile buffer
+    for m in range(count):
+        local[m] = not ctx.touched[0, top - m]
+    if read.size == 0:
+        local[:] = False                       # every adjoint is read
+    for r in read:
+        if bottom <= r <= top:
+            local[top - r] = False
+    slot_of = np.full(count, -1, np.int64)
+    free = np.empty(count, np.int64)
+    nfree, slots = 0, 0
+    for m in range(count):
+        r = top - m
+        plan[m, 0] = 0
+        if _passes(ctx, r) and ctx.touched[0, r]:
+            plan[m, 0], plan[m, 1] = 1, slot_of[m]
+            op = ctx.rows[r, OP]
+            binary = BINARY_FIRST <= op <= BINARY_LAST
+            for k in range(2 if binary else 1):
+                o = ctx.rows[r, A + k]
+                plan[m, 2 + 3 * k] = has_adjoint(ctx, o)
+                if not has_adjoint(ctx, o):
+                    continue
+                assign = first_write(ctx, o)
+                plan[m, 3 + 3 * k] = assign
+                if bottom <= o and local[top - o]:
+                    if assign:
+                        if nfree > 0:
+                            nfree -= 1
+                            slot_of[top - o] = free[nfree]
+                        else:
+                            slot_of[top - o] = slots
+                            slots += 1
+                    plan[m, 4 + 3 * k] = slot_of[top - o]
+        if slot_of[m] >= 0:                    # swept: its buffer is free again
+            free[nfree] = slot_of[m]
+            nfree += 1
+    return plan, slots
+
+
+@cached_njit(parallel=True)
+def segment_vjp(rows, ipool, shape_ndim, shape_start, shape_dims, shape_size, arena_addr,
+                big_addr, adj, adj_off, row_addr, touched, dgemm, top, bottom, n, stride,
+                read, chunks):
+    """The VJPs of the segment rows top .. bottom (see segment_at), tile by tile, the
+    tiles in ``chunks`` runs on numba's threads (one lane). A parallel entry point of
+    its own: inside the sweep it would keep the sweep out of numba's on-disk cache."""
+    lane = np.array([0, stride])
     ctx = sweep_context(rows, ipool, shape_ndim, shape_start, shape_dims, shape_size,
                         arena_addr, big_addr, adj.ctypes.data, adj_off, row_addr, touched,
                         lane, dgemm)
-    op, a, b = rows[i, OP], rows[i, A], rows[i, B]
-    if state[3] == 3:                          # a whole sum or mean: fill the operand
-        v = adjoint(ctx, i)[0]
-        if op == MEAN:
-            v /= size_of(ctx, a)
-        ga = adjoint(ctx, a)
-        if state[4]:
-            ga[lo:hi] = v
-        else:
-            for k in range(lo, hi):
-                ga[k] += v
-        lane[0] = touched[0, 0]
-        return
-    z, g = value(ctx, i)[lo:hi], adjoint(ctx, i)[lo:hi]
-    if state[3] == 1:
-        unary_loop(op, value(ctx, a)[lo:hi], z, g, adjoint(ctx, a)[lo:hi], state[4] != 0)
-    else:
-        sx, sy = state[8], state[9]
-        x = value(ctx, a)[lo:hi] if sx else value(ctx, a)
-        y = value(ctx, b)[lo:hi] if sy else value(ctx, b)
-        ga = adjoint(ctx, a)[lo:hi] if state[4] else g
-        gb = adjoint(ctx, b)[lo:hi] if state[6] else g
-        binary_chunk(op, x, y, z, g, sx, sy, state[4] != 0, state[5] != 0, ga,
-                     state[6] != 0, state[7] != 0, gb)
+    plan, slots = _segment_plan(ctx, top, bottom, read)
+    tiles = (n + TILE - 1) // TILE
+    for c in numba.prange(chunks):
+        _segment_tiles(rows, ipool, shape_ndim, shape_start, shape_dims, shape_size,
+                       arena_addr, big_addr, adj, adj_off, row_addr, touched, dgemm, top,
+                       plan, np.empty((max(slots, 1), TILE)), stride, n,
+                       c * tiles // chunks, (c + 1) * tiles // chunks)
+    lane[0] = touched[0, 0]                    # the owners of ctx's arrays live to here
+
+
+@register_jitable
+def _tile_of(ctx, r, slot, buf, lo, hi):
+    """Elements lo .. hi of row r's adjoint: its tile buffer, or its adjoint."""
+    if slot >= 0:
+        return buf[slot, :hi - lo]
+    return adjoint(ctx, r)[lo:hi]
+
+
+@register_jitable
+def _segment_tiles(rows, ipool, shape_ndim, shape_start, shape_dims, shape_size,
+                   arena_addr, big_addr, adj, adj_off, row_addr, touched, dgemm, top, plan,
+                   buf, stride, n, first, last):
+    """Tiles first .. last of a segment (the tiles never share an element)."""
+    lane = np.array([0, stride])
+    ctx = sweep_context(rows, ipool, shape_ndim, shape_start, shape_dims, shape_size,
+                        arena_addr, big_addr, adj.ctypes.data, adj_off, row_addr, touched,
+                        lane, dgemm)
+    for t in range(first, last):
+        lo, hi = t * TILE, min(n, (t + 1) * TILE)
+        for m in range(plan.shape[0]):
+            if plan[m, 0] != 1:
+                continue
+            r = top - m
+            op, a, b = rows[r, OP], rows[r, A], rows[r, B]
+            ga = _tile_of(ctx, a, plan[m, 4], buf, lo, hi)
+            if op == SUM or op == MEAN:           # a whole sum: its gradient, everywhere
+                v = adjoint(ctx, r)[0]
+                if op == MEAN:
+                    v /= n
+                if plan[m, 3]:
+                    ga[:] = v
+                else:
+                    for k in range(hi - lo):
+                        ga[k] += v
+                continue
+            g, z = _tile_of(ctx, r, plan[m, 1], buf, lo, hi), value(ctx, r)[lo:hi]
+            if UNARY_FIRST <= op <= UNARY_LAST:
+                unary_loop(op, value(ctx, a)[lo:hi], z, g, ga, plan[m, 3] == 1)
+                continue
+            sx, sy = (1 if size_of(ctx, a) == n else 0), (1 if size_of(ctx, b) == n else 0)
+            x = value(ctx, a)[lo:hi] if sx else value(ctx, a)
+            y = value(ctx, b)[lo:hi] if sy else value(ctx, b)
+            gb = _tile_of(ctx, b, plan[m, 7], buf, lo, hi) if plan[m, 5] == 1 else g
+            if plan[m, 2] != 1:
+                ga = g
+            binary_chunk(op, x, y, z, g, sx, sy, plan[m, 2] == 1, plan[m, 3] == 1, ga,
+                         plan[m, 5] == 1, plan[m, 6] == 1, gb)
     lane[0] = touched[0, 0]                    # the owners of ctx's arrays live to here
