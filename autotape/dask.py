@@ -16,7 +16,9 @@ one machine computes:
 
 The compiled program travels to each worker once, not once per chunk: on a
 ``distributed`` cluster it is the result of one task, replicated to every worker (a
-worker lost with it costs that task again, not the computation); for dask's process scheduler
+worker lost with it costs that task again, not the computation; distributed's active
+memory manager may later drop copies no task waits for, and a worker then fetches it
+once from another); for dask's process scheduler
 it is written to one temporary file that each worker process reads once; the threaded
 scheduler shares the object. Workers load kernels from their own disk cache.
 
