@@ -20,6 +20,8 @@ import weakref
 import numpy as np
 
 from .guards import Traced, current_trace, observe_value, warn_scalar_conversion
+from .kernels.elementwise import COPY, unary_parallel
+from .parallel import for_numba, parallel_launch, pieces
 
 F64 = np.dtype(np.float64)
 F32 = np.dtype(np.float32)
@@ -459,6 +461,9 @@ def holds_tensor(items):
 def tensor_from(data, dtype=None):
     if isinstance(data, Tensor):
         return data
+    if type(data) is np.ndarray and data.dtype == F64 and dtype in (None, F64) and \
+            data.flags.c_contiguous and pieces(data.size) > 1:
+        return new_leaf(*canonical(_copy_in_threads(data)))
     try:
         a = np.array(data, dtype=dtype)
     except (TypeError, ValueError) as e:
@@ -470,6 +475,14 @@ def tensor_from(data, dtype=None):
         a = a.astype(np.float32)
     value, shape, dtype = canonical(a)
     return new_leaf(value, shape, dtype)
+
+
+def _copy_in_threads(a):
+    out = np.empty(a.shape)
+    for_numba()
+    with parallel_launch():
+        unary_parallel(COPY, a.reshape(-1), out.reshape(-1), pieces(a.size))
+    return out
 
 
 # ---- a tensor's value, as numpy and as the tape stores it ----------------------------------

@@ -85,3 +85,52 @@ def test_set_num_threads_checks_its_argument(threads):
             at.set_num_threads(bad)
     threads(1)
     assert at.get_num_threads() == 1
+
+
+UFUNC_OPS = ["exp", "log", "sqrt", "tan", "arctan", "log1p", "expm1", "cosh", "abs",
+             "negative", "arcsinh", "sign", "floor"]
+
+
+@pytest.mark.parametrize("name", UFUNC_OPS)
+def test_threaded_forwards_are_numpys_values_bit_for_bit(name, threads, recwarn):
+    """numpy's own loop on pieces of the array (helper threads, where numpy's error
+    state is the thread's own: no warning may leak from them), numba's for -x."""
+    threads(2)
+    v = np.concatenate([X, [-1.0, 0.0, -0.0, np.inf, -np.inf, np.nan]])
+    got = getattr(at, name)(at.tensor(v, requires_grad=True))
+    assert not [w for w in recwarn if issubclass(w.category, RuntimeWarning)]
+    with np.errstate(all="ignore"):
+        want = getattr(np, name)(v)
+    np.testing.assert_array_equal(got.numpy(), want)
+    assert np.signbit(got.numpy()).tolist() == np.signbit(want).tolist()
+
+
+@pytest.mark.parametrize("expr", [
+    lambda lib, x, y: lib.maximum(x, y), lambda lib, x, y: lib.arctan2(x, y),
+    lambda lib, x, y: lib.hypot(x, 2.0), lambda lib, x, y: x ** 3.0,
+    lambda lib, x, y: x ** 2, lambda lib, x, y: 1 + x, lambda lib, x, y: 3 * x - y,
+    lambda lib, x, y: lib.logaddexp(y, x), lambda lib, x, y: x / 7])
+def test_threaded_binary_forwards_are_numpys_values(expr, threads):
+    threads(2)
+    got = expr(at, at.tensor(X, requires_grad=True), at.tensor(Y))
+    np.testing.assert_array_equal(got.numpy(), expr(np, X, Y))
+
+
+@pytest.mark.parametrize("shape", [(N,), (N // 3, 3), (3, N // 3)])
+def test_threaded_sum_and_mean_are_numpys_to_the_bit(shape, threads):
+    threads(2)
+    v = (X * np.exp(Y * 10.0))[: np.prod(shape)].reshape(shape)
+    x = at.tensor(v, requires_grad=True)
+    assert at.sum(x).item() == np.sum(v)
+    assert at.mean(x).item() == np.mean(v)
+    assert at.sum(x, keepdims=True).shape == np.sum(v, keepdims=True).shape
+    g, = at.grad(at.mean(x), x)
+    np.testing.assert_array_equal(g.numpy(), np.full(shape, 1.0 / v.size))
+
+
+def test_threaded_tensor_copy_is_a_copy(threads):
+    threads(2)
+    v = X.copy()
+    x = at.tensor(v)
+    v[0] = 99.0
+    assert x.numpy()[0] == X[0] and x.numpy().tobytes() == X.tobytes()

@@ -718,6 +718,23 @@ def unary_into(op, x, out):
 # +, -, *, / and x ** 2 are exact in IEEE arithmetic, so these give numpy's values bit
 # for bit; ops.elementwise calls them on large arrays when more than one thread is set.
 
+COPY = -1     # unary_parallel's copy
+
+
+@cached_njit(parallel=True)
+def unary_parallel(op, x, out, chunks):
+    """out = -x (op NEG: the sign bit flipped, as numpy) or a copy of x (op COPY), over
+    ``chunks`` pieces on numba's threads."""
+    n = out.size
+    for c in numba.prange(chunks):
+        lo, hi = c * n // chunks, (c + 1) * n // chunks
+        if op == NEG:
+            for k in range(lo, hi):
+                out[k] = -x[k]
+        else:
+            out[lo:hi] = x[lo:hi]
+
+
 @cached_njit(parallel=True)
 def binary_parallel(op, x, y, out, sx, sy, chunks):
     """out = x op y for op in ADD SUB MUL DIV POW (exponent 2), over ``chunks`` pieces

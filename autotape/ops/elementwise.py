@@ -20,7 +20,8 @@ import numpy as np
 from ..errstate import ignore_fp_errors
 from ..guards import current_trace, decide, observe
 from ..kernels import vmath
-from ..kernels.elementwise import LN2, LN10, TWO_OVER_SQRT_PI, binary_parallel, unary_into
+from ..kernels.elementwise import (LN2, LN10, TWO_OVER_SQRT_PI, binary_parallel, unary_into,
+                                  unary_parallel)
 from ..parallel import (PARALLEL_MIN, for_numba, get_num_threads, parallel_launch, pieces,
                         ufunc_in_threads)
 from ..opcodes import (ABS, ADD, ARCCOS, ARCCOSH, ARCSIN, ARCSINH, ARCTAN, ARCTAN2, ARCTANH,
@@ -448,6 +449,12 @@ def _unary_array(op, x):
         for_numba()
         with parallel_launch():
             z = op.array(v, count)
+        return record(op.code, z, x)
+    if count > 1 and op.code == NEG:
+        z = np.empty(v.shape)
+        for_numba()
+        with parallel_launch():
+            unary_parallel(NEG, v.reshape(-1), z.reshape(-1), count)
         return record(op.code, z, x)
     if count > 1 and type(op.array) is np.ufunc:
         z = np.empty(v.shape)
