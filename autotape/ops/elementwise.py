@@ -444,7 +444,9 @@ def _unary_function(op):
 
 def _unary_array(op, x):
     v = x._value
-    count = pieces(v.size) if v.dtype == F64 and v.flags.c_contiguous else 1
+    count = pieces(v.size)
+    if count > 1 and (v.dtype != F64 or not v.flags.c_contiguous):
+        count = 1
     if count > 1 and op.code in _OWN_SIMD:
         for_numba()
         with parallel_launch():

@@ -32,9 +32,9 @@ def reduction(code, x, axis, keepdims):
     x = as_tensor(x)
     axes = normalize_axes(x, axis)
     v = array_of(x)
-    count = pieces(v.size) if (code == SUM or code == MEAN) and len(axes) == v.ndim and \
-        v.dtype == np.float64 and v.flags.c_contiguous else 1
-    if count > 1:                           # a whole sum on threads: numpy's value
+    count = pieces(v.size)
+    if count > 1 and (code == SUM or code == MEAN) and len(axes) == v.ndim and \
+            v.dtype == np.float64 and v.flags.c_contiguous:                           # a whole sum on threads: numpy's value
         for_numba()
         with parallel_launch():
             s = sum_in_threads(v.reshape(-1), (count - 1).bit_length())
