@@ -197,20 +197,32 @@ def roll(a, shift, axis=None):
         elif shifts.size != 1:
             raise ValueError("with axis=None, roll takes a single shift")
         key = (a._shape, tuple(int(s) for s in shifts), axes)
-    index, positions = _roll_map(*key)
-    return take_flat(a, index, a._value.reshape(-1)[positions])
+    index = _roll_map(*key)
+    return take_flat(a, index, _rolled(a._value, *key[1:]))
+
+
+def _rolled(v, shifts, axes):
+    """The rolled values (the gather's, as copies): two slice copies for a flat roll,
+    several times faster than gathering by the index map."""
+    if axes is None:
+        flat = v.reshape(-1)
+        n = flat.size
+        s = shifts[0] % n
+        out = np.empty(n, v.dtype)
+        out[s:] = flat[:n - s]
+        out[:s] = flat[n - s:]
+        return out.reshape(v.shape)
+    return np.roll(v, shifts, axes)
 
 
 @functools.lru_cache(maxsize=256)
 def _roll_map(shape, shifts, axes):
     """The flat source index of every element of a roll, as float64 (read-only: a tape
-    keeps it as a constant, one row per tape while it is the same array) and as int64
-    (to gather the value)."""
-    positions = np.roll(np.arange(math.prod(shape), dtype=np.int64).reshape(shape),
-                        shifts, axes)
-    index = positions.astype(np.float64)
+    keeps it as a constant, one row per tape while it is the same array)."""
+    index = np.roll(np.arange(math.prod(shape), dtype=np.float64).reshape(shape), shifts,
+                    axes).copy()            # (its own data: frozen, not copied, by the tape)
     index.flags.writeable = False
-    return index, positions
+    return index
 
 
 def tile(a, reps):
