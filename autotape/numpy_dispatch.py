@@ -166,8 +166,12 @@ def array_function(func, args, kwargs):
     if func in PREDICATES:
         return _numpy_result(func, args, kwargs)
     fn = FUNCTIONS.get(func)
-    if fn is None or not any(
-            t.requires_grad for t in _tensors_in([args, kwargs], [])):
+    if fn is None:
+        return _passed_through(func.__name__, func, args, kwargs)
+    for a in args:                  # the common case, np.roll(x, 1): no nested search
+        if type(a) is Tensor and (a._tape is not None or a._requires_grad):
+            return fn(*args, **kwargs)
+    if not any(t.requires_grad for t in _tensors_in([args, kwargs], [])):
         return _passed_through(func.__name__, func, args, kwargs)
     return fn(*args, **kwargs)
 
