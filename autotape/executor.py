@@ -20,7 +20,7 @@ from .parallel import PARALLEL_MIN, for_numba, get_num_threads, parallel_launch,
 from .kernels.replay import forward_replay, replay_and_sweep
 from .kernels.sweep import (HOOK_ROW, LINALG, LINALG_ROW, OK, PYTHON, PYTHON_ROW, RELEASED,
                             SPLIT, SPLIT_STATE, STOP_DONE, UNKNOWN_OP, linalg_row_vjp,
-                            segment_vjp, sweep_for)
+                            segment_vjp, segment_vjp_serial, sweep_for)
 from .opcodes import opcode_name
 from .thread_state import here
 
@@ -135,10 +135,15 @@ class CpuExecutor(Executor):
                     self._raise(tape, UNKNOWN_OP, detail)
             else:                                # a segment, in tiles, among threads
                 bottom, n = state[4], state[5]
-                for_numba()
-                with parallel_launch():
-                    segment_vjp(*head, adj, adj_off, row_addr, touched, self.dgemm, detail,
-                                bottom, n, state[1], read, pieces(n))
+                count = pieces(n)
+                if count == 1:
+                    segment_vjp_serial(*head, adj, adj_off, row_addr, touched, self.dgemm,
+                                       detail, bottom, n, state[1], read, 1)
+                else:
+                    for_numba()
+                    with parallel_launch():
+                        segment_vjp(*head, adj, adj_off, row_addr, touched, self.dgemm,
+                                    detail, bottom, n, state[1], read, count)
                 resume = bottom - 1
             state[0] = resume
             status, detail, adj_off, touched = reverse_sweep(

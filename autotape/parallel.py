@@ -104,6 +104,26 @@ _POOL = []              # the helper threads of ufunc_in_threads, made at first 
 _POOL_LOCK = threading.Lock()
 
 
+def _in_forked_child():
+    """In a forked child the parent's helper threads do not exist (a pool there would
+    take work and never run it): the child makes its own at first use. And where numba's
+    threads are GNU OpenMP's, which aborts a forked child that uses them, the child runs
+    on one thread (as torch does after a fork)."""
+    global _POOL_LOCK
+    _POOL.clear()
+    _POOL_LOCK = threading.Lock()
+    try:
+        layer = numba.threading_layer()
+    except ValueError:                      # no parallel kernel ran in the parent
+        return
+    if layer == "omp":
+        _state["threads"] = 1
+
+
+if hasattr(os, "register_at_fork"):
+    os.register_at_fork(after_in_child=_in_forked_child)
+
+
 def _helpers():
     with _POOL_LOCK:
         if not _POOL:

@@ -31,6 +31,7 @@ from . import func
 from .compile import compile as compile_
 from .creation import tensor
 from .engine import grad
+from .executor import FUSE_MIN
 from .functions.shaping import roll
 from .jit import jit as jit_
 from .kernels import cache
@@ -104,6 +105,8 @@ def _arrays():
 
 def _elementwise():
     x = tensor(np.linspace(0.1, 1.0, 12), requires_grad=True)
+    grad((tanh(x) * x + x ** 2 + sigmoid(x)).sum(), x)
+    x = tensor(np.linspace(0.1, 1.0, FUSE_MIN + 1), requires_grad=True)   # a segment
     grad((tanh(x) * x + x ** 2 + sigmoid(x)).sum(), x)
 
 

@@ -134,3 +134,53 @@ def test_threaded_tensor_copy_is_a_copy(threads):
     x = at.tensor(v)
     v[0] = 99.0
     assert x.numpy()[0] == X[0] and x.numpy().tobytes() == X.tobytes()
+
+
+def _exp_in_a_child(queue):
+    x = at.tensor(X, requires_grad=True)
+    y = at.exp(x)
+    g, = at.grad((y * x).sum(), x)
+    queue.put(y.numpy().tobytes() == np.exp(X).tobytes() and
+              g.numpy().tobytes() == GRAD_EXP_X.tobytes())
+
+
+GRAD_EXP_X = np.exp(X) * X + np.exp(X)
+
+
+def test_a_forked_child_runs_large_ops(threads):
+    """A child forked after the parent's threads ran: the helper threads of numpy
+    pieces exist in the parent only (the child makes its own, else its first large exp
+    would wait forever), and GNU OpenMP aborts a forked child that uses it (the child
+    runs on one thread, numba's serial kernels)."""
+    import multiprocessing
+    threads(2)
+    x = at.tensor(X, requires_grad=True)      # the parent's helper and numba threads ran
+    at.grad((at.exp(x) * x).sum(), x)
+    ctx = multiprocessing.get_context("fork")
+    queue = ctx.Queue()
+    child = ctx.Process(target=_exp_in_a_child, args=(queue,))
+    child.start()
+    child.join(60)
+    alive = child.is_alive()
+    if alive:
+        child.kill()
+    assert not alive and queue.get(timeout=5)
+
+
+def test_python_threads_run_threaded_forwards_at_once(threads):
+    threads(2)
+    results, errors = [None] * 4, []
+
+    def work(k):
+        try:
+            results[k] = at.log1p(at.tensor(Y * (k + 1))).numpy()
+        except Exception as e:               # pragma: no cover - reported below
+            errors.append(e)
+    pool = [threading.Thread(target=work, args=(k,)) for k in range(4)]
+    for t in pool:
+        t.start()
+    for t in pool:
+        t.join()
+    assert not errors
+    for k in range(4):
+        np.testing.assert_array_equal(results[k], np.log1p(Y * (k + 1)))

@@ -177,14 +177,18 @@ def test_a_run_of_rows_is_one_segment(monkeypatch, threads):
     """The chain's eight rows below its sum are swept as one segment, at one thread too
     (so the tests above compare the tiled sweep, not the unfused one twice)."""
     calls = []
-    sweep = executor.segment_vjp
 
-    def spy(*args):
-        calls.append(args[13:15])                 # top, bottom
-        return sweep(*args)
-    monkeypatch.setattr(executor, "segment_vjp", spy)
-    threads(1)
-    x = at.tensor(X, requires_grad=True)
-    loss, _ = chain(x, None)
-    at.grad(loss, x)
-    assert len(calls) == 1 and calls[0][0] - calls[0][1] >= 8
+    def spy(sweep):
+        def run(*args):
+            calls.append(args[13:15])             # top, bottom
+            return sweep(*args)
+        return run
+    monkeypatch.setattr(executor, "segment_vjp", spy(executor.segment_vjp))
+    monkeypatch.setattr(executor, "segment_vjp_serial", spy(executor.segment_vjp_serial))
+    for n_threads in (1, 2):
+        threads(n_threads)
+        x = at.tensor(X, requires_grad=True)
+        loss, _ = chain(x, None)
+        at.grad(loss, x)
+        assert len(calls) == 1 and calls[0][0] - calls[0][1] >= 8
+        calls.clear()

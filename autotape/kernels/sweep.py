@@ -329,6 +329,15 @@ def families_of(rows):
     return families
 
 
+def _named(fn, name, globals_=None):
+    """fn under another name (and other globals): numba's disk cache keys a function by
+    its qualified name, so two compilations of one function need two names."""
+    renamed = types.FunctionType(fn.__code__, globals_ or fn.__globals__, name)
+    renamed.__qualname__ = name
+    renamed.__doc__ = fn.__doc__
+    return renamed
+
+
 def sweep_for(families):
     """The variant of ``reverse_sweep`` for a tape of these kernel ``families`` (a
     bitmask from ``families_of``)."""
@@ -354,10 +363,7 @@ def _variant(families):
     flags = {"HAS_ELEMENTWISE": bool(families & ELEMENTWISE),
              "HAS_REDUCE": bool(families & REDUCE), "HAS_INDEX": bool(families & INDEX),
              "HAS_MATMUL": bool(families & MATMUL_FAMILY)}
-    variant = types.FunctionType(fn.__code__, dict(fn.__globals__, **flags),
-                                 f"reverse_sweep_{families}")
-    variant.__qualname__ = variant.__name__
-    variant.__doc__ = fn.__doc__
+    variant = _named(fn, f"reverse_sweep_{families}", dict(fn.__globals__, **flags))
     return cached_njit(what=f"the reverse sweep for {VARIANTS[families]} ops")(variant)
 
 
@@ -507,13 +513,14 @@ def _segment_plan(ctx, top, bottom, read):
     return plan, slots
 
 
-@cached_njit(parallel=True)
-def segment_vjp(rows, ipool, shape_ndim, shape_start, shape_dims, shape_size, arena_addr,
-                big_addr, adj, adj_off, row_addr, touched, dgemm, top, bottom, n, stride,
-                read, chunks):
+def _segment_vjp(rows, ipool, shape_ndim, shape_start, shape_dims, shape_size, arena_addr,
+                 big_addr, adj, adj_off, row_addr, touched, dgemm, top, bottom, n, stride,
+                 read, chunks):
     """The VJPs of the segment rows top .. bottom (see segment_at), tile by tile, the
     tiles in ``chunks`` runs on numba's threads (one lane). A parallel entry point of
-    its own: inside the sweep it would keep the sweep out of numba's on-disk cache."""
+    its own: inside the sweep it would keep the sweep out of numba's on-disk cache.
+    ``segment_vjp_serial`` is the same code compiled without threads, for one chunk:
+    no launch to pay, and no OpenMP call in a forked child (which GNU OpenMP aborts)."""
     lane = np.array([0, stride])
     ctx = sweep_context(rows, ipool, shape_ndim, shape_start, shape_dims, shape_size,
                         arena_addr, big_addr, adj.ctypes.data, adj_off, row_addr, touched,
@@ -526,6 +533,10 @@ def segment_vjp(rows, ipool, shape_ndim, shape_start, shape_dims, shape_size, ar
                        plan, np.empty((max(slots, 1), TILE)), stride, n,
                        c * tiles // chunks, (c + 1) * tiles // chunks)
     lane[0] = touched[0, 0]                    # the owners of ctx's arrays live to here
+
+
+segment_vjp = cached_njit(parallel=True)(_named(_segment_vjp, "segment_vjp"))
+segment_vjp_serial = cached_njit()(_named(_segment_vjp, "segment_vjp_serial"))
 
 
 @register_jitable
