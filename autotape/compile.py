@@ -26,17 +26,20 @@ import numpy as np
 
 from . import engine, gpu, guards
 from .errstate import ignore_fp_errors
-from .executor import executor_for
+from .executor import NUMPY_ROW_MIN, executor_for
 from .func import flatten
 from .grad_mode import enable_grad, is_grad_enabled
-from .opcodes import CONST, CUSTOM, MATMUL, PYTHON_LAST, opcode_name
+from .opcodes import (BINARY_LAST, CONST, CUSTOM, MATMUL, MEAN, PYTHON_LAST, SUM,
+                      UNARY_FIRST, opcode_name)
+from .ops.elementwise import forward_values
 from .ops.indexing import reshape
+from .ops.reduce import reduction_values
 from .ops.linalg import values_of
 from .ops.recording import row_of
 from .checkpointing import NotCheckpointable
 from .program import LeanProgram
 from .tape import close_open_tape, open_tape
-from .tape_format import saved_row
+from .tape_format import OP, reduced_axes, saved_row
 from .tensor import F32, F64, Tensor, new_leaf
 
 __all__ = ["compile", "Compiled"]
@@ -70,7 +73,7 @@ class _Program:
     next call reuses one."""
     __slots__ = ("tape", "twins", "executor", "inputs", "input_rows", "shapes", "sizes",
                  "fused", "total_in", "outputs", "rebuild", "guards", "grads", "plans",
-                 "lean")
+                 "lean", "wide")
 
     def acquire(self):
         try:
@@ -157,7 +160,7 @@ class Compiled:
     def __call__(self, *args):
         """f(*args), from the replayed tape (Tensors in f's output structure)."""
         args = _arguments(args)
-        p = self._lean("value", args)
+        p = self._lean("value", args, one_point=True)
         if p is not None:
             values, _ = p.lean.run(_joined(args)[None])
             return p.rebuild(_lean_values(p.outputs, values[0]))
@@ -171,7 +174,7 @@ class Compiled:
         """``(f(*args), gradient)`` for a scalar f; the gradient has the structure of
         the arguments (one Tensor, or a tuple for several)."""
         args = _arguments(args)
-        p = self._lean("value", args)
+        p = self._lean("value", args, one_point=True)
         if p is not None:
             out = _scalar_output(p, "value_and_grad")
             values, jac = p.lean.run(_joined(args)[None], jacobian=True)
@@ -414,14 +417,15 @@ class Compiled:
 
     # -- recording and replay -------------------------------------------------------------
 
-    def _lean(self, kind, args):
+    def _lean(self, kind, args, one_point=False):
         """The program for these arguments' shapes when it runs as a lean program (no
-        guards, every row lowered), recording it first if need be; else None."""
+        guards, every row lowered), recording it first if need be; else None. With
+        ``one_point``, also None for a program on large arrays (see ``wide``)."""
         p = self._programs.get(_key(kind, args))
         if p is None:
             p, tape = self._at(kind, args)
             p.release(tape)
-        return p if p.lean is not None else None
+        return p if p.lean is not None and not (one_point and p.wide) else None
 
     def _at(self, kind, args, fused=False):
         """The program for these arguments' shapes and a twin of its tape replayed at
@@ -528,7 +532,11 @@ class Compiled:
         p.sizes = [a.size for a in args]
         p.outputs, p.grads = [_target(t) for t in outs], grads and [_target(g) for g in grads]
         p.rebuild, p.guards, p.plans = rebuild, trace.guards, {}
-        p.fused = not p.guards and not tape.has_ops(MATMUL + 1, PYTHON_LAST)
+        # a program on large arrays runs one call like eager code (numpy's forwards and
+        # the sweep's segments, on threads), not as a lean program (an instruction per
+        # element) or in one fused compiled call (element by element, one thread)
+        p.wide = dtype != F32 and _wide(tape)
+        p.fused = not p.guards and not tape.has_ops(MATMUL + 1, PYTHON_LAST) and not p.wide
         p.total_in = sum(p.sizes)
         targets = p.grads if kind == "hessian" else p.outputs
         p.lean = LeanProgram.lower(tape, p.inputs, [v for k, v, _ in targets if k == "row"]) \
@@ -612,7 +620,7 @@ def _target(t):
 def _replay(p, tape, args):
     """Re-evaluate the program at ``args`` in ``tape`` (a twin of its own); returns the
     first guard that says to record again, or None."""
-    p.executor.replay(tape, p.input_rows, _joined(args), lambda i: _replay_linalg(tape, i))
+    p.executor.replay(tape, p.input_rows, _joined(args), lambda i: _replay_row(tape, i))
     for guard in p.guards:
         fn, operands, expected, _ = guard
         values = [_row_value(tape, v) if kind == "row" else v for kind, v in operands]
@@ -631,10 +639,28 @@ def _joined(args):
         [a.reshape(-1) for a in args])
 
 
-def _replay_linalg(tape, i):
-    """A numpy.linalg row recomputed by numpy, and the values its VJP reads; a user's
-    op (custom.py) by its forward."""
+def _wide(tape):
+    """Whether the recording has elementwise rows of NUMPY_ROW_MIN elements or more."""
+    rows, _ = tape.large_arrays(np.arange(tape.nrows), NUMPY_ROW_MIN)
+    ops = tape.columns().rows[rows, OP]
+    return bool(((ops >= UNARY_FIRST) & (ops <= BINARY_LAST)).any())
+
+
+def _replay_row(tape, i):
+    """A row the compiled replay leaves to Python: a large elementwise row by the eager
+    forward's functions (numpy's, on threads: the values its recording had); a
+    numpy.linalg row recomputed by numpy, and the values its VJP reads; a user's op
+    (custom.py) by its forward."""
     code, operands, params, _ = tape.row(i)
+    if code <= BINARY_LAST:
+        out = tape.buffer(i).reshape(tape.shape(i))      # (large: never a 0-d value)
+        forward_values(code, *(_row_value(tape, r).reshape(tape.shape(r))
+                               for r in operands), out=out)
+        return
+    if code == SUM or code == MEAN:
+        x = _row_value(tape, operands[0]).reshape(tape.shape(operands[0]))
+        tape.write(i, reduction_values(code, x, reduced_axes(params, x.ndim)))
+        return
     if code == CUSTOM:
         tape.write(i, np.asarray(tape.customs[i].forward(
             *(_row_value(tape, r).reshape(tape.shape(r)) for r in operands)), np.float64))
@@ -668,6 +694,7 @@ def _lean_program(fields):
     """A program that runs only as its lean form (unpickled: no tape, no guards)."""
     p = _Program()
     p.tape, p.twins, p.executor, p.guards, p.plans, p.fused = None, [], None, [], {}, False
+    p.wide = False                             # (it has only its lean form)
     p.inputs = p.input_rows = None
     for name, value in fields.items():
         setattr(p, name, value)

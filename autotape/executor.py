@@ -41,6 +41,11 @@ KEEP_SCRATCH_BYTES = 16 << 20       # scratch kept between sweeps; a larger one 
 # elements: a run of elementwise rows this large is swept tile by tile (kernels/sweep.py
 # segment_vjp): below it the adjoints already stay in cache, and the stop costs more
 FUSE_MIN = 1 << 16
+# elements: from here a replay leaves an elementwise row or a sum to the eager forward's
+# functions (numpy's, on threads), and a compiled function runs its recording like eager
+# code rather than as a lean program (per element: measured 2.5x faster at 4000 elements,
+# 7x at 64,000, level at 1000; compile.py)
+NUMPY_ROW_MIN = 1 << 11
 
 
 class Executor(abc.ABC):
@@ -63,7 +68,8 @@ class Executor(abc.ABC):
     @abc.abstractmethod
     def replay(self, tape, in_rows, in_vals, python_row):
         """Write ``in_vals`` into the rows ``in_rows`` and recompute every other row;
-        ``python_row(row)`` computes a row no kernel can (numpy.linalg)."""
+        ``python_row(row)`` computes a row no kernel can (numpy.linalg) and the large
+        elementwise rows (numpy's functions on threads are faster)."""
 
     @abc.abstractmethod
     def replay_and_sweep(self, tape, in_rows, in_vals, seeds, lanes, out):
@@ -158,7 +164,7 @@ class CpuExecutor(Executor):
         i, stop = 0, tape.nrows
         while i < stop:
             i = forward_replay(rows, ipool, ndim, start, dims, size, arena, big, in_rows,
-                               in_vals, i, stop, self.dgemm)
+                               in_vals, i, stop, self.dgemm, NUMPY_ROW_MIN)
             in_rows = in_rows[:0]              # written: later stretches only compute
             if i < stop:
                 python_row(i)

@@ -347,6 +347,12 @@ class Tape:
         big = (c.rows[rows, VLOC] < 0) & (sizes >= min_size)
         return rows[big], sizes[big]
 
+    def buffer(self, row):
+        """The row's array value itself (flat, C order), for a replay to overwrite in
+        place; None for a 0-d value (those live in the arena)."""
+        loc = int(self._columns_with(row).rows[row, VLOC])
+        return None if loc >= 0 else self.arrays[array_index(loc)]
+
     def write(self, row, data):
         """Overwrite the row's value in place (a replay's inputs and numpy rows)."""
         loc = int(self._columns_with(row).rows[row, VLOC])

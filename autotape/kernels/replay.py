@@ -8,11 +8,11 @@ the caller (executor.py) computes it with numpy before resuming.
 """
 import numpy as np
 
-from ..opcodes import (BINARY_LAST, INDEX_FIRST, INDEX_LAST, MATMUL, REDUCE_FIRST,
-                       REDUCE_LAST, SOURCE_LAST, WHERE)
-from ..tape_format import OP, SHAPE
+from ..opcodes import (BINARY_LAST, INDEX_FIRST, INDEX_LAST, MATMUL, MEAN, REDUCE_FIRST,
+                       REDUCE_LAST, SOURCE_LAST, SUM, WHERE)
+from ..tape_format import A, OP, SHAPE
 from .cache import cached_njit
-from .context import sweep_context, value
+from .context import size_of, sweep_context, value
 from .elementwise import elementwise_forward, where_forward
 from .indexing import indexing_forward
 from .linalg import matmul_forward
@@ -22,10 +22,13 @@ from .sweep import SPLIT_STATE, reverse_sweep
 
 @cached_njit()
 def forward_replay(rows, ipool, shape_ndim, shape_start, shape_dims, shape_size,
-                   arena_addr, big_addr, in_rows, in_vals, start, stop, dgemm):
+                   arena_addr, big_addr, in_rows, in_vals, start, stop, dgemm, python_min):
     """Give the rows ``in_rows`` the values ``in_vals`` (one after another), then
     recompute rows ``start .. stop - 1`` (other sources keep their values). Returns the
-    first row left to the caller, or ``stop`` when all are done."""
+    first row left to the caller, or ``stop`` when all are done: numpy.linalg rows,
+    and (``python_min`` > 0) elementwise rows and sums or means of at least that many
+    elements, which the eager forward's functions compute faster, on threads, and with
+    numpy's values (ops/elementwise.py, ops/reduce.py)."""
     no_rows = np.zeros(1, np.int64)
     touched = np.zeros((1, 1), np.bool_)
     lane = np.zeros(2, np.int64)
@@ -42,10 +45,15 @@ def forward_replay(rows, ipool, shape_ndim, shape_start, shape_dims, shape_size,
         if op <= SOURCE_LAST:
             continue
         if op <= BINARY_LAST:
+            if python_min > 0 and size_of(ctx, i) >= python_min:
+                return i
             elementwise_forward(ctx, i)
         elif op == WHERE:
             where_forward(ctx, i)
         elif REDUCE_FIRST <= op <= REDUCE_LAST:
+            if python_min > 0 and (op == SUM or op == MEAN) and \
+                    size_of(ctx, rows[i, A]) >= python_min:
+                return i                        # numpy's pairwise sum, as recorded
             if not reduce_forward(ctx, i):
                 return i
         elif INDEX_FIRST <= op <= INDEX_LAST:
@@ -69,7 +77,7 @@ def replay_and_sweep(rows, ipool, shape_ndim, shape_start, shape_dims, shape_siz
     stride or unknown row), or (-1, row) when a row needs Python (numpy.linalg)."""
     n = rows.shape[0]
     stop = forward_replay(rows, ipool, shape_ndim, shape_start, shape_dims, shape_size,
-                          arena_addr, big_addr, in_rows, in_vals, 0, n, dgemm)
+                          arena_addr, big_addr, in_rows, in_vals, 0, n, dgemm, 0)
     if stop != n:
         return -1, stop
     state = np.full(SPLIT_STATE, -1, np.int64)

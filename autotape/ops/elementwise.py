@@ -443,28 +443,56 @@ def _unary_function(op):
 
 
 def _unary_array(op, x):
-    v = x._value
+    return record(op.code, _unary_values(op, x._value), x)
+
+
+def _unary_values(op, v, out=None):
+    """op at an array (into ``out`` when given): on threads when large (see below),
+    else numpy's call."""
     count = pieces(v.size)
     if count > 1 and (v.dtype != F64 or not v.flags.c_contiguous):
         count = 1
     if count > 1 and op.code in _OWN_SIMD:
         for_numba()
         with parallel_launch():
-            z = op.array(v, count)
-        return record(op.code, z, x)
-    if count > 1 and op.code == NEG:
-        z = np.empty(v.shape)
-        for_numba()
-        with parallel_launch():
-            unary_parallel(NEG, v.reshape(-1), z.reshape(-1), count)
-        return record(op.code, z, x)
-    if count > 1 and type(op.array) is np.ufunc:
-        z = np.empty(v.shape)
-        ufunc_in_threads(op.array, (v.reshape(-1),), z.reshape(-1), count)
-        return record(op.code, z, x)
+            return _into(op.array(v, count), out)
+    if count > 1 and (op.code == NEG or type(op.array) is np.ufunc):
+        z = np.empty(v.shape) if out is None else out
+        if op.code == NEG:
+            for_numba()
+            with parallel_launch():
+                unary_parallel(NEG, v.reshape(-1), z.reshape(-1), count)
+        else:
+            ufunc_in_threads(op.array, (v.reshape(-1),), z.reshape(-1), count)
+        return z
     with ignore_fp_errors():
-        z = op.array(v)
-    return record(op.code, z, x)
+        if out is not None and type(op.array) is np.ufunc:
+            return op.array(v, out=out)
+        return _into(op.array(v), out)
+
+
+def _into(z, out):
+    if out is None:
+        return z
+    out[...] = z
+    return out
+
+
+def forward_values(code, x, y=None, out=None):
+    """What recording op ``code`` computes at numpy values x (and y), into ``out`` when
+    given: the same functions, threads and bits. A compiled function's replay computes
+    its large elementwise rows so, as their eager recording did.
+
+    >>> forward_values(EXP, np.zeros(2))
+    array([1., 1.])
+    """
+    if y is None:
+        return _unary_values(unary_ops[code], np.asarray(x), out)
+    return _binary_values(binary_ops[code], _operand(x), _operand(y), out)
+
+
+def _operand(v):
+    return float(v) if np.ndim(v) == 0 else v
 
 
 # sin, cos and tanh are autotape's own SIMD loops (kernels/vmath.py), which split among
@@ -570,21 +598,28 @@ def _binary_arrays(op, x, y):
         x = as_tensor(x)
     if type(y) is not Tensor and type(y) not in _NUMBER_TYPES:
         y = as_tensor(y)
-    xa = array_of(x) if type(x) is Tensor else x
-    ya = array_of(y) if type(y) is Tensor else y
-    big = _chunkable(xa, ya)
-    if big is not None and op.code in _EXACT and (op.code != POW or (type(big[1]) is float
-                                                                and big[1] == 2.0)):
-        z = _exact_in_threads(op.code, *big)
-    elif big is not None and type(op.array) is np.ufunc:
-        z = np.empty(big[2])
-        ufunc_in_threads(op.array, big[:2], z.reshape(-1), pieces(z.size))
-    else:
-        with ignore_fp_errors():
-            z = op.array(xa, ya)
+    z = _binary_values(op, array_of(x) if type(x) is Tensor else x,
+                       array_of(y) if type(y) is Tensor else y)
     if type(z) is np.ndarray and z.dtype is F64 and z.ndim and z.flags.c_contiguous:
         return _record_array(op.code, z, x, y)
     return record(op.code, z, x, y)
+
+
+def _binary_values(op, xa, ya, out=None):
+    """x op y of arrays or numbers (into ``out`` when given): on threads when large,
+    else numpy's call."""
+    big = _chunkable(xa, ya)
+    if big is not None and op.code in _EXACT and (op.code != POW or (type(big[1]) is float
+                                                                and big[1] == 2.0)):
+        return _exact_in_threads(op.code, *big, out)
+    if big is not None and type(op.array) is np.ufunc:
+        z = np.empty(big[2]) if out is None else out
+        ufunc_in_threads(op.array, big[:2], z.reshape(-1), pieces(z.size))
+        return z
+    with ignore_fp_errors():
+        if out is not None and type(op.array) is np.ufunc:
+            return op.array(xa, ya, out=out)
+        return _into(op.array(xa, ya), out)
 
 
 # Large +, -, *, / and x ** 2 run on numba's threads (bit for bit numpy's values: IEEE
@@ -592,15 +627,16 @@ def _binary_arrays(op, x, y):
 _EXACT = {ADD, SUB, MUL, DIV, POW}
 
 
-def _exact_in_threads(code, xf, yf, shape):
-    """x op y on numba's threads (kernels/elementwise.py)."""
+def _exact_in_threads(code, xf, yf, shape, out=None):
+    """x op y on numba's threads (kernels/elementwise.py), into ``out`` when given."""
     sx, sy = (0 if type(xf) is float else 1), (0 if type(yf) is float else 1)
-    out = np.empty(math.prod(shape))
+    z = np.empty(shape) if out is None else out
     for_numba()
     with parallel_launch():
         binary_parallel(code, np.array([xf]) if sx == 0 else xf,
-                        np.array([yf]) if sy == 0 else yf, out, sx, sy, pieces(out.size))
-    return out.reshape(shape)
+                        np.array([yf]) if sy == 0 else yf, z.reshape(-1), sx, sy,
+                        pieces(z.size))
+    return z
 
 
 def _chunkable(xa, ya):

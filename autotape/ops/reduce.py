@@ -31,24 +31,28 @@ def reduction(code, x, axis, keepdims):
     """Record the reduction ``code`` of x over ``axis`` (None: all axes)."""
     x = as_tensor(x)
     axes = normalize_axes(x, axis)
-    v = array_of(x)
+    return record(code, reduction_values(code, array_of(x), axes, keepdims), x,
+                  params=reduce_params(axes))
+
+
+def reduction_values(code, v, axes, keepdims=False):
+    """numpy's reduction ``code`` of the array v over ``axes``; a whole sum or mean of
+    a large array on threads, with numpy's value (kernels/reduce.py sum_in_threads). A
+    compiled function's replay computes its large sums so, as their recording did."""
     count = pieces(v.size)
     if count > 1 and (code == SUM or code == MEAN) and len(axes) == v.ndim and \
-            v.dtype == np.float64 and v.flags.c_contiguous:                           # a whole sum on threads: numpy's value
+            v.dtype == np.float64 and v.flags.c_contiguous:
         for_numba()
         with parallel_launch():
             s = sum_in_threads(v.reshape(-1), (count - 1).bit_length())
         z = np.float64(s if code == SUM else s / v.size)
-        return record(code, np.full((1,) * v.ndim, z) if keepdims else z, x,
-                      params=reduce_params(axes))
-    if x.size:
+        return np.full((1,) * v.ndim, z) if keepdims else z
+    if v.size:
         with ignore_fp_errors():
-            z = reductions[code](array_of(x), axis=axes, keepdims=keepdims)
-    else:
-        with ignore_fp_errors(), warnings.catch_warnings():   # ("Mean of empty slice")
-            warnings.simplefilter("ignore", RuntimeWarning)
-            z = reductions[code](array_of(x), axis=axes, keepdims=keepdims)
-    return record(code, z, x, params=reduce_params(axes))
+            return reductions[code](v, axis=axes, keepdims=keepdims)
+    with ignore_fp_errors(), warnings.catch_warnings():   # ("Mean of empty slice")
+        warnings.simplefilter("ignore", RuntimeWarning)
+        return reductions[code](v, axis=axes, keepdims=keepdims)
 
 
 # Each reduction takes numpy's ``axis`` / ``keepdims`` and torch's ``dim`` / ``keepdim``
