@@ -59,10 +59,14 @@ def run_paired(benchmark, ours, theirs, label, rounds=200):
 
 @pytest.fixture(autouse=True)
 def numba_threads():
-    """numba's parallel kernels (autotape's many-point programs, the numba floor) on one
-    thread too, unless AUTOTAPE_BENCH_THREADS=all."""
+    """numba's parallel kernels (autotape's many-point programs, the numba floor) and
+    autotape's intra-op threads (at.set_num_threads) on one thread too, unless
+    AUTOTAPE_BENCH_THREADS=all; a benchmark that compares thread counts sets its own."""
     import numba
-    saved = numba.get_num_threads()
+    import autotape as at
+    saved, saved_at = numba.get_num_threads(), at.get_num_threads()
     numba.set_num_threads(saved if ALL_CORES else 1)
+    at.set_num_threads(saved_at if ALL_CORES else 1)
     yield
     numba.set_num_threads(saved)
+    at.set_num_threads(saved_at)
