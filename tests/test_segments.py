@@ -87,6 +87,14 @@ def nan_and_inf(x, y):
     return z.sum(), []
 
 
+def constant_operands(x, y):
+    """Ops on a constant array are constants themselves (not recorded): a run meets
+    them as constant operands of its rows, which take no gradient."""
+    c = at.tensor(Y * 0.5)
+    k = at.exp(c) * at.sum(at.cos(c)) / N
+    return (k * x + at.tanh(c) * y + at.sin(x) * at.sqrt(c)).sum(), []
+
+
 def two_sizes(x, y):
     """A slice (not elementwise) between two runs of different sizes."""
     head = x[: N // 2] * y[: N // 2]
@@ -94,9 +102,20 @@ def two_sizes(x, y):
 
 
 @pytest.mark.parametrize("program", [chain, mixed_ops, retained, passes_nothing,
-                                     number_with_a_gradient, nan_and_inf, two_sizes])
+                                     number_with_a_gradient, nan_and_inf,
+                                     constant_operands, two_sizes])
 def test_fused_sweep_is_the_unfused_sweep_bit_for_bit(program, monkeypatch, threads):
     assert_fused_is_unfused(program, monkeypatch, threads)
+
+
+def test_constant_operands_give_the_calculus(threads):
+    threads(2)
+    x, y = at.tensor(X, requires_grad=True), at.tensor(Y, requires_grad=True)
+    gx, gy = at.grad(constant_operands(x, y)[0], [x, y])
+    c = Y * 0.5
+    k = np.exp(c) * np.sum(np.cos(c)) / N
+    np.testing.assert_allclose(gx.numpy(), k + np.cos(X) * np.sqrt(c), rtol=1e-12)
+    np.testing.assert_allclose(gy.numpy(), np.tanh(c), rtol=1e-12)
 
 
 def test_fused_gradient_is_the_calculus(threads):

@@ -563,6 +563,9 @@ def _segment_tiles(rows, ipool, shape_ndim, shape_start, shape_dims, shape_size,
                 continue
             r = top - m
             op, a, b = rows[r, OP], rows[r, A], rows[r, B]
+            unary_like = op == SUM or op == MEAN or op <= UNARY_LAST
+            if unary_like and plan[m, 2] != 1:    # its operand takes no gradient (as
+                continue                          # unary_vjp checks; not so today)
             ga = _tile_of(ctx, a, plan[m, 4], buf, lo, hi)
             if op == SUM or op == MEAN:           # a whole sum: its gradient, everywhere
                 v = adjoint(ctx, r)[0]

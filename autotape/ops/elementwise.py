@@ -479,8 +479,9 @@ def _into(z, out):
 
 
 def forward_values(code, x, y=None, out=None):
-    """What recording op ``code`` computes at numpy values x (and y), into ``out`` when
-    given: the same functions, threads and bits. A compiled function's replay computes
+    """What recording op ``code`` computes at numpy values x (and y), into ``out`` (a
+    C-contiguous float64 array of the result's shape) when given: the same functions,
+    threads and bits. A compiled function's replay computes
     its large elementwise rows so, as their eager recording did.
 
     >>> forward_values(EXP, np.zeros(2))
