@@ -30,6 +30,26 @@ def program(x, y):
     return (a * a).sum() + c.sum() + (b ** 3.0).mean()
 
 
+def in_threads(work, n):
+    """[work(0), ..., work(n - 1)], each in a Python thread of its own, all at once; an
+    exception in any is raised here."""
+    results, errors = [None] * n, []
+
+    def run(k):
+        try:
+            results[k] = work(k)
+        except BaseException as e:            # pragma: no cover (raised below)
+            errors.append(e)
+    pool = [threading.Thread(target=run, args=(k,)) for k in range(n)]
+    for t in pool:
+        t.start()
+    for t in pool:
+        t.join()
+    if errors:
+        raise errors[0]
+    return results
+
+
 def values_and_grads(n_threads, threads):
     threads(n_threads)
     x, y = at.tensor(X, requires_grad=True), at.tensor(Y, requires_grad=True)
@@ -57,23 +77,12 @@ def test_split_sweep_accumulates_into_a_reused_leaf(threads):
 def test_python_threads_sweeping_large_graphs_at_once(threads):
     threads(2)
     want = values_and_grads(2, threads)
-    results, errors = [None] * 3, []
-
     def work(k):
-        try:
-            x, y = at.tensor(X, requires_grad=True), at.tensor(Y, requires_grad=True)
-            out = program(x, y)
-            gx, gy = at.grad(out, [x, y])
-            results[k] = (float(out.item()), gx.numpy(), gy.numpy())
-        except BaseException as e:            # pragma: no cover (reported below)
-            errors.append(e)
-    ts = [threading.Thread(target=work, args=(k,)) for k in range(3)]
-    for t in ts:
-        t.start()
-    for t in ts:
-        t.join()
-    assert not errors
-    for r in results:
+        x, y = at.tensor(X, requires_grad=True), at.tensor(Y, requires_grad=True)
+        out = program(x, y)
+        gx, gy = at.grad(out, [x, y])
+        return float(out.item()), gx.numpy(), gy.numpy()
+    for r in in_threads(work, 3):
         assert r[0] == want[0]
         np.testing.assert_array_equal(r[1], want[1])
         np.testing.assert_array_equal(r[2], want[2])
@@ -169,18 +178,6 @@ def test_a_forked_child_runs_large_ops(threads):
 
 def test_python_threads_run_threaded_forwards_at_once(threads):
     threads(2)
-    results, errors = [None] * 4, []
-
-    def work(k):
-        try:
-            results[k] = at.log1p(at.tensor(Y * (k + 1))).numpy()
-        except Exception as e:               # pragma: no cover - reported below
-            errors.append(e)
-    pool = [threading.Thread(target=work, args=(k,)) for k in range(4)]
-    for t in pool:
-        t.start()
-    for t in pool:
-        t.join()
-    assert not errors
+    results = in_threads(lambda k: at.log1p(at.tensor(Y * (k + 1))).numpy(), 4)
     for k in range(4):
         np.testing.assert_array_equal(results[k], np.log1p(Y * (k + 1)))
