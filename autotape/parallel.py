@@ -55,6 +55,12 @@ def set_num_threads(n):
     """
     if not isinstance(n, int) or isinstance(n, bool) or n < 1:
         raise ValueError(f"set_num_threads expects a positive integer, but got {n!r}")
+    if n > 1 and _state.get("forked_omp"):
+        raise RuntimeError(
+            "set_num_threads: this process was forked after its parent ran numba's GNU "
+            "OpenMP threads, which abort a forked child that uses them; it runs on one "
+            "thread. Start worker processes with the spawn start method "
+            "(multiprocessing.get_context('spawn')) to use threads in them.")
     n = min(n, numba.config.NUMBA_NUM_THREADS)
     _state["threads"] = n
     set_blas_threads(n)
@@ -117,7 +123,7 @@ def _in_forked_child():
     except ValueError:                      # no parallel kernel ran in the parent
         return
     if layer == "omp":
-        _state["threads"] = 1
+        _state["threads"], _state["forked_omp"] = 1, True
 
 
 if hasattr(os, "register_at_fork"):
