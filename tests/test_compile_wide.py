@@ -6,6 +6,7 @@ import numpy as np
 import pytest
 
 import autotape as at
+from autotape.compile import LOOP_WIDE_MIN
 from autotape.executor import FUSE_MIN, NUMPY_ROW_MIN
 
 N = FUSE_MIN + 4321
@@ -62,6 +63,34 @@ def test_which_recordings_run_like_eager_code():
     for c, want in ((wide, True), (narrow, False)):
         c.grad(X[:NUMPY_ROW_MIN if want else NUMPY_ROW_MIN - 1])
         assert [p.wide for p in c._programs.values()] == [want]
+
+
+def heat(d):
+    h = at.cos(d)
+    for _ in range(50):                            # (a loop: 350 instructions or more)
+        h = h + 0.1 * d * (at.roll(h, 1) - 2.0 * h + at.roll(h, -1))
+    return (h * h).sum()
+
+
+def test_a_loop_runs_like_eager_code_only_on_larger_arrays():
+    """The lean program compiles a loop's body, faster than eager-like runs below
+    LOOP_WIDE_MIN elements; with checkpoints asked for, only the lean program keeps
+    them."""
+    for n, want in ((NUMPY_ROW_MIN, False), (LOOP_WIDE_MIN, True)):
+        d0 = np.linspace(0.2, 0.6, n)
+        c = at.compile(heat, d0)
+        value, g = c.value_and_grad(d0)
+        p, = c._programs.values()
+        assert p.lean.loop is not None and p.wide == want
+        want_value, (want_g,) = eager(heat, d0)
+        if want:                                   # eager's functions: eager's bits
+            assert value.item() == want_value
+            np.testing.assert_array_equal(g.numpy(), want_g)
+        else:
+            np.testing.assert_allclose(g.numpy(), want_g, rtol=1e-12, atol=1e-12)
+    c = at.compile(heat, d0, checkpoint="sqrt")
+    c.grad(d0)
+    assert [p.wide for p in c._programs.values()] == [False]
 
 
 def test_a_replay_at_new_arguments_and_the_batched_path(threads):
