@@ -26,7 +26,7 @@ import numpy as np
 
 from . import engine, gpu, guards
 from .errstate import ignore_fp_errors
-from .executor import NUMPY_ROW_MIN, executor_for
+from .executor import NO_ROWS, NUMPY_ROW_MIN, executor_for
 from .func import flatten
 from .grad_mode import enable_grad, is_grad_enabled
 from .opcodes import (BINARY_LAST, CONST, CUSTOM, MATMUL, MEAN, PYTHON_LAST, SUM,
@@ -835,15 +835,21 @@ def _sweep(p, tape, targets, lanes, args):
             return [out.reshape(lead + p.shapes[0])]
         cols = np.cumsum([0] + p.sizes)
         return [out[:, a:b].reshape(lead + s) for a, b, s in zip(cols, cols[1:], p.shapes)]
+    # one lane: large inputs' gradients are written into arrays of their own (no copy)
+    own, row_addr = engine.leaf_buffers(tape) if lanes == 1 else (None, NO_ROWS)
     adj, adj_off, stride = p.executor.sweep(tape, seed_rows, seed_vals, seed_off, lanes,
-                                            True, read=p.input_rows,
+                                            True, row_addr=row_addr, read=p.input_rows,
                                             on_custom=engine.custom_vjps(tape))
     lanes_view = adj[:lanes * stride].reshape(lanes, stride)
     out = []
     for row, s, n in zip(p.inputs, p.shapes, p.sizes):
         off = adj_off[row]
-        g = np.array(lanes_view[:, off:off + n]).reshape(lead + s) if off >= 0 else \
-            np.zeros(lead + s)
+        if off < 0:
+            g = np.zeros(lead + s)
+        elif own and row in own:
+            g = own.pop(row).reshape(s)
+        else:
+            g = np.array(lanes_view[:, off:off + n]).reshape(lead + s)
         out.append(g)
     return out
 

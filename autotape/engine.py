@@ -410,7 +410,7 @@ def _sweep(tape, seeds, retain, lanes, wanted=()):
     seed_rows = np.array([r for r, _ in seeds], np.int64)
     seed_off = np.array(offsets, np.int64)
     seed_vals = seeds[0][1] if len(seeds) == 1 else np.concatenate([g for _, g in seeds])
-    own, row_addr = _leaf_buffers(tape) if lanes == 1 else (None, NO_ROWS)
+    own, row_addr = leaf_buffers(tape) if lanes == 1 else (None, NO_ROWS)
     if lanes * tape.columns().total_size < RECYCLE_MIN:
         read = NO_ROWS                 # every adjoint kept: small enough to stay in cache
     else:
@@ -477,7 +477,7 @@ RECYCLE_MIN = 1 << 19                # adjoint elements: below this (4 MiB) no s
 OWN_BUFFER_MIN = 4096          # elements: a leaf this large gets its gradient written in place
 
 
-def _leaf_buffers(tape):
+def leaf_buffers(tape):
     """Fresh gradient arrays for the large array leaves of a tape, and their addresses
     by row: the sweep writes those gradients there, sparing a copy out of the shared
     adjoint buffer."""
