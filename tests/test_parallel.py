@@ -1,13 +1,15 @@
 """Intra-op threads (at.set_num_threads): large elementwise ops and the sweep's large
 rows split among threads give exactly the one-thread results, also when Python threads
 sweep at once; the setting is validated and also limits BLAS."""
-import threading
+import multiprocessing
 
+import numba
 import numpy as np
 import pytest
 
 import autotape as at
 from autotape.parallel import PARALLEL_MIN
+from concurrency import run_threads
 
 N = PARALLEL_MIN + 12345                   # above the split size, not a multiple of it
 X = np.random.default_rng(5).uniform(-2.0, 2.0, N)
@@ -28,26 +30,6 @@ def program(x, y):
     b = at.log(y) * a + at.sqrt(y) - x / y + at.arctan2(x, y)
     c = b.reshape(-1, 1)[: (N // 5) * 5].reshape(-1, 5) * np.arange(1.0, 6.0)
     return (a * a).sum() + c.sum() + (b ** 3.0).mean()
-
-
-def in_threads(work, n):
-    """[work(0), ..., work(n - 1)], each in a Python thread of its own, all at once; an
-    exception in any is raised here."""
-    results, errors = [None] * n, []
-
-    def run(k):
-        try:
-            results[k] = work(k)
-        except BaseException as e:            # pragma: no cover (raised below)
-            errors.append(e)
-    pool = [threading.Thread(target=run, args=(k,)) for k in range(n)]
-    for t in pool:
-        t.start()
-    for t in pool:
-        t.join()
-    if errors:
-        raise errors[0]
-    return results
 
 
 def values_and_grads(n_threads, threads):
@@ -82,7 +64,7 @@ def test_python_threads_sweeping_large_graphs_at_once(threads):
         out = program(x, y)
         gx, gy = at.grad(out, [x, y])
         return float(out.item()), gx.numpy(), gy.numpy()
-    for r in in_threads(work, 3):
+    for r in run_threads(work, 3):
         assert r[0] == want[0]
         np.testing.assert_array_equal(r[1], want[1])
         np.testing.assert_array_equal(r[2], want[2])
@@ -146,7 +128,6 @@ def test_threaded_tensor_copy_is_a_copy(threads):
 
 
 def _exp_in_a_child(queue):
-    import numba
     if numba.threading_layer() == "omp":      # one thread, and a clear error for more
         try:
             at.set_num_threads(2)
@@ -169,7 +150,6 @@ def test_a_forked_child_runs_large_ops(threads):
     pieces exist in the parent only (the child makes its own, else its first large exp
     would wait forever), and GNU OpenMP aborts a forked child that uses it (the child
     runs on one thread, numba's serial kernels)."""
-    import multiprocessing
     threads(2)
     x = at.tensor(X, requires_grad=True)      # the parent's helper and numba threads ran
     at.grad((at.exp(x) * x).sum(), x)
@@ -186,6 +166,6 @@ def test_a_forked_child_runs_large_ops(threads):
 
 def test_python_threads_run_threaded_forwards_at_once(threads):
     threads(2)
-    results = in_threads(lambda k: at.log1p(at.tensor(Y * (k + 1))).numpy(), 4)
+    results = run_threads(lambda k: at.log1p(at.tensor(Y * (k + 1))).numpy(), 4)
     for k in range(4):
         np.testing.assert_array_equal(results[k], np.log1p(Y * (k + 1)))

@@ -13,6 +13,7 @@ import numpy as np
 import pytest
 
 import autotape as at
+from concurrency import run_threads
 
 THREADS = 4
 
@@ -23,27 +24,6 @@ def fast_switching():
     sys.setswitchinterval(1e-6)
     yield
     sys.setswitchinterval(saved)
-
-
-def run_threads(work, n=THREADS):
-    """work(k) in n threads at once; their results, and any exception re-raised."""
-    results, errors = [None] * n, []
-    start = threading.Barrier(n)
-
-    def body(k):
-        try:
-            start.wait()
-            results[k] = work(k)
-        except BaseException as e:             # pragma: no cover - reported below
-            errors.append(e)
-    threads = [threading.Thread(target=body, args=(k,)) for k in range(n)]
-    for t in threads:
-        t.start()
-    for t in threads:
-        t.join()
-    if errors:
-        raise errors[0]
-    return results
 
 
 def array_program(seed, n=20_000):
@@ -66,7 +46,7 @@ def scalar_chain(seed, n=3000):
 def test_independent_array_graphs_in_threads():
     serial = [array_program(k) for k in range(THREADS)]
     for _ in range(3):
-        for got, want in zip(run_threads(array_program), serial):
+        for got, want in zip(run_threads(array_program, THREADS), serial):
             assert got[0] == want[0]
             np.testing.assert_array_equal(got[1], want[1])
 
@@ -74,7 +54,7 @@ def test_independent_array_graphs_in_threads():
 def test_independent_scalar_chains_in_threads():
     serial = [scalar_chain(k) for k in range(THREADS)]
     for _ in range(2):
-        assert run_threads(scalar_chain) == serial
+        assert run_threads(scalar_chain, THREADS) == serial
 
 
 def test_grad_mode_is_per_thread():
@@ -90,7 +70,7 @@ def test_grad_mode_is_per_thread():
                     seen.append(y.requires_grad)
             return seen
         return [scalar_chain(k, 500) for _ in range(3)]
-    results = run_threads(work)
+    results = run_threads(work, THREADS)
     assert not any(results[0])
     for k in range(1, THREADS):
         assert results[k] == [serial[k]] * 3
@@ -133,7 +113,7 @@ def test_graph_shared_between_threads():
             loss = (shared * shared).sum()     # recorded on this thread's tape
             out.append(at.grad(loss, w, retain_graph=True)[0].numpy())
         return out
-    for per_thread in run_threads(work):
+    for per_thread in run_threads(work, THREADS):
         for g in per_thread:
             np.testing.assert_array_equal(g, want)
 
@@ -167,7 +147,7 @@ def test_sweeping_a_tape_that_another_thread_is_still_recording():
                 i, y = handed[len(got)]
                 got.append((i, float(at.grad(y, x, retain_graph=True)[0])))
         return got
-    for per_thread in run_threads(work)[1:]:
+    for per_thread in run_threads(work, THREADS)[1:]:
         for i, g in per_thread:
             assert g == want[i - 1]
 
@@ -178,7 +158,7 @@ def test_grad_accumulates_into_a_shared_leaf_from_threads():
     def work(k):
         for _ in range(25):
             (w * (k + 1.0)).sum().backward()
-    run_threads(work)
+    run_threads(work, THREADS)
     np.testing.assert_array_equal(w.grad.numpy(), np.full(100, 25.0 * (1 + 2 + 3 + 4)))
 
 
@@ -201,7 +181,7 @@ def test_compiled_function_shared_between_threads():
             for p in points[k::THREADS] + points:
                 out.append((float(c(p)), c.grad(p).numpy(), c.hessian(p).numpy()))
         return out
-    for k, per_thread in enumerate(run_threads(work)):
+    for k, per_thread in enumerate(run_threads(work, THREADS)):
         order = (points[k::THREADS] + points) * 5
         for p, (value, g, h) in zip(order, per_thread):
             want = serial[next(i for i, q in enumerate(points) if q is p)]
@@ -220,7 +200,7 @@ def test_compiled_calls_record_in_their_own_thread():
         if k % 2:
             return [c.grad(np.full(3, float(i))).numpy().tolist() for i in range(50)]
         return [scalar_chain(k, 200) for _ in range(5)]
-    results = run_threads(work)
+    results = run_threads(work, THREADS)
     for k, r in enumerate(results):
         if k % 2:
             assert r == [[3.0 * i * i] * 3 for i in range(50)]
@@ -238,6 +218,6 @@ def test_many_point_calls_from_threads():
 
     def work(k):
         return [F.vmap(c.grad)(batches[k]).numpy() for _ in range(6)]
-    for k, results in enumerate(run_threads(work)):
+    for k, results in enumerate(run_threads(work, THREADS)):
         for got in results:
             np.testing.assert_array_equal(got, serial[k])

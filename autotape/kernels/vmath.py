@@ -119,11 +119,19 @@ def _sin_loop(x, out, shift):
                 out[k] = _libm_shifted_sin(x[k], shift)
 
 
+def written_to(z, out):
+    """z, or z written into ``out`` when given."""
+    if out is None:
+        return z
+    out[...] = z
+    return out
+
+
 def _array_function(shift, np_fn):
-    def fn(x, chunks=1):
+    def fn(x, chunks=1, out=None):
         if x.dtype != np.float64 or x.size < 16:
-            return np_fn(x)
-        out = np.empty(x.shape)
+            return written_to(np_fn(x), out)
+        out = np.empty(x.shape) if out is None else out
         if chunks > 1:
             in_chunks(np.ascontiguousarray(x).reshape(-1), out.reshape(-1), 0, shift, chunks)
         else:
@@ -207,12 +215,13 @@ def _tanh_loop(x, out):
         out[k] = math.copysign(small if a < 0.625 else large, v)
 
 
-def tanh_array(x, chunks=1):
+def tanh_array(x, chunks=1, out=None):
     """np.tanh for float64 arrays, within 2 ulp, as one SIMD loop (3x numpy's speed);
-    in ``chunks`` pieces on numba's threads when asked."""
+    in ``chunks`` pieces on numba's threads when asked; into ``out`` (C-contiguous)
+    when given."""
     if x.dtype != np.float64 or x.size < 16:
-        return np.tanh(x)
-    out = np.empty(x.shape)
+        return written_to(np.tanh(x), out)
+    out = np.empty(x.shape) if out is None else out
     if chunks > 1:
         in_chunks(np.ascontiguousarray(x).reshape(-1), out.reshape(-1), 1, 0.0, chunks)
     else:

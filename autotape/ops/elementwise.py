@@ -455,7 +455,7 @@ def _unary_values(op, v, out=None):
     if count > 1 and op.code in _OWN_SIMD:
         for_numba()
         with parallel_launch():
-            return _into(op.array(v, count), out)
+            return op.array(v, count, out)
     if count > 1 and (op.code == NEG or type(op.array) is np.ufunc):
         z = np.empty(v.shape) if out is None else out
         if op.code == NEG:
@@ -468,14 +468,7 @@ def _unary_values(op, v, out=None):
     with ignore_fp_errors():
         if out is not None and type(op.array) is np.ufunc:
             return op.array(v, out=out)
-        return _into(op.array(v), out)
-
-
-def _into(z, out):
-    if out is None:
-        return z
-    out[...] = z
-    return out
+        return vmath.written_to(op.array(v), out)
 
 
 def forward_values(code, x, y=None, out=None):
@@ -620,7 +613,7 @@ def _binary_values(op, xa, ya, out=None):
     with ignore_fp_errors():
         if out is not None and type(op.array) is np.ufunc:
             return op.array(xa, ya, out=out)
-        return _into(op.array(xa, ya), out)
+        return vmath.written_to(op.array(xa, ya), out)
 
 
 # Large +, -, *, / and x ** 2 run on numba's threads (bit for bit numpy's values: IEEE
