@@ -27,7 +27,7 @@ import numpy as np
 from . import engine, gpu, guards
 from .errstate import ignore_fp_errors
 from .executor import NO_ROWS, NUMPY_ROW_MIN, executor_for
-from .func import flatten
+from .pytree import flatten
 from .grad_mode import enable_grad, is_grad_enabled
 from .opcodes import (BINARY_LAST, CONST, CUSTOM, MATMUL, MEAN, PYTHON_LAST, SUM,
                       UNARY_FIRST, opcode_name)
@@ -666,8 +666,8 @@ def _replay_row(tape, i):
         tape.write(i, reduction_values(code, x, reduced_axes(params, x.ndim)))
         return
     if code == CUSTOM:
-        tape.write(i, np.asarray(tape.customs[i].forward(
-            *(_row_value(tape, r).reshape(tape.shape(r)) for r in operands)), np.float64))
+        tape.write(i, tape.customs[i].value(
+            [_row_value(tape, r).reshape(tape.shape(r)) for r in operands], tape.shape(i)))
         return
     if code not in values_of:
         raise RuntimeError(f"autotape internal error: op {opcode_name(code)} has neither a "

@@ -133,6 +133,11 @@ _generator = [np.random.default_rng()]
 _generator_lock = threading.Lock()
 
 
+def random_generator():
+    """The numpy Generator behind rand and randn (checkpoint saves its state)."""
+    return _generator[0]
+
+
 def manual_seed(seed):
     """Seed the generator behind rand and randn (torch.manual_seed).
 

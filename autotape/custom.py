@@ -8,14 +8,22 @@ with numpy functions, which record on Tensors) is itself differentiated. The VJP
 receives the primal inputs and output rather than opaque residuals: whatever it needs
 is recomputed from them, which is what keeps higher derivatives exact.
 """
+import contextlib
+
 import numba
 import numpy as np
 
+from .creation import random_generator
 from .engine import grad as engine_grad
-from .grad_mode import enable_grad, no_grad
+from .grad_mode import enable_grad, is_grad_enabled
+from .guards import current_trace, tracing
+from .ops.indexing import astype
 from .opcodes import CUSTOM
 from .ops.recording import record_listed
+from .pytree import flatten
+from .tape import open_tape, tape_of_its_own
 from .tape_format import custom_params
+from .thread_state import here
 from .tensor import Tensor, array_of, canonical, new_leaf
 
 __all__ = ["custom_op", "CustomOp", "checkpoint"]
@@ -55,13 +63,34 @@ class CustomOp:
         operands = [x if isinstance(x, Tensor) else x.astype(np.float64) for x in operands]
         values = [np.asarray(array_of(x), np.float64) if isinstance(x, Tensor) else x
                   for x in operands]
-        if self.compiled:
-            values = [_compiled_arg(v) for v in values]
-        out = np.asarray(self.forward(*values), np.float64)
-        if out.dtype.kind != "f":
-            raise TypeError(f"custom op {self.name!r}: forward must return floats")
+        out = self.value(values)
         tensors = [x if isinstance(x, Tensor) else new_leaf(*canonical(x)) for x in operands]
-        result = record_listed(CUSTOM, out.copy(), tensors, custom_params)
+        return self.record(tensors, out.copy())
+
+    def value(self, values, shape=None):
+        """forward's result on the operands' values as a float64 array, checked: a
+        number or an array of floats, of ``shape`` when given (a compiled replay's
+        row has the shape it was recorded with)."""
+        if self.compiled:
+            values = [_compiled_arg(np.asarray(v, np.float64)) for v in values]
+        out = self.forward(*values)
+        if out is None or not isinstance(out, (Tensor, np.ndarray, float, int, np.number)):
+            raise TypeError(f"custom op {self.name!r}: forward must return an array or a "
+                            f"number, not {type(out).__name__}")
+        out = np.asarray(array_of(out) if isinstance(out, Tensor) else out)
+        if out.dtype.kind not in "fiu":
+            raise TypeError(f"custom op {self.name!r}: forward must return floats, not "
+                            f"{out.dtype}")
+        if shape is not None and out.shape != tuple(shape):
+            raise RuntimeError(f"custom op {self.name!r}: forward returned shape "
+                               f"{out.shape} where it was recorded with shape "
+                               f"{tuple(shape)}; a compiled function needs the same "
+                               "output shape at every call (compile it again for others)")
+        return out.astype(np.float64)
+
+    def record(self, tensors, value):
+        """The op's row: output ``value`` (float64) from operands ``tensors``."""
+        result = record_listed(CUSTOM, value, tensors, custom_params)
         if result._tape is not None:
             result._tape.customs[result._row] = self
         return result
@@ -148,39 +177,226 @@ def custom_op(forward, vjp, name=None):
     return CustomOp(forward, vjp, name)
 
 
-def checkpoint(f, *args):
-    """``f(*args)`` without keeping f's internals: the forward runs without recording,
-    and the sweep runs f again (recorded, on copies of the arguments) when it reaches
-    this point, then takes its VJP. Memory for a long chain of checkpointed segments
-    grows with the number of segments, not of ops. f takes Tensors and returns one.
+def checkpoint(function, *args, use_reentrant=None, preserve_rng_state=True, **kwargs):
+    """``function(*args, **kwargs)`` without keeping its internals, as torch's
+    ``torch.utils.checkpoint.checkpoint``: when the sweep reaches the result it runs
+    ``function`` again, recorded, and takes its VJP there. Memory for a long chain of
+    checkpointed segments grows with the number of segments, not of ops.
+
+    Gradients reach every tensor requiring grad that ``function`` reads: its arguments
+    (positional or keyword, nested in tuples / lists / dicts or not Tensors at all)
+    and what it reads from its closure or from objects. It may return a Tensor or any
+    tuple / list / dict of Tensors and other values. The recomputation sees the random
+    state (``at.rand``, ``np.random``) the first run saw (``preserve_rng_state``), so
+    a dropout mask is the same both times; it must read the same tensors. Checkpoints
+    nest, and hooks fire once. ``use_reentrant`` is accepted for torch's code: the
+    behaviour is always torch's ``use_reentrant=False``.
 
     >>> x = at.tensor([0.5, 1.0], requires_grad=True)
-    >>> y = at.checkpoint(lambda u: at.sin(u) * u, x)
-    >>> at.grad(y.sum(), x)
-    (tensor([0.91821682, 1.38177329]),)
+    >>> w = at.tensor(2.0, requires_grad=True)
+    >>> y = at.checkpoint(lambda u: at.sin(u) * u * w, x)
+    >>> at.grad(y.sum(), (x, w))
+    (tensor([1.83643365, 2.76354658]), tensor(1.08110669))
     """
+    if not callable(function):
+        raise TypeError(f"checkpoint: function must be callable, not "
+                        f"{type(function).__name__}")
+    if not is_grad_enabled():
+        return function(*args, **kwargs)
+    rng = _random_state() if preserve_rng_state else None
+    # The first run is recorded (then dropped) to find out which tensors it reads.
+    reads = _Reads()
+    with tape_of_its_own(), tracing(None), reads:
+        first = open_tape().id
+        out = function(*args, **kwargs)
+    leaves, rebuild = flatten(out)
+    made = [k for k, v in enumerate(leaves) if isinstance(v, Tensor) and
+            v._tape is not None and v._tape.id >= first and v.dtype.kind == "f"]
+    sources = reads.tensors
+    if not made or not sources:
+        return rebuild([_detached_if_made(v, first) for v in leaves])
+    shapes = [leaves[k].shape for k in made]
+    sizes = [int(np.prod(s, dtype=np.int64)) for s in shapes]
+    splits = np.cumsum([0] + sizes)
+
+    passed, rebuild_args = flatten((args, kwargs))
+    passed_ids = {id(v) for v in passed}
+    closure = [k for k, t in enumerate(sources) if id(t) not in passed_ids]
+
+    def rerun(inputs, recorded, why):
+        """function run again, recorded on a tape of its own, on ``aliases`` (this
+        checkpoint's own variables, holding ``inputs``) in place of the sources: as its
+        arguments, and wherever it reads a source from elsewhere (whose value must still
+        be the one in ``inputs``: ``why`` says what it means if not). Returns (the
+        outputs it made, aliases)."""
+        for k in closure:
+            if not np.array_equal(_value_of(sources[k]), _value_of(inputs[k]), equal_nan=True):
+                raise RuntimeError(why.format(name=name))
+        if recorded and current_trace() is not None:
+            # the Hessian of a compiled function: recorded on the compiled recording's
+            # own tape, where a read of a tensor already on it cannot be redirected
+            if closure:
+                raise RuntimeError(f"checkpoint inside at.compile: second derivatives need "
+                                   f"every tensor that the checkpointed {name} reads passed "
+                                   "to checkpoint as an argument")
+            with enable_grad(), _random_state_of(rng):
+                aliases = [astype(x, t.dtype) for x, t in zip(inputs, sources)]
+                remap = dict(zip(map(id, sources), aliases))
+                a, kw = rebuild_args([remap.get(id(v), v) for v in passed])
+                again = flatten(function(*a, **kw))[0]
+            return _made_again(again), aliases
+        with tape_of_its_own(), tracing(None), enable_grad(), _random_state_of(rng):
+            if recorded:
+                aliases = [astype(x, t.dtype) for x, t in zip(inputs, sources)]
+            else:
+                aliases = [new_leaf(*canonical(np.asarray(x, t.dtype))).requires_grad_()
+                           for x, t in zip(inputs, sources)]
+            start = open_tape().id
+            with _Redirected(sources, aliases, start) as redirected:
+                a, kw = rebuild_args([redirected.map.get(id(v), v) for v in passed])
+                again = flatten(function(*a, **kw))[0]
+        return _made_again(again), aliases
+
+    def _made_again(again):
+        outs = [again[k] if k < len(again) else None for k in made]
+        for o, shape in zip(outs, shapes):
+            if not isinstance(o, Tensor) or o.shape != shape:
+                raise RuntimeError(f"checkpoint: {name} returned other outputs when run again "
+                                   "for the gradient; it must compute the same thing every "
+                                   "time it runs")
+        return outs
+
     def forward(*values):
-        with no_grad():
-            out = f(*(new_leaf(*canonical(v)) for v in values))
-        if not isinstance(out, Tensor):
-            raise TypeError(f"checkpoint: f must return a Tensor, not {type(out).__name__}")
-        return array_of(out)
+        # (a compiled replay: the sources have new values)
+        outs, _ = rerun(values, False, REPLAY_READS)
+        return _packed([np.asarray(array_of(o), np.float64) for o in outs], shapes)
 
     def vjp(inputs, output, g):
         recorded = isinstance(g, Tensor)
-        if recorded:
-            # create_graph: f on fresh rows that are the inputs times 1, so the gradient
-            # stays connected to them (higher derivatives) while the walk from f's
-            # output stops at those rows (graph_backward.run) instead of re-walking
-            # everything recorded before
-            leaves = [x * 1.0 for x in inputs]
-        else:
-            leaves = [new_leaf(*canonical(np.array(v))).requires_grad_() for v in inputs]
+        outs, aliases = rerun(inputs, recorded, MODIFIED)
+        flat = g.reshape(-1) if recorded else np.reshape(g, -1)
+        parts = [flat[a:b].reshape(shape) if len(made) > 1 else g
+                 for a, b, shape in zip(splits, splits[1:], shapes)]
+        if not recorded:
+            parts = [new_leaf(*canonical(np.array(p, np.float64))) for p in parts]
         with enable_grad():
-            out = f(*leaves)
-            grads = engine_grad(out, leaves, g if recorded else new_leaf(*canonical(g)),
-                                create_graph=recorded, allow_unused=True)
+            grads = engine_grad(outs, aliases, parts, create_graph=recorded,
+                                allow_unused=True)
         return [c if recorded or c is None else array_of(c) for c in grads]
 
-    name = getattr(f, "__name__", "f")
-    return CustomOp(forward, vjp, name=f"checkpoint({name})")(*args)
+    name = getattr(function, "__name__", "function")
+    op = CustomOp(forward, vjp, name=f"checkpoint({name})")
+    packed = op.record(sources, _packed([np.asarray(array_of(leaves[k]), np.float64)
+                                         for k in made], shapes))
+    results = list(leaves)
+    for k, a, b, shape in zip(made, splits, splits[1:], shapes):
+        part = packed if len(made) == 1 else packed[a:b].reshape(shape)
+        results[k] = part if leaves[k].dtype == np.float64 else astype(part, leaves[k].dtype)
+    return rebuild([_detached_if_made(v, first) if k not in made else v
+                    for k, v in enumerate(results)])
+
+
+MODIFIED = ("one of the variables needed for gradient computation has been modified by an "
+            "inplace operation: a tensor that the checkpointed {name} read (not one of "
+            "its arguments) changed after the checkpoint ran")
+REPLAY_READS = ("checkpoint inside at.compile: the checkpointed {name} reads a tensor that "
+                "is not one of its arguments and whose value changes from call to call; "
+                "pass that tensor to checkpoint as an argument")
+
+
+def _packed(values, shapes):
+    """One output holding every output of a checkpoint: itself if one, else the
+    outputs' elements one after another."""
+    if len(values) == 1:
+        return np.array(values[0], np.float64).reshape(shapes[0])
+    return np.concatenate([np.reshape(v, -1) for v in values])
+
+
+def _value_of(v):
+    return np.asarray(array_of(v) if isinstance(v, Tensor) else v)
+
+
+def _detached_if_made(v, first):
+    """An output of the first run that does not need a gradient, off its dropped tape."""
+    if isinstance(v, Tensor) and v._tape is not None and v._tape.id >= first:
+        return v.detach()
+    return v
+
+
+class _Reads:
+    """While active, notes every tensor requiring grad that recorded ops read from
+    outside the tapes made since (ops.recording.row_of asks here().redirect)."""
+
+    def __init__(self):
+        self.tensors, self.caches, self.first = [], {}, None
+
+    def __call__(self, t):
+        if self.first is None:
+            self.first = here().tape().id
+        if t._tape is not None and t._tape.id >= self.first:
+            return t                                  # (made inside: a tape of its own)
+        if id(t) not in self.caches:
+            self.caches[id(t)] = (t, t._cache if t._tape is None else None)
+            self.tensors.append(t)
+        return t
+
+    def __enter__(self):
+        state = here()
+        self.saved, state.redirect = state.redirect, self
+        return self
+
+    def __exit__(self, *exc):
+        here().redirect = self.saved
+        for t, cache in self.caches.values():        # (a leaf's row on the dropped tape)
+            if t._tape is None:
+                t._cache = cache
+
+
+class _Redirected:
+    """While active, recorded ops read ``aliases[k]`` wherever they read
+    ``sources[k]``; reading any other tensor requiring grad from before is an error."""
+
+    def __init__(self, sources, aliases, first):
+        self.map = {id(s): a for s, a in zip(sources, aliases)}
+        self.own = {id(a) for a in aliases}
+        self.first = first
+
+    def __call__(self, t):
+        alias = self.map.get(id(t))
+        if alias is not None:
+            return alias
+        if id(t) in self.own or (t._tape is not None and t._tape.id >= self.first):
+            return t
+        raise RuntimeError("checkpoint: the function read a tensor requiring grad when "
+                           "run again for the gradient that it did not read the first "
+                           "time; it must read the same tensors every time it runs")
+
+    def __enter__(self):
+        state = here()
+        self.saved, state.redirect = state.redirect, self
+        return self
+
+    def __exit__(self, *exc):
+        here().redirect = self.saved
+
+
+def _random_state():
+    """The random state a recomputation must see again: at.rand's and numpy's."""
+    return random_generator().bit_generator.state, np.random.get_state()
+
+
+@contextlib.contextmanager
+def _random_state_of(saved):
+    """Run with the random state ``saved`` (None: as it is), then put back the
+    state from before."""
+    if saved is None:
+        yield
+        return
+    now = _random_state()
+    random_generator().bit_generator.state = saved[0]
+    np.random.set_state(saved[1])
+    try:
+        yield
+    finally:
+        random_generator().bit_generator.state = now[0]
+        np.random.set_state(now[1])

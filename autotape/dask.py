@@ -44,7 +44,7 @@ except ImportError:
 import numpy as np
 
 from .compile import Compiled
-from .func import flatten
+from .pytree import flatten
 
 __all__ = ["map_points"]
 

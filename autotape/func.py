@@ -20,8 +20,9 @@ import numpy as np
 
 from .engine import grad as _grad, transform_grad
 from .grad_mode import enable_grad
-from .ops.indexing import stack
+from .ops.indexing import astype, stack
 from .program import LeanProgram
+from .pytree import flatten
 from .tape import close_open_tape
 from .tensor import Tensor, new_leaf
 
@@ -29,57 +30,18 @@ __all__ = ["grad", "value_and_grad", "vjp", "jvp", "jacrev", "jacfwd", "jacobian
            "hessian", "hvp", "vhp", "vmap"]
 
 
-# ---- pytrees: nested tuples / lists / dicts with array-like leaves -------------------------
-
-def flatten(tree):
-    """(leaves, rebuild): the leaves of a nested tuple / list / dict, left to right, and
-    a ``Structure`` that puts a list of new leaves back in the same structure."""
-    if isinstance(tree, (tuple, list)):
-        parts = [flatten(t) for t in tree]
-        kind, keys = type(tree), None
-    elif isinstance(tree, dict):
-        keys = list(tree)
-        parts = [flatten(tree[k]) for k in keys]
-        kind = dict
-    else:
-        return [tree], LEAF
-    leaves = [leaf for p in parts for leaf in p[0]]
-    return leaves, Structure(kind, keys, [p[1] for p in parts], [len(p[0]) for p in parts])
-
-
-class Structure:
-    """A nested tuple / list / dict shape, as data (it pickles with a compiled
-    function): called with leaves, it builds that structure around them."""
-    __slots__ = ("kind", "keys", "children", "sizes")
-
-    def __init__(self, kind, keys, children, sizes):
-        self.kind, self.keys, self.children, self.sizes = kind, keys, children, sizes
-
-    def __call__(self, leaves):
-        if self.kind is None:
-            return leaves[0]
-        out, start = [], 0
-        for child, n in zip(self.children, self.sizes):
-            out.append(child(leaves[start:start + n]))
-            start += n
-        return dict(zip(self.keys, out)) if self.kind is dict else self.kind(out)
-
-    def __getstate__(self):
-        return (self.kind, self.keys, self.children, self.sizes)
-
-    def __setstate__(self, state):
-        self.kind, self.keys, self.children, self.sizes = state
-
-
-LEAF = Structure(None, None, [], [])
-
-
 def _tracked(value, where):
-    """A tensor to differentiate with respect to: ``value`` itself when it already
-    requires grad (nested transforms), else a new float leaf holding it."""
+    """A tensor to differentiate with respect to, this transform's own variable.
+
+    For a value that already requires grad (an outer transform's variable, or a
+    user's tensor) that is a recorded copy of it: the transform differentiates with
+    respect to the copy, so it sees only the dependence that flows through its own
+    argument (the perturbation tag of jax's tracers), while an outer derivative
+    still flows through the copy to the value. Else a new float leaf holding it."""
     if isinstance(value, Tensor):
         if value.requires_grad:
-            return value
+            with enable_grad():
+                return astype(value, value.dtype)
         data = value.numpy()
     elif isinstance(value, (bool, np.bool_)) or not isinstance(
             value, (int, float, np.number, np.ndarray)):
@@ -127,8 +89,8 @@ class _Call:
         for a in self.nums:
             leaves, rebuild = flatten(args[a])
             tracked = [_tracked(v, name) for v in leaves]
-            self.create_graph |= any(t is v for t, v in zip(tracked, leaves))
-            self.fresh.extend(t for t, v in zip(tracked, leaves) if t is not v)
+            self.create_graph |= any(t._tape is not None for t in tracked)
+            self.fresh.extend(t for t in tracked if t._tape is None)
             args[a] = rebuild(tracked)
             self.rebuilds.append(rebuild)
             self.inputs.extend(tracked)

@@ -30,7 +30,7 @@ import numpy as np
 from numba.core.dispatcher import Dispatcher
 from numba.core.errors import NumbaError
 
-from .func import flatten
+from .pytree import flatten
 from .kernels import active
 from .kernels.active import ActiveArray, ActiveType
 from .kernels.program import I_A, I_N, I_OP, I_OUT, I_SA, WIDTH

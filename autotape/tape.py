@@ -26,6 +26,7 @@ tape, and an operand that lives on an older tape enters it as an IMPORT row. The
 sweeps tapes newest first and passes each IMPORT row's adjoint to the row it came from,
 so a graph may span any number of tapes.
 """
+import contextlib
 import itertools
 import math
 import weakref
@@ -376,6 +377,25 @@ def close_open_tape():
     current = state.tape() if state.tape is not None else None
     if current is not None:
         current.close()
+
+
+@contextlib.contextmanager
+def tape_of_its_own():
+    """Record on a new tape meanwhile, then on this thread's open tape again: no op
+    inside appends to a tape that was open before (an operand of it is imported)."""
+    state = here()
+    saved = state.tape() if state.tape is not None else None
+    mine = saved is not None and saved.owner is state
+    if mine:
+        saved.owner = None
+    state.tape = None
+    try:
+        yield
+    finally:
+        close_open_tape()
+        if mine:
+            saved.owner = state
+        state.tape = weakref.ref(saved) if saved is not None else None
 
 
 def open_tape(*tapes):

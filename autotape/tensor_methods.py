@@ -13,7 +13,7 @@ from .grad_mode import is_grad_enabled
 from .guards import observe
 from .hooks import register_hook, register_post_accumulate_grad_hook
 from .numpy_dispatch import array_function, array_ufunc
-from .opcodes import (ADD, CHOLESKY, CONCAT, CUMPROD, CUMSUM, DIV, EIGH, INV, MATMUL, MAX,
+from .opcodes import (ADD, CHOLESKY, CONCAT, CUSTOM, CUMPROD, CUMSUM, DIV, EIGH, INV, MATMUL, MAX,
                       MEAN, MIN, MUL, PROD, PUT_ADD, RESHAPE, SCATTER, SETITEM, SLOGDET, SOLVE,
                       STRIDED, SUB, SUM, SVD, TAKE, WHERE, PINV)
 from .ops import elementwise, indexing, reduce
@@ -64,6 +64,8 @@ def grad_fn(self):
     if self._tape is None:
         return None
     op = self._tape.opcode(self._row)
+    if op == CUSTOM:
+        return GradFn(f"{self._tape.customs[self._row].name}Backward")
     return GradFn(GRAD_FN_NAMES.get(op, str(op)))
 
 

@@ -12,7 +12,7 @@ import threading
 class ThreadState:
     """One thread's recording state (see the module's docstring)."""
     __slots__ = ("grad_enabled", "tape", "trace", "scratch", "program_scratch",
-                 "jit_tape", "jit_sweep", "__weakref__")
+                 "jit_tape", "jit_sweep", "redirect", "__weakref__")
 
     def __init__(self):
         self.grad_enabled = True
@@ -22,6 +22,8 @@ class ThreadState:
         self.program_scratch = None   # values and adjoints of lean programs (program.py)
         self.jit_tape = None      # the tape buffers of at.jit recordings (jit.py)
         self.jit_sweep = None     # and their sweeps' adjoints
+        self.redirect = None      # checkpoint's map from a tensor read from outside the
+                                  # tape to the one recorded instead (custom.py)
 
 
 class _PerThread(threading.local):

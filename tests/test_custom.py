@@ -150,3 +150,19 @@ def test_checkpoint_inside_a_compiled_function():
         np.testing.assert_allclose(ckpt.grad(k).numpy(), plain.grad(k).numpy(), rtol=1e-14)
     np.testing.assert_allclose(ckpt.hessian(k0).numpy(), plain.hessian(k0).numpy(),
                                rtol=1e-13, atol=1e-15)
+
+
+def test_forward_returning_none_or_another_shape_at_a_replay_raises():
+    with pytest.raises(TypeError, match="forward must return an array or a number, not "
+                                        "NoneType"):
+        at.custom_op(lambda x: None, lambda xs, y, g: (g,))(at.tensor([1.0]))
+    # a forward whose output shape depends on its input's values
+    shrink = at.custom_op(lambda x: x[x > 0], lambda xs, y, g: (np.ones_like(xs[0]),))
+    c = at.compile(lambda x: shrink(x * 1.0).sum(), np.array([1.0, 2.0, 3.0]))
+    assert c(np.array([1.0, 2.0, 3.0])).item() == 6.0
+    with pytest.raises(RuntimeError, match=r"forward returned shape \(1,\) where it was "
+                                           r"recorded with shape \(3,\)"):
+        c(np.array([-1.0, -2.0, 3.0]))
+    scalar = at.custom_op(lambda x: x[:1], lambda xs, y, g: (np.ones_like(xs[0]),))
+    c = at.compile(lambda x: scalar(x * 1.0).sum(), np.array([1.0, 2.0]))
+    assert c(np.array([4.0, 2.0])).item() == 4.0

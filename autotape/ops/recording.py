@@ -26,10 +26,15 @@ def row_of(t, tape):
         return tape.const(float(t), ())
     if t._tape is tape:
         return t._row
+    if t._tape is None and not t._requires_grad:
+        v = t._value
+        return tape.const(v, ()) if type(v) is float else _const_array(tape, v)
+    redirect = here().redirect          # (checkpoint: a variable read from outside)
+    if redirect is not None:
+        other = redirect(t)
+        if other is not t:
+            return row_of(other, tape)
     if t._tape is None:
-        if not t._requires_grad:
-            v = t._value
-            return tape.const(v, ()) if type(v) is float else _const_array(tape, v)
         cache = t._cache
         if cache is not None and cache[0]() is tape:
             return cache[1]
