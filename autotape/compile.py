@@ -20,9 +20,15 @@ tensor([ 3., 12.])
 """
 import math
 import pickle
+import sys
 import warnings
 
 import numpy as np
+
+try:
+    import cloudpickle                         # (pickles lambdas and closures)
+except ImportError:
+    cloudpickle = None
 
 from . import engine, gpu, guards
 from .errstate import ignore_fp_errors
@@ -38,7 +44,7 @@ from .ops.linalg import values_of
 from .ops.recording import row_of
 from .checkpointing import NotCheckpointable
 from .program import LeanProgram
-from .tape import close_open_tape, open_tape
+from .tape import close_open_tape, open_tape, same_bits
 from .tape_format import OP, reduced_axes, saved_row
 from .tensor import F32, F64, Tensor, new_leaf
 
@@ -73,7 +79,7 @@ class _Program:
     next call reuses one."""
     __slots__ = ("tape", "twins", "executor", "inputs", "input_rows", "shapes", "sizes",
                  "fused", "total_in", "outputs", "rebuild", "guards", "grads", "plans",
-                 "lean", "wide")
+                 "lean", "wide", "captured")
 
     def acquire(self):
         try:
@@ -131,10 +137,9 @@ class Compiled:
         numba's cache on the other side) and f, when f pickles. Recordings on the tape
         path (linear algebra, max / min / prod, Python guards) are recorded again from
         f where they are needed."""
-        try:                                   # f as bytes: loaded where it is needed,
-            f, why = pickle.dumps(self.f), None   # so a worker that cannot import f's
-        except Exception as e:                 # module still runs the recordings
-            f, why = None, f"{type(e).__name__}: {e}"
+        f, why = pickled(self.f)               # f as bytes: loaded where it is needed,
+                                               # so a worker that cannot import f's
+                                               # module still runs the recordings
         programs = {key: _lean_state(p) for key, p in self._programs.items()
                     if p.lean is not None and p.lean.user_calls is None}
         return {"f": f, "why": why, "name": getattr(self.f, "__name__", repr(self.f)),
@@ -421,7 +426,7 @@ class Compiled:
         """The program for these arguments' shapes when it runs as a lean program (no
         guards, every row lowered), recording it first if need be; else None. With
         ``one_point``, also None for a program on large arrays (see ``wide``)."""
-        p = self._programs.get(_key(kind, args))
+        p = self._program(_key(kind, args))
         if p is None:
             p, tape = self._at(kind, args)
             p.release(tape)
@@ -433,7 +438,7 @@ class Compiled:
         numpy.linalg rows is not replayed here (the caller replays it in the same
         compiled call as its sweep)."""
         key = _key(kind, args)
-        p = self._programs.get(key)
+        p = self._program(key)
         if p is not None:
             tape = p.acquire()
             try:
@@ -447,6 +452,16 @@ class Compiled:
             self._guard_failed(failed)
         p = self._programs[key] = self._record(kind, args)
         return p, p.acquire()
+
+    def _program(self, key):
+        """The recording for ``key``, unless an array or tensor it read as a constant
+        has changed since (then f is recorded again: a call computes with the values
+        f would read now, whatever recordings came before)."""
+        p = self._programs.get(key)
+        if p is not None and p.captured and not _unchanged(p.captured):
+            self._programs.pop(key, None)
+            return None
+        return p
 
     def _checkpoint(self, p):
         """Sweep the new recording's loop in segments, or warn why it keeps every value."""
@@ -532,6 +547,8 @@ class Compiled:
         p.sizes = [a.size for a in args]
         p.outputs, p.grads = [_target(t) for t in outs], grads and [_target(g) for g in grads]
         p.rebuild, p.guards, p.plans = rebuild, trace.guards, {}
+        tape.frozen = {}                       # (closed: no constant joins it any more)
+        p.captured = _read_from_outside(trace)
         p.total_in = sum(p.sizes)
         targets = p.grads if kind == "hessian" else p.outputs
         p.lean = LeanProgram.lower(tape, p.inputs, [v for k, v, _ in targets if k == "row"]) \
@@ -621,6 +638,37 @@ def _target(t):
     return ("const", t, t.shape)
 
 
+def _read_from_outside(trace):
+    """The arrays and tensors f read as constants that something besides the recording
+    still references (f's own temporaries are gone), each with the value it read."""
+    first = {}
+    for source, value in trace.captured:
+        first.setdefault(id(source), (source, value))
+    trace.captured = None
+    kept = []
+    for source, value in first.values():
+        # references: the dict's tuple, this loop's name, getrefcount's argument
+        if sys.getrefcount(source) > 3:
+            kept.append((source, value))
+    return kept
+
+
+def _unchanged(captured):
+    """Whether every array / tensor in ``captured`` still holds the value read."""
+    for source, value in captured:
+        kind = type(source)
+        live = source if kind is np.ndarray else np.array(source, np.float64) \
+            if kind is list else source._value
+        if live is value:
+            continue
+        if type(value) is float:
+            if type(live) is not float or not same_bits(np.array(value), np.array(live)):
+                return False
+        elif type(live) is float or not same_bits(value, live):
+            return False
+    return True
+
+
 def _replay(p, tape, args):
     """Re-evaluate the program at ``args`` in ``tape`` (a twin of its own); returns the
     first guard that says to record again, or None."""
@@ -648,6 +696,21 @@ def _wide(tape, min_size):
     rows, _ = tape.large_arrays(np.arange(tape.nrows), min_size)
     ops = tape.columns().rows[rows, OP]
     return bool(((ops >= UNARY_FIRST) & (ops <= BINARY_LAST)).any())
+
+
+def pickled(f):
+    """(f as bytes, None), or (None, why not): by pickle, else by cloudpickle where it
+    is installed (a lambda or a closure; what it writes loads with pickle.loads)."""
+    try:
+        return pickle.dumps(f), None
+    except Exception as e:
+        why = f"{type(e).__name__}: {e}"
+    if cloudpickle is None:
+        return None, why
+    try:
+        return cloudpickle.dumps(f), None
+    except Exception as e:
+        return None, f"{type(e).__name__}: {e}"
 
 
 def _replay_row(tape, i):
@@ -705,6 +768,7 @@ def _lean_program(fields):
     p = _Program()
     p.tape, p.twins, p.executor, p.guards, p.plans, p.fused = None, [], None, [], {}, False
     p.wide = False                             # (it has only its lean form)
+    p.captured = ()                            # (what f read stayed on the other side)
     p.inputs = p.input_rows = None
     for name, value in fields.items():
         setattr(p, name, value)

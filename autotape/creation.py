@@ -3,7 +3,7 @@ import threading
 
 import numpy as np
 
-from .tensor import Tensor, canonical, new_leaf, tensor_from
+from .tensor import Tensor, canonical, new_leaf, read_from, tensor_from
 
 _GRAD_DTYPE_ERROR = "Only Tensors of floating point and complex dtype can require gradients"
 
@@ -36,8 +36,12 @@ def tensor(data, dtype=None, requires_grad=False):
     dtype('float64')
     """
     if isinstance(data, Tensor):
-        data = data.numpy()
-    return _finish(tensor_from(data, _dtype(dtype)), requires_grad)
+        t = tensor_from(data.numpy(), _dtype(dtype))
+        if not data.requires_grad:             # (one that does is guarded by numpy())
+            read_from(data, t)
+    else:
+        t = tensor_from(data, _dtype(dtype))
+    return _finish(t, requires_grad)
 
 
 def _shape(shape):

@@ -35,13 +35,15 @@ class Traced:
 
 class Trace:
     """What one compile trace keeps besides its tape: rows of its input leaves and the
-    guards (fn, operand rows or constant values, result) taken while recording."""
-    __slots__ = ("tape", "leaf_rows", "guards")
+    guards (fn, operand rows or constant values, result) taken while recording, and the
+    arrays and tensors it read as constants with the values it read."""
+    __slots__ = ("tape", "leaf_rows", "guards", "captured")
 
     def __init__(self, tape):
         self.tape = tape
         self.leaf_rows = {}            # id(leaf tensor) -> its LEAF row
         self.guards = []
+        self.captured = []             # (numpy array or Tensor, the value the tape holds)
 
     def row(self, t):
         """t's row on the traced tape, or None when t is a constant to the trace."""
@@ -173,7 +175,8 @@ def _conversion_site():
         if name in ("detach", "data"):
             return None
         what = {"__float__": "float()", "__int__": "int()", "__index__": "an index",
-                "item": ".item()", "numpy": ".numpy()", "tolist": ".tolist()"}.get(
+                "item": ".item()", "numpy": ".numpy()", "tolist": ".tolist()",
+                "__repr__": "str() or repr()", "__format__": "format()"}.get(
                     name, what)
         frame = frame.f_back
     if frame is None or (os.path.abspath(frame.f_code.co_filename) + os.sep).startswith(

@@ -256,13 +256,16 @@ def _lean_program(tape, total, out_rows, out_values):
     """The recording as a lean program (program.py): one slot per row, one instruction
     per op row; constants one slot per distinct value (fn pushes a constant at every
     op that meets a number, and the same slot in every repetition lets the loop finder
-    see one body)."""
+    see one body). Distinct means distinct bits: 0.0 and -0.0 (atan2, 1 / x) and
+    NaNs of different payloads each keep a slot."""
     ops, values, used = tape
     op, a, b = ops[:used, 0], ops[:used, 1], ops[:used, 2]
     rows = np.arange(used)
     const_rows = rows[op == CONST]
-    distinct, first, inverse = np.unique(values[const_rows], return_index=True,
-                                         return_inverse=True)
+    const_values = np.ascontiguousarray(values[const_rows], np.float64)
+    _, first, inverse = np.unique(const_values.view(np.int64), return_index=True,
+                                  return_inverse=True)
+    distinct = const_values[first]
     canonical = rows.copy()
     canonical[const_rows] = const_rows[first][inverse]
     q = rows[op > SOURCE_LAST]

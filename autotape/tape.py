@@ -90,7 +90,7 @@ class Tape:
         self.imports = {}                # IMPORT row -> (older tape, row there)
         self.import_rows = {}            # (older tape id, row there) -> IMPORT row
         self.consts = {}                 # Python number -> CONST row
-        self.frozen = {}                 # id(read-only array) -> (array, its CONST row)
+        self.frozen = {}                 # id(constant array) -> (it, its CONST row, value)
         self.hooks = {}                  # row -> (dtype, hooks) (Tensor.register_hook)
         self.customs = {}                # CUSTOM row -> its CustomOp (custom.py)
         self.owner = owner               # the ThreadState recording here; None: closed
@@ -208,8 +208,20 @@ class Tape:
         if hit is not None and hit[0] is v:
             return hit[1]
         row = self.push(CONST, NO_ROW, NO_ROW, v.shape, NO_ROW, v.reshape(-1))
-        self.frozen[id(v)] = (v, row)
+        self.frozen[id(v)] = (v, row, v)
         return row
+
+    def const_copy(self, v):
+        """(row, value): the CONST row of a copy of array ``v`` (float64, C order), one
+        per tape while ``v`` holds the same values."""
+        hit = self.frozen.get(id(v))
+        if hit is not None and hit[0] is v and same_bits(hit[2], v):
+            return hit[1], hit[2]
+        value = np.array(v, np.float64, order="C")
+        value.flags.writeable = False
+        row = self.push(CONST, NO_ROW, NO_ROW, v.shape, NO_ROW, value.reshape(-1))
+        self.frozen[id(v)] = (v, row, value)
+        return row, value
 
     def import_row(self, t, value):
         key = (t._tape.id, t._row)
@@ -368,6 +380,14 @@ _SLOTS = [name for name in Tape.__slots__ if name != "__weakref__"]
 Row = namedtuple("Row", "op operands params shape")
 Columns = namedtuple("Columns", "nrows rows ipool shape_ndim shape_start shape_dims "
                                 "shape_size big_addr total_size kernel_prefix families")
+
+
+def same_bits(value, v):
+    """Whether array ``v`` holds exactly float64 ``value`` (0.0 and -0.0 differ, a
+    NaN equals only a NaN of the same payload)."""
+    v = np.ascontiguousarray(v, np.float64)
+    return value.shape == v.shape and np.array_equal(value.reshape(-1).view(np.int64),
+                                                     v.reshape(-1).view(np.int64))
 
 
 def close_open_tape():

@@ -231,6 +231,8 @@ class Tensor(Traced):
         if self.requires_grad:
             v = v.view()
             v.flags.writeable = False
+        elif v.flags.writeable:
+            _handed_out[id(v)] = v             # (writable from outside now)
         return v
 
     def __array__(self, dtype=None, copy=None):
@@ -367,6 +369,8 @@ class Tensor(Traced):
     __hash__ = object.__hash__
 
     def __repr__(self):
+        if current_trace() is not None:
+            observe_value(self)                 # (printed: a branch may follow from it)
         v = self._value
         body = np.array2string(np.asarray(v, self._dtype), separator=", ", prefix="tensor(")
         extra = ""
@@ -377,6 +381,19 @@ class Tensor(Traced):
         elif self._requires_grad:
             extra += ", requires_grad=True"
         return f"tensor({body}{extra})"
+
+    def __format__(self, spec):
+        """``f"{t}"`` is ``str(t)``; a format spec applies to a 0-d tensor's number
+        (``f"{loss:.3f}"``), as torch."""
+        if not spec:
+            return str(self)
+        if self._shape != ():
+            raise TypeError(f"unsupported format string passed to Tensor.__format__: a "
+                            f"spec ({spec!r}) needs a 0-d tensor, not shape {self._shape}")
+        if current_trace() is not None:
+            observe_value(self)
+        v = self._value
+        return format(v.item() if type(v) is np.ndarray else v, spec)
 
     def _become(self, other):
         """Take over another tensor's value and place in the graph (in-place ops)."""
@@ -463,7 +480,9 @@ def tensor_from(data, dtype=None):
         return data
     if type(data) is np.ndarray and data.dtype == F64 and dtype in (None, F64) and \
             data.flags.c_contiguous and pieces(data.size) > 1:
-        return new_leaf(*canonical(_copy_in_threads(data)))
+        t = new_leaf(*canonical(_copy_in_threads(data)))
+        read_from(data, t)
+        return t
     try:
         a = np.array(data, dtype=dtype)
     except (TypeError, ValueError) as e:
@@ -474,7 +493,19 @@ def tensor_from(data, dtype=None):
     if a.dtype == np.float16:
         a = a.astype(np.float32)
     value, shape, dtype = canonical(a)
-    return new_leaf(value, shape, dtype)
+    t = new_leaf(value, shape, dtype)
+    if type(data) in (np.ndarray, list):
+        read_from(data, t)
+    return t
+
+
+def read_from(source, t):
+    """Inside a compile trace, note that tensor t holds a copy of ``source`` (an array,
+    a list or a tensor f read): a call after ``source`` changed records f again
+    (compile.py)."""
+    trace = current_trace()
+    if trace is not None:
+        trace.captured.append((source, t._value))
 
 
 def _copy_in_threads(a):
@@ -486,6 +517,16 @@ def _copy_in_threads(a):
 
 
 # ---- a tensor's value, as numpy and as the tape stores it ----------------------------------
+
+# Tensor values that numpy() gave out writable: a tape copies them rather than freezing
+# them, since any view of them may be written (ops/recording.py).
+_handed_out = weakref.WeakValueDictionary()
+
+
+def handed_out(v):
+    """Whether ``numpy()`` gave out array ``v``, the value of a tensor, writable."""
+    return _handed_out.get(id(v)) is v
+
 
 def array_of(t):
     v = t._value

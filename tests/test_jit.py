@@ -304,3 +304,18 @@ def test_array_expressions_match_finite_differences():
                                rtol=1e-6, atol=1e-8)
     value = at.jit(array_model)(x0, k).item()
     assert value == pytest.approx(array_model(x0, k), rel=1e-13)
+
+
+@numba.njit
+def _signed_zero(x):
+    return math.atan2(0.0 * x[0], -0.0) + math.atan2(0.0 * x[0], 0.0) + x[0]
+
+
+def test_replay_keeps_signed_zero_constants_apart():
+    # 0.0 and -0.0 are two constants (atan2 tells them apart): the first call and the
+    # replays give pi + 0 + x
+    g = at.jit(_signed_zero)
+    for _ in range(3):
+        value, grad = g.value_and_grad(np.array([1.0]))
+        assert value.item() == math.pi + 1.0
+        assert grad.numpy()[0] == 1.0

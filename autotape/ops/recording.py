@@ -12,8 +12,8 @@ import numpy as np
 
 from ..tape import open_tape
 from ..tape_format import NO_ROW
-from ..tensor import (F32, F64, Tensor, canonical, new_leaf, new_result, round_f32,
-                      tape_value)
+from ..tensor import (F32, F64, Tensor, canonical, handed_out, new_leaf, new_result,
+                      round_f32, tape_value)
 from ..thread_state import here
 
 
@@ -22,13 +22,18 @@ def row_of(t, tape):
     Python number or a numpy array (both constants)."""
     if type(t) is not Tensor:
         if type(t) is np.ndarray:
-            return _const_array(tape, t)
+            return _const_array(tape, t, t)
         return tape.const(float(t), ())
     if t._tape is tape:
         return t._row
     if t._tape is None and not t._requires_grad:
         v = t._value
-        return tape.const(v, ()) if type(v) is float else _const_array(tape, v)
+        if type(v) is float:
+            trace = here().trace
+            if trace is not None:
+                trace.captured.append((t, v))
+            return tape.const(v, ())
+        return _const_array(tape, v, t)
     redirect = here().redirect          # (checkpoint: a variable read from outside)
     if redirect is not None:
         other = redirect(t)
@@ -44,15 +49,24 @@ def row_of(t, tape):
     return tape.import_row(t, tape_value(t._value))
 
 
-def _const_array(tape, v):
-    """A constant array's row. An array that owns its data is frozen rather than copied
-    (later in-place updates of its tensor then copy first, see tensor_methods.py, so
-    the tape's value never changes) and is one row per tape however often it is used;
-    a view is copied, since its base may still be written."""
-    if v.flags.owndata and v.dtype == F64 and v.flags.c_contiguous:
+def _const_array(tape, v, source):
+    """A constant array's row, holding a value nothing can write: the array itself when
+    it is read-only, or is a tensor's own value that was never handed out (frozen then:
+    a later in-place update of its tensor copies first, see tensor_methods.py); else a
+    copy (a user's array, or one that ``numpy()`` handed out, may be written through
+    any view of it). One row per tape however often it is used, while it is unchanged.
+    Inside a compile trace ``source`` (the array or tensor read) is kept with the
+    value, so a call after it changed records again (compile.py)."""
+    if v.dtype == F64 and v.flags.c_contiguous and v.flags.owndata and (
+            not v.flags.writeable or (type(source) is Tensor and not handed_out(v))):
         v.flags.writeable = False
-        return tape.const_array(v)
-    return tape.const(np.array(v, F64).reshape(-1), v.shape)
+        row, value = tape.const_array(v), v
+    else:
+        row, value = tape.const_copy(v)
+    trace = here().trace
+    if trace is not None:
+        trace.captured.append((source, value))
+    return row
 
 
 def tape_for(*operands):
