@@ -35,7 +35,6 @@ import weakref
 
 import dask
 import dask.array as da
-import numba
 
 try:
     import distributed                   # (optional: dask's local schedulers need none)
@@ -44,6 +43,7 @@ except ImportError:
 import numpy as np
 
 from .compile import Compiled
+from .parallel import limit_threads
 from .pytree import flatten
 
 __all__ = ["map_points"]
@@ -118,23 +118,11 @@ def _evaluate_chunk(block, handle, method, shape, threads):
     as (points, values) in float."""
     compiled = handle if isinstance(handle, Compiled) else handle.compiled
     points = np.ascontiguousarray(block).reshape((block.shape[0],) + shape)
-    with _numba_threads(threads):
+    with limit_threads(threads):
         result = compiled.map_points(method, (points,))
     leaves, _ = flatten(result)
     return np.concatenate([np.asarray(leaf.numpy()).reshape(block.shape[0], -1)
                            for leaf in leaves], axis=1)
-
-
-@contextlib.contextmanager
-def _numba_threads(n):
-    """numba's thread count for this thread only (numba keeps it per thread), so chunks
-    running side by side in a worker never oversubscribe its cores."""
-    saved = numba.get_num_threads()
-    numba.set_num_threads(min(n, numba.config.NUMBA_NUM_THREADS))
-    try:
-        yield
-    finally:
-        numba.set_num_threads(saved)
 
 
 # ---- the program, sent once per worker -----------------------------------------------------

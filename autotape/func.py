@@ -502,6 +502,8 @@ def vmap(f, in_axes=0, device=None):
     method = getattr(f, "__name__", None) if owner is not None else "__call__"
 
     def mapped(*args):
+        if args and all(np.ndim(a) and np.shape(a)[0] == 0 for a in args):
+            return _no_points(args)
         if mapper is not None:
             return mapper(method, args) if device is None else \
                 mapper(method, args, device=device)
@@ -511,4 +513,24 @@ def vmap(f, in_axes=0, device=None):
         leaves, rebuild = flatten(results[0])
         per_point = [flatten(r)[0] for r in results]
         return rebuild([stack([pt[k] for pt in per_point]) for k in range(len(leaves))])
+
+    def _no_points(args):
+        """Results with a leading axis of 0, as jax's: their shapes from f at one
+        point of zeros."""
+        zeros = [np.zeros(np.shape(a)[1:], np.asarray(a).dtype) for a in args]
+        try:
+            if mapper is not None:
+                one = mapper(method, [z[None] for z in zeros]) if device is None else \
+                    mapper(method, [z[None] for z in zeros], device=device)
+                leaves, rebuild = flatten(one)
+                shapes = [np.shape(v)[1:] for v in leaves]
+            else:
+                leaves, rebuild = flatten(f(*zeros))
+                shapes = [np.shape(v) for v in leaves]
+            dtypes = [np.dtype(getattr(v, "dtype", np.float64)) for v in leaves]
+        except Exception as e:
+            raise ValueError(f"vmap over 0 points: the results' shapes come from f at one "
+                             f"point of zeros, where f raised {type(e).__name__}: {e}") from e
+        return rebuild([_leaf(np.zeros((0,) + tuple(shape)), dtype)
+                        for shape, dtype in zip(shapes, dtypes)])
     return mapped

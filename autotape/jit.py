@@ -89,6 +89,13 @@ class Jit:
     def __repr__(self):
         return f"<autotape.jit {self.name!r}>"
 
+    def __getstate__(self):
+        """fn only: the recorders and programs are made again where it is loaded."""
+        return {"fn": self.fn}
+
+    def __setstate__(self, state):
+        self.__init__(state["fn"])
+
     # -- public calls ------------------------------------------------------------------------
 
     def __call__(self, *args):
@@ -183,12 +190,16 @@ class Jit:
                 else arrays[0].reshape(1, -1)
             values, jac = lean.run(X, jacobian=jacobian)
             return values[0], (jac[0] if jacobian else None), shape, arrays
-        values, rows, tape, shape, decisions = self._record(arrays)
-        total = sum(a.size for a in arrays)
-        jac = np.stack([self._gradient(tape, r, total) for r in rows]) if jacobian else None
-        if program is None:
-            self._programs[tuple(a.shape for a in arrays)] = False if decisions else (
-                _lean_program(tape, total, rows, values), shape)
+        try:
+            values, rows, tape, shape, decisions = self._record(arrays)
+            total = sum(a.size for a in arrays)
+            jac = np.stack([self._gradient(tape, r, total) for r in rows]) \
+                if jacobian else None
+            if program is None:
+                self._programs[tuple(a.shape for a in arrays)] = False if decisions else (
+                    _lean_program(tape, total, rows, values), shape)
+        finally:
+            _drop_large_buffers()
         return values, jac, shape, arrays
 
     def _program(self, arrays):
@@ -330,6 +341,19 @@ def _buffers(rows):
     return header, ops, values
 
 
+KEEP_TAPE_BYTES = 16 << 20     # a thread keeps tape buffers up to this for its next call
+
+
+def _drop_large_buffers():
+    """A large recording's buffers go back once it is swept (a thread keeps small ones
+    for its next call: fresh pages cost more than a small recording)."""
+    state = here()
+    for name in ("jit_tape", "jit_sweep"):
+        kept = getattr(state, name)
+        if kept is not None and sum(a.nbytes for a in kept) > KEEP_TAPE_BYTES:
+            setattr(state, name, None)
+
+
 def _sweep_scratch(n):
     state = here()
     kept = state.jit_sweep
@@ -433,7 +457,7 @@ def _transformed(fn, done):
                          f"    return {ast.unparse(node.body)}\n").body[0]
         ast.increment_lineno(node, line - 1)
     node.name, node.decorator_list = name, []
-    module = ast.Module(body=[_Rewrite(namespace, done).visit(node)], type_ignores=[])
+    module = ast.Module(body=[_Rewrite(namespace, done, py).visit(node)], type_ignores=[])
     ast.fix_missing_locations(module)
     ast.increment_lineno(module, py.__code__.co_firstlineno - 1)
     exec(compile(module, py.__code__.co_filename, "exec"), namespace)
@@ -462,8 +486,24 @@ class _Rewrite(ast.NodeTransformer):
     """Calls to np.zeros / np.empty / np.ones and to other numba functions, redirected
     (resolved through fn's globals)."""
 
-    def __init__(self, namespace, done):
-        self.namespace, self.done = namespace, done
+    def __init__(self, namespace, done, py):
+        self.namespace, self.done, self.py = namespace, done, py
+
+    def visit_With(self, node):
+        for item in node.items:
+            call = item.context_expr
+            target = _resolve(call.func if isinstance(call, ast.Call) else call,
+                              self.namespace)
+            if target is numba.objmode:
+                line = node.lineno + self.py.__code__.co_firstlineno - 1
+                raise TypeError(
+                    f"at.jit({self.py.__name__}): cannot record at "
+                    f"{self.py.__code__.co_filename}:{line}: numba.objmode runs Python, "
+                    "which cannot follow differentiable values; compute that part "
+                    "outside the function and pass its result in, or write it with "
+                    "numba-supported ops")
+        self.generic_visit(node)
+        return node
 
     def visit_Call(self, node):
         self.generic_visit(node)

@@ -76,11 +76,30 @@ def get_num_threads():
 
 
 def for_numba():
-    """Tell numba, for the calling thread, how many threads its parallel loops get."""
+    """Tell numba, for the calling thread, how many threads its parallel loops get (the
+    count set_num_threads set, or less inside ``limit_threads``); returns it."""
     n = _state["threads"]
+    cap = getattr(_local, "cap", None)
+    if cap is not None:
+        n = min(n, cap)
     if numba.get_num_threads() != n:
         numba.set_num_threads(n)
     return n
+
+
+_local = threading.local()
+
+
+@contextlib.contextmanager
+def limit_threads(n):
+    """At most ``n`` threads for the calling thread's work inside the block (chunks
+    that run side by side in one worker process must not oversubscribe its cores)."""
+    saved = getattr(_local, "cap", None)
+    _local.cap = n if saved is None else min(n, saved)
+    try:
+        yield
+    finally:
+        _local.cap = saved
 
 
 _PARALLEL_LOCK = threading.Lock()

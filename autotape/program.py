@@ -10,7 +10,7 @@ from .kernels.blas import DGEMM
 from .kernels.cache import compile_notice
 from .kernels.calls import call_rows, driver
 from .kernels.elementwise import passes_nothing
-from .parallel import parallel_launch
+from .parallel import for_numba, parallel_launch
 from .kernels.loops import find_loop, loop_kernels
 from .kernels.program import (COPY, GATHER, I_A, I_N, I_OP, I_OUT, I_P, I_SA, LOWERED,
                               SCATTER_ADD, forward_range, forward_range_points, live_sets,
@@ -134,7 +134,7 @@ class LeanProgram:
             if jacobian and live.size <= KEEP_LIVE_BYTES:
                 self.live = live            # (a race computes it twice, both right)
         chunk = 1 if B == 1 else chunk_size(self.nslots)
-        workers = min(numba.get_num_threads(), (B + chunk - 1) // chunk)
+        workers = min(for_numba(), (B + chunk - 1) // chunk)
         if self.user_calls is not None:
             self._run_driver(X, values, jac, jacobian, live)
             return values, (jac if jacobian else None)
@@ -143,7 +143,7 @@ class LeanProgram:
             segments = self.segments if all(compiled) else None
             slots = segments.size if segments is not None else self.nslots
             chunk = 1 if B == 1 else chunk_size(slots)
-            workers = min(numba.get_num_threads(), (B + chunk - 1) // chunk)
+            workers = min(for_numba(), (B + chunk - 1) // chunk)
 
             def work(V, G, p0, C):
                 if segments is not None:
@@ -173,7 +173,7 @@ class LeanProgram:
         B = X.shape[0]
         code = (self.instr, self.pool, self.divisor, live, self.const_slots, self.const_vals,
                 self.in_slots, self.out_slots)
-        workers = min(numba.get_num_threads(), B)
+        workers = min(for_numba(), B)
 
         def work(p0, p1, V, G):
             self.driver(*code, X[p0:p1], values[p0:p1], jac[p0:p1] if jacobian else jac,
@@ -212,7 +212,7 @@ class LeanProgram:
             segments = self.segments
             slots = segments.size if segments is not None else self.nslots
             chunk = 1 if B == 1 else chunk_size(slots * (1 + K) // 2)
-            workers = min(numba.get_num_threads(), (B + chunk - 1) // chunk)
+            workers = min(for_numba(), (B + chunk - 1) // chunk)
 
             def work(V, D, p0, C):
                 if segments is not None:
@@ -222,7 +222,7 @@ class LeanProgram:
             self._each_chunk(B, chunk, workers, slots, (1, K), X.dtype, work)
             return values, tangents
         chunk = 1 if B == 1 else chunk_size(self.nslots * (1 + K) // 2)
-        workers = min(numba.get_num_threads(), (B + chunk - 1) // chunk)
+        workers = min(for_numba(), (B + chunk - 1) // chunk)
         args = (self.instr, self.pool, self.divisor, self.const_slots, self.const_vals,
                 self.in_slots, self.out_slots, X, S, values, tangents, chunk)
         if workers > 1:
@@ -370,8 +370,13 @@ def _user_call(tape, row):
     """What the driver needs of a user's compiled op at ``row``: (forward, vjp, name,
     operand shapes, output shape)."""
     op = tape.customs[row]
-    return (op.forward, op.vjp, op.name, [tuple(tape.shape(r)) for r in tape.row(row).operands],
-            tuple(tape.shape(row)))
+    shapes = [tuple(tape.shape(r)) for r in tape.row(row).operands]
+    out_shape = tuple(tape.shape(row))
+    # its vjp called once here, from Python, so that one returning the wrong thing is
+    # told in the op's words (compiled into the driver, it is a numba typing error)
+    op.cotangents([np.zeros(shape) for shape in shapes], np.zeros(out_shape),
+                  np.zeros(out_shape))
+    return (op.forward, op.vjp, op.name, shapes, out_shape)
 
 
 def passes_nothing_mask(ops):

@@ -380,3 +380,16 @@ def test_nested_closure_matches_jax():
     ours = F.grad(f(at, F.grad))(1.3)
     theirs = jax.grad(f(jax.numpy, jax.grad))(1.3)
     assert float(ours) == pytest.approx(float(theirs), rel=1e-12)
+
+
+def test_vmap_over_no_points_gives_empty_results():
+    c = at.compile(lambda x: (x ** 2).sum() * x, np.ones(2))
+    values = F.vmap(c)(np.zeros((0, 2)))
+    assert values.shape == (0, 2)
+    s = at.compile(lambda x: (x ** 2).sum(), np.ones(2))
+    value, grads = F.vmap(s.value_and_grad)(np.zeros((0, 2)))
+    assert value.shape == (0,) and grads.shape == (0, 2)
+    assert F.vmap(s.jacobian)(np.zeros((0, 2))).shape == (0, 2)
+    assert F.vmap(lambda x: x * 2.0)(np.zeros((0, 3))).shape == (0, 3)
+    assert F.vmap(lambda x, y: (x + y, x.sum()))(np.zeros((0, 3)), np.zeros((0, 3)))[1] \
+        .shape == (0,)

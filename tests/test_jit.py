@@ -319,3 +319,39 @@ def test_replay_keeps_signed_zero_constants_apart():
         value, grad = g.value_and_grad(np.array([1.0]))
         assert value.item() == math.pi + 1.0
         assert grad.numpy()[0] == 1.0
+
+
+def test_pickles_with_its_function():
+    import pickle
+    g = at.jit(pendulum)
+    g.value_and_grad(THETA)
+    copy = pickle.loads(pickle.dumps(g))
+    for a, b in zip(copy.value_and_grad(THETA), g.value_and_grad(THETA)):
+        np.testing.assert_array_equal(np.asarray(a.numpy()), np.asarray(b.numpy()))
+
+
+def test_large_recordings_give_their_buffers_back():
+    @numba.njit
+    def long_chain(x):
+        s = x[0]
+        for _ in range(400_000):
+            s = s * 0.999999 + 1e-7
+        return s
+
+    at.jit(long_chain).value_and_grad(np.array([1.0]))
+    state = here()
+    for kept in (state.jit_tape, state.jit_sweep):
+        assert kept is None or sum(a.nbytes for a in kept) <= jit_module.KEEP_TAPE_BYTES
+
+
+@numba.njit
+def _with_objmode(x):
+    with numba.objmode(y="float64"):
+        y = float(np.sin(x[0]))
+    return y * x[0]
+
+
+def test_objmode_is_refused_naming_its_line():
+    line = _with_objmode.py_func.__code__.co_firstlineno + 2     # (the with)
+    with pytest.raises(TypeError, match=rf"test_jit.py:{line}: numba.objmode runs Python"):
+        at.jit(_with_objmode).grad(np.ones(1))

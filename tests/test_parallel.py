@@ -1,6 +1,7 @@
 """Intra-op threads (at.set_num_threads): large elementwise ops and the sweep's large
 rows split among threads give exactly the one-thread results, also when Python threads
 sweep at once; the setting is validated and also limits BLAS."""
+import importlib
 import multiprocessing
 
 import numba
@@ -169,3 +170,52 @@ def test_python_threads_run_threaded_forwards_at_once(threads):
     results = run_threads(lambda k: at.log1p(at.tensor(Y * (k + 1))).numpy(), 4)
     for k in range(4):
         np.testing.assert_array_equal(results[k], np.log1p(Y * (k + 1)))
+
+
+def _pendulum_loss(theta):
+    x, v = theta[0] * 1.0, theta[1] * 0.0
+    for _ in range(20):
+        x, v = x + 0.05 * v, v - 0.05 * at.sin(x) * theta[1]
+    return x * x
+
+
+_POINTS = np.random.default_rng(3).uniform(0.5, 1.5, (4000, 2))
+
+
+def test_vmap_uses_the_thread_count_set(threads, monkeypatch):
+    program_module = importlib.import_module("autotape.program")
+    c = at.compile(_pendulum_loss, np.ones(2))
+    seen = []
+    real = program_module.for_numba
+    monkeypatch.setattr(program_module, "for_numba", lambda: seen.append(real()) or seen[-1])
+    threads(1)
+    one = at.func.vmap(c.value_and_grad)(_POINTS)
+    assert seen and set(seen) == {1} and numba.get_num_threads() == 1
+    threads(2)
+    seen.clear()
+    two = at.func.vmap(c.value_and_grad)(_POINTS)
+    assert set(seen) == {min(2, numba.config.NUMBA_NUM_THREADS)}
+    for a, b in zip(one, two):
+        np.testing.assert_array_equal(a.numpy(), b.numpy())
+
+
+def _vmap_in_a_child(queue):
+    c = at.compile(_pendulum_loss, np.ones(2))
+    values, grads = at.func.vmap(c.value_and_grad)(_POINTS)
+    queue.put((values.numpy().tobytes(), grads.numpy().tobytes()))
+
+
+def test_a_forked_child_runs_vmap(threads):
+    threads(2)
+    c = at.compile(_pendulum_loss, np.ones(2))
+    values, grads = at.func.vmap(c.value_and_grad)(_POINTS)   # the parent's threads ran
+    ctx = multiprocessing.get_context("fork")
+    queue = ctx.Queue()
+    child = ctx.Process(target=_vmap_in_a_child, args=(queue,))
+    child.start()
+    child.join(120)
+    alive = child.is_alive()
+    if alive:
+        child.kill()
+    assert not alive and child.exitcode == 0
+    assert queue.get(timeout=5) == (values.numpy().tobytes(), grads.numpy().tobytes())

@@ -171,8 +171,17 @@ def test_compiled_pickles_and_runs_in_a_process_pool():
     np.testing.assert_array_equal(batch, F.vmap(c.grad)(thetas).numpy())
 
 
-def test_a_lambda_pickles_with_its_recordings_only():
+def test_a_lambda_pickles_whole_with_cloudpickle():
     import pickle
+    pytest.importorskip("cloudpickle")
+    c = at.compile(lambda x: (at.sin(x) * x).sum(), np.ones(3))
+    copy = pickle.loads(pickle.dumps(c))
+    np.testing.assert_array_equal(copy.grad(np.ones(4)).numpy(), c.grad(np.ones(4)).numpy())
+
+
+def test_a_lambda_pickles_with_its_recordings_only(monkeypatch):
+    import pickle
+    monkeypatch.setattr(importlib.import_module("autotape.compile"), "cloudpickle", None)
     c = at.compile(lambda x: (at.sin(x) * x).sum(), np.ones(3))
     copy = pickle.loads(pickle.dumps(c))
     np.testing.assert_array_equal(copy.grad(np.arange(3.0)).numpy(),

@@ -81,6 +81,15 @@ def find_loop(instr):
         period = int(period)
         if period * MIN_REPEATS > count:
             break
+        if best is not None and period % best[1] == 0:
+            continue          # (a multiple of a period found repeats the same stretch)
+        # a look around the middle first: the whole program is scanned only for a
+        # period that repeats there (a scan costs a pass over every instruction)
+        a = max(middle - 2 * period, 0)
+        b = min(middle + 3 * period, count)
+        _, near = _matches(instr[a:b], sig[a:b], period)
+        if middle - a >= near.size or not near[middle - a]:
+            continue
         delta, ok = _matches(instr, sig, period)
         if middle >= ok.size or not ok[middle]:
             continue
