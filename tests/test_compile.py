@@ -470,3 +470,23 @@ def test_cloudpickle_carries_a_compiled_lambda():
     c(np.ones(2))
     copy = pickle.loads(cloudpickle.dumps(c))
     np.testing.assert_array_equal(copy.grad(np.ones(3)).numpy(), [6.0, 6.0, 6.0])
+
+
+def test_softmax_and_logsumexp_replay_without_recording_again():
+    rng = np.random.default_rng(0)
+    for fn in (at.softmax, at.logsumexp, at.log_softmax):
+        c = at.compile(lambda x: (fn(x) * x).sum(), np.ones(5))
+        for _ in range(6):
+            x = rng.normal(size=5) * 3.0
+            value, grad = c.value_and_grad(x)
+            eager = at.tensor(x, requires_grad=True)
+            want = (fn(eager) * eager).sum()
+            want.backward()
+            np.testing.assert_allclose(value.item(), want.item(), rtol=1e-13)
+            np.testing.assert_allclose(grad.numpy(), eager.grad.numpy(), rtol=1e-12,
+                                       atol=1e-15)
+        assert c.traces == 1
+        c(np.full(5, 100.0))                           # the data moved far: recorded again
+        assert c.traces == 2
+        far = at.tensor(np.full(5, 100.0))
+        np.testing.assert_allclose(c(far.numpy()).item(), (fn(far) * far).sum().item())
