@@ -69,6 +69,8 @@ class Tape:
 
     def __init__(self, owner=None):
         self.id = next(_tape_ids)
+        self.whole = False               # a compiled program's recording: one tape of
+                                         # any size (nothing is freed early)
         self.staged = []                 # staged rows: opcode, operand a, operand b, ...
         self.rows_log = ((), self.staged)   # (flushed (n, 3) int64 chunks, staged list)
         self.flushed = 0
@@ -94,8 +96,6 @@ class Tape:
         self.hooks = {}                  # row -> (dtype, hooks) (Tensor.register_hook)
         self.customs = {}                # CUSTOM row -> its CustomOp (custom.py)
         self.owner = owner               # the ThreadState recording here; None: closed
-        self.whole = False               # a compiled program's recording: one tape, up
-                                         # to the hard limit (nothing is freed early)
         self.nrows = 0
         self.array_bytes = 0
         self._columns = None
@@ -146,10 +146,12 @@ class Tape:
         self.staged = fresh              # publishes the chunk and the new list at once)
         self.flushed += chunk.shape[0]
         self.checkpoint = self._next_checkpoint()
-        if self.flushed >= HARD_ROWS_FACTOR * MAX_ROWS:
+        if self.flushed >= HARD_ROWS_FACTOR * MAX_ROWS and not self.whole:
             self.owner = None
 
     def _next_checkpoint(self):
+        if self.whole:                   # (a compiled recording: one tape, any size)
+            return self.flushed + FLUSH_ROWS - 1
         return min(self.flushed + FLUSH_ROWS, HARD_ROWS_FACTOR * MAX_ROWS) - 1
 
     def push(self, op, a, b, shape, aux, value):
@@ -163,7 +165,7 @@ class Tape:
             self.arrays.append(value)
             self.big_addr.append(address_of(value))
             self.array_bytes += value.nbytes
-            if self.array_bytes > HARD_ROWS_FACTOR * MAX_ARRAY_BYTES:
+            if self.array_bytes > HARD_ROWS_FACTOR * MAX_ARRAY_BYTES and not self.whole:
                 self.owner = None
         sid = self.shape_ids.get(shape)
         if sid is None:
@@ -428,7 +430,7 @@ def open_tape(*tapes):
     current = state.tape() if state.tape is not None else None
     if current is None or current.owner is not state or (
             current.nrows >= MAX_ROWS and not current.whole) or \
-            current.array_bytes >= MAX_ARRAY_BYTES or any(
+            (current.array_bytes >= MAX_ARRAY_BYTES and not current.whole) or any(
                 t is not None and t.id > current.id for t in tapes):
         if current is not None and current.owner is state:
             current.close()            # one open tape per thread: its newest

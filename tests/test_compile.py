@@ -1,6 +1,8 @@
 """at.compile: a recording replayed at new arguments equals recording afresh there (values,
 gradients, Jacobians, Hessians), for every op family; guards send a call whose Python
 decisions would differ back to be recorded; errors are clear."""
+import importlib
+
 import numpy as np
 import pytest
 from hypothesis import HealthCheck, given, settings
@@ -490,3 +492,25 @@ def test_softmax_and_logsumexp_replay_without_recording_again():
         assert c.traces == 2
         far = at.tensor(np.full(5, 100.0))
         np.testing.assert_allclose(c(far.numpy()).item(), (fn(far) * far).sum().item())
+
+
+def test_a_recording_larger_than_a_tape_holds_stays_whole(monkeypatch):
+    # (the limits scaled down: eager code opens a new tape past them; a compiled
+    # recording is one tape of any size)
+    tape_module = importlib.import_module("autotape.tape")
+    monkeypatch.setattr(tape_module, "MAX_ARRAY_BYTES", 1 << 16)
+    monkeypatch.setattr(tape_module, "MAX_ROWS", 64)
+
+    def f(x):
+        total = 0.0
+        for k in range(40):
+            total = total + (at.sin(x * (k + 1.0))).sum()
+        return total
+
+    x = np.linspace(0.0, 1.0, 4000)
+    value, grad = at.compile(f, x).value_and_grad(x)
+    eager = at.tensor(x, requires_grad=True)
+    want = f(eager)
+    want.backward()
+    np.testing.assert_allclose(value.item(), want.item(), rtol=1e-14)
+    np.testing.assert_allclose(grad.numpy(), eager.grad.numpy(), rtol=1e-13)
