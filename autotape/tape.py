@@ -46,6 +46,10 @@ from .tape_format import NO_ROW, OP, SHAPE, VLOC, array_index, operand_list
 # be imported there, so the old tape dies with its results.
 MAX_ROWS = 1 << 18
 MAX_ARRAY_BYTES = 1 << 28
+# ... or this many of its largest rows, if more: one expression on large arrays stays on
+# one tape (a graph split over tapes sweeps each apart, its adjoints copied between them:
+# a 10^7-element expression peaked at twice the memory)
+ROWS_OF_THE_LARGEST = 16
 # A single expression that keeps growing is split here (with an IMPORT row).
 HARD_ROWS_FACTOR = 4
 
@@ -64,7 +68,7 @@ class Tape:
     __slots__ = ("id", "staged", "rows_log", "flushed", "checkpoint", "extra", "arena", "arrays", "big_addr", "shape_ids", "shapes",
                  "shape_ndim", "shape_dims", "shape_size", "released", "leaves", "frozen",
                  "retained", "imports", "import_rows", "consts", "owner", "nrows",
-                 "array_bytes", "ipool", "hooks", "customs", "_columns", "_kernel_args",
+                 "array_bytes", "array_limit", "ipool", "hooks", "customs", "_columns", "_kernel_args",
                  "whole", "__weakref__")
 
     def __init__(self, owner=None):
@@ -98,6 +102,7 @@ class Tape:
         self.owner = owner               # the ThreadState recording here; None: closed
         self.nrows = 0
         self.array_bytes = 0
+        self.array_limit = MAX_ARRAY_BYTES     # (grows with the largest row, see above)
         self._columns = None
         self._kernel_args = None
 
@@ -165,7 +170,9 @@ class Tape:
             self.arrays.append(value)
             self.big_addr.append(address_of(value))
             self.array_bytes += value.nbytes
-            if self.array_bytes > HARD_ROWS_FACTOR * MAX_ARRAY_BYTES and not self.whole:
+            if value.nbytes * ROWS_OF_THE_LARGEST > self.array_limit:
+                self.array_limit = value.nbytes * ROWS_OF_THE_LARGEST
+            if self.array_bytes > HARD_ROWS_FACTOR * self.array_limit and not self.whole:
                 self.owner = None
         sid = self.shape_ids.get(shape)
         if sid is None:
@@ -430,7 +437,7 @@ def open_tape(*tapes):
     current = state.tape() if state.tape is not None else None
     if current is None or current.owner is not state or (
             current.nrows >= MAX_ROWS and not current.whole) or \
-            (current.array_bytes >= MAX_ARRAY_BYTES and not current.whole) or any(
+            (current.array_bytes >= current.array_limit and not current.whole) or any(
                 t is not None and t.id > current.id for t in tapes):
         if current is not None and current.owner is state:
             current.close()            # one open tape per thread: its newest

@@ -4,6 +4,7 @@ sweeps is capped; a larger one is freed with the sweep's results), at once or, w
 freed memory is kept for reuse (memory.py), once the program has been idle for
 memory.IDLE_SECONDS."""
 import gc
+import importlib
 import os
 import time
 
@@ -52,3 +53,19 @@ def test_small_scratch_is_kept_between_sweeps():
     kept = here().scratch
     large_backward(1000)
     assert here().scratch is kept and kept.nbytes <= executor.KEEP_SCRATCH_BYTES
+
+
+def test_an_expression_on_large_arrays_stays_on_one_tape(monkeypatch):
+    # (the tape's size limit scaled down to 1 MiB; the arrays are 1 MiB each) a graph
+    # split over tapes sweeps each apart and copies adjoints between them, which doubled
+    # the peak memory of a 10^7-element gradient; past the limit only a loop's next
+    # iteration (an op from leaves alone, once the tape holds 16 of its largest rows)
+    # opens a new tape
+    tape_module = importlib.import_module("autotape.tape")
+    monkeypatch.setattr(tape_module, "MAX_ARRAY_BYTES", 1 << 20)
+    n = (1 << 20) // 8
+    x = at.tensor(np.linspace(-1, 1, n), requires_grad=True)
+    y = (at.sin(x) * x + x ** 2 / (1 + at.exp(-x)) + at.cos(x) * at.tanh(x)).sum()
+    assert not y._tape.imports
+    rows = [at.sin(x) * k for k in range(20)]           # a loop of 20 from the leaf
+    assert rows[-1]._tape is not rows[0]._tape
