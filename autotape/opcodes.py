@@ -51,6 +51,9 @@ INV, SOLVE, SLOGDET, CHOLESKY, EIGH = 701, 702, 703, 704, 705
 SVD = 706
 # The Moore-Penrose pseudo-inverse of the last two axes, its rank held constant.
 PINV = 707
+# The determinant; its gradient is the cofactor matrix (saved when recorded), which is
+# defined at singular matrices too.
+DET = 708
 LINALG_FIRST, LINALG_LAST = 700, 799
 
 # A user's op (autotape.custom_op): its forward and VJP are Python functions, so the

@@ -13,7 +13,7 @@ from .grad_mode import is_grad_enabled
 from .guards import observe
 from .hooks import register_hook, register_post_accumulate_grad_hook
 from .numpy_dispatch import array_function, array_ufunc
-from .opcodes import (ADD, CHOLESKY, CONCAT, CUSTOM, CUMPROD, CUMSUM, DIV, EIGH, INV, MATMUL, MAX,
+from .opcodes import (ADD, CHOLESKY, CONCAT, CUSTOM, DET, CUMPROD, CUMSUM, DIV, EIGH, INV, MATMUL, MAX,
                       MEAN, MIN, MUL, PROD, PUT_ADD, RESHAPE, SCATTER, SETITEM, SLOGDET, SOLVE,
                       STRIDED, SUB, SUM, SVD, TAKE, WHERE, PINV)
 from .ops import elementwise, indexing, reduce
@@ -47,7 +47,7 @@ GRAD_FN_NAMES.update({
     CUMPROD: "CumprodBackward", RESHAPE: "ReshapeBackward", STRIDED: "ViewBackward",
     SETITEM: "CopySlices", CONCAT: "CatBackward", MATMUL: "MatmulBackward",
     INV: "LinalgInvBackward", SOLVE: "LinalgSolveBackward",
-    SLOGDET: "LinalgSlogdetBackward", CHOLESKY: "LinalgCholeskyBackward",
+    SLOGDET: "LinalgSlogdetBackward", DET: "LinalgDetBackward", CHOLESKY: "LinalgCholeskyBackward",
     EIGH: "LinalgEighBackward", SVD: "LinalgSvdBackward",
     PINV: "LinalgPinvBackward"})
 

@@ -155,3 +155,24 @@ def test_triangle_readers_have_exact_gradients_on_any_matrix(uplo):
     if uplo == "L":
         check_grads(at.linalg.cholesky, a)
         check_second_order(at.linalg.cholesky, a, rtol=1e-4, atol=1e-5)
+
+
+def test_det_gradient_is_the_cofactor_matrix_also_where_singular():
+    cases = [np.array([[1.0, 2.0], [2.0, 4.0]]),                        # rank 1
+             np.array([[1.0, 2.0, 3.0], [2.0, 4.0, 6.0], [1.0, 0.0, 1.0]]),   # rank 2
+             np.zeros((3, 3)),                                           # rank 0
+             np.random.default_rng(0).normal(size=(2, 4, 4))]            # a batch
+    for a in cases:
+        x = at.tensor(a, requires_grad=True)
+        g, = at.grad(at.linalg.det(x).sum(), x)
+        eps, fd = 1e-6, np.zeros_like(a)
+        for k in np.ndindex(a.shape):
+            up, down = a.copy(), a.copy()
+            up[k] += eps
+            down[k] -= eps
+            fd[k] = (np.linalg.det(up).sum() - np.linalg.det(down).sum()) / (2 * eps)
+        np.testing.assert_allclose(g.numpy(), fd, atol=1e-8)
+        assert np.isfinite(g.numpy()).all()
+    # second derivatives where A is invertible
+    a = np.random.default_rng(1).normal(size=(3, 3))
+    assert at.gradgradcheck(lambda m: at.linalg.det(m), (at.tensor(a, requires_grad=True),))

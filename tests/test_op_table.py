@@ -94,6 +94,7 @@ SAMPLES = {
                     np.arange(9.0) / 20),
     opcodes.SLOGDET: (lambda x: at.linalg.slogdet(x.reshape(3, 3) + A3)[1],
                       np.arange(9.0) / 20),
+    opcodes.DET: (lambda x: at.linalg.det(x.reshape(3, 3) + A3), np.arange(9.0) / 20),
     opcodes.CHOLESKY: (lambda x: at.linalg.cholesky(x.reshape(3, 3) + A3).sum(),
                        np.arange(9.0) / 20),
     opcodes.EIGH: (lambda x: (at.linalg.eigh(x.reshape(3, 3) + A3)[0] * np.arange(3.0)).sum(),

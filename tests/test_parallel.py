@@ -206,16 +206,20 @@ def _vmap_in_a_child(queue):
 
 
 def test_a_forked_child_runs_vmap(threads):
-    threads(2)
     c = at.compile(_pendulum_loss, np.ones(2))
+    threads(1)
+    at.func.vmap(c.value_and_grad)(_POINTS)     # (the one-thread kernels the child runs,
+    threads(2)                                  # compiled here: the child inherits them)
     values, grads = at.func.vmap(c.value_and_grad)(_POINTS)   # the parent's threads ran
     ctx = multiprocessing.get_context("fork")
     queue = ctx.Queue()
     child = ctx.Process(target=_vmap_in_a_child, args=(queue,))
     child.start()
-    child.join(120)
-    alive = child.is_alive()
-    if alive:
-        child.kill()
-    assert not alive and child.exitcode == 0
-    assert queue.get(timeout=5) == (values.numpy().tobytes(), grads.numpy().tobytes())
+    try:
+        got = queue.get(timeout=120)           # (before join: the result fills the pipe)
+    finally:
+        child.join(30)
+        if child.is_alive():
+            child.kill()
+    assert child.exitcode == 0
+    assert got == (values.numpy().tobytes(), grads.numpy().tobytes())

@@ -16,7 +16,7 @@ from test_op_table import SAMPLES, _recorded_ops
 
 # the ops the lean program leaves to the tape's interpreting kernels
 NOT_LOWERED = {opcodes.MAX, opcodes.MIN, opcodes.PROD, opcodes.CUMSUM, opcodes.CUMPROD,
-               opcodes.MATMUL, opcodes.INV, opcodes.SOLVE, opcodes.SLOGDET,
+               opcodes.MATMUL, opcodes.INV, opcodes.SOLVE, opcodes.SLOGDET, opcodes.DET,
                opcodes.CHOLESKY, opcodes.EIGH, opcodes.SVD, opcodes.PINV}
 
 

@@ -10,7 +10,7 @@ import numpy as np
 from numba import carray
 from numba.extending import register_jitable
 
-from ..opcodes import CHOLESKY, EIGH, INV, PINV, SLOGDET, SOLVE, SVD
+from ..opcodes import CHOLESKY, DET, EIGH, INV, PINV, SLOGDET, SOLVE, SVD
 from ..tape_format import A, B, OP, eigh_upper, saved_row, svd_dims
 from .blas import NO_TRANS, TRANS, cblas_dgemm
 from .context import (accumulator, adjoint, adjoint_address, aux, broadcast_map, dense_lanes,
@@ -224,6 +224,7 @@ def matmul_forward(ctx, i):
 # when the op was recorded (the output itself, or an inverse as an auxiliary row):
 #   inv      Z = A^-1              dA = -Z^T G Z^T
 #   slogdet  l = log|det A|        dA = g A^-T
+#   det      z = det A             dA = g cof(A)   (the cofactors, saved)
 #   solve    X = A^-1 B            dB = A^-T G,  dA = -dB X^T
 #   cholesky A = L L^T             S = L^-T Phi(L^T G) L^-1, Phi: lower half, diagonal halved
 #   eigh     A = V diag(w) V^T     S = V (diag(g_w) + F o (V^T G_V)) V^T, F_ij = 1/(w_j - w_i)
@@ -279,7 +280,8 @@ def linalg_vjp(ctx, i):
     if op == PINV:
         _pinv_vjp(ctx, i)
         return True
-    if not (op == SOLVE or op == INV or op == SLOGDET or op == CHOLESKY or op == EIGH):
+    if not (op == SOLVE or op == INV or op == SLOGDET or op == DET or op == CHOLESKY or
+            op == EIGH):
         return False
     a, b = ctx.rows[i, A], ctx.rows[i, B]
     sa = shape_of(ctx, a)
@@ -318,10 +320,10 @@ def linalg_vjp(ctx, i):
             _gemm(ctx, False, True, n, n, n, 1.0, g + o, n, z + o, n, 0.0, p1, n)
             _gemm(ctx, True, False, n, n, n, -1.0, z + o, n, p1, n, 1.0,
                   adjoint_address(ctx, a) + o, n)
-        elif op == SLOGDET:
-            gm, inv_t = adjoint(ctx, i)[m], value(ctx, saved_row(ctx.ipool, aux(ctx, i)))
+        elif op == SLOGDET or op == DET:      # the saved A^-T, or cofactors
+            gm, dz = adjoint(ctx, i)[m], value(ctx, saved_row(ctx.ipool, aux(ctx, i)))
             for e in range(nn):
-                ga[m * nn + e] += gm * inv_t[m * nn + e]
+                ga[m * nn + e] += gm * dz[m * nn + e]
         elif op == CHOLESKY:
             l_inv = value_address(ctx, saved_row(ctx.ipool, aux(ctx, i)))
             _gemm(ctx, True, False, n, n, n, 1.0, z + o, n, g + o, n, 0.0, p1, n)

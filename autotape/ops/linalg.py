@@ -6,6 +6,7 @@ Values come from numpy (LAPACK); each op's VJP is a few matrix products with val
 saved when it was recorded, so the sweep needs no LAPACK of its own:
   inv      Z = A^-1              dA = -Z^T G Z^T
   slogdet  l = log|det A|        dA = g A^-T
+  det      z = det A             dA = g cof(A)   (cofactors: = z A^-T, and at singular A)
   solve    X = A^-1 B            dB = A^-T G,  dA = -dB X^T
   cholesky A = L L^T             S = L^-T Phi(L^T G) L^-1, Phi: lower half, diagonal halved
   eigh     A = V diag(w) V^T     S = V (diag(g_w) + F o (V^T G_V)) V^T, F_ij = 1/(w_j - w_i)
@@ -22,11 +23,10 @@ from collections import namedtuple
 import numpy as np
 
 from ..guards import observe
-from ..opcodes import CHOLESKY, EIGH, INV, MATMUL, PINV, SLOGDET, SOLVE, SVD
+from ..opcodes import CHOLESKY, DET, EIGH, INV, MATMUL, PINV, SLOGDET, SOLVE, SVD
 from ..tape_format import (eigh_params, eigh_upper, pinv_params, pinv_rcond, saved_params,
                            svd_dims, svd_params)
 from ..tensor import F64, array_of, new_leaf
-from .elementwise import exp
 from .indexing import as_tensor, broadcast_to, reshape
 from .recording import record
 
@@ -88,6 +88,25 @@ def _slogdet_values(av):
     return logabsdet, aux
 
 
+def cofactors(av):
+    """The cofactor matrix of each square matrix (d det / dA), from its SVD A = U S Vh:
+    det(U) det(Vh) U diag(prod_{j != i} s_j) Vh, so singular matrices get theirs too
+    (det A * A^-T has no value there)."""
+    u, s, vh = np.linalg.svd(av)
+    n = s.shape[-1]
+    others = np.ones(s.shape)
+    for i in range(n):
+        for j in range(n):
+            if i != j:
+                others[..., i] *= s[..., j]
+    sign = np.linalg.det(u) * np.linalg.det(vh)
+    return sign[..., None, None] * ((u * others[..., None, :]) @ vh)
+
+
+def _det_values(av):
+    return np.linalg.det(av), cofactors(av)
+
+
 def _cholesky_values(av):
     factor = np.linalg.cholesky(av)
     return factor, np.linalg.inv(factor)
@@ -110,6 +129,7 @@ values_of = {
     INV: lambda av, bv, p: (np.linalg.inv(av), None),
     SOLVE: lambda av, bv, p: (np.linalg.solve(av, bv), _inverse_t(av)),
     SLOGDET: lambda av, bv, p: _slogdet_values(av),
+    DET: lambda av, bv, p: _det_values(av),
     CHOLESKY: lambda av, bv, p: _cholesky_values(av),
     EIGH: lambda av, bv, p: _eigh_values(av, p[0] != 0),
     SVD: lambda av, bv, p: _svd_values(av, p[2] != 0),
@@ -183,14 +203,21 @@ def slogdet(a):
 
 
 def det(a):
-    """The determinant, sign * exp(log|det|): its gradient is det * A^-T (see slogdet
-    for singular matrices).
+    """The determinant of each square matrix. Its gradient is the cofactor matrix
+    (det A * A^-T where A is invertible), saved when recorded: a singular matrix gets
+    its true gradient too, as jax's (torch 2.13 gives zeros there). Derivatives of
+    higher order are det A * A^-T's, so NaN at a singular matrix.
 
     >>> at.linalg.det(at.tensor([[2.0, 1.0], [1.0, 3.0]]))
     tensor(5.)
+    >>> a = at.tensor([[1.0, 2.0], [2.0, 4.0]], requires_grad=True)
+    >>> at.grad(at.linalg.det(a), a)
+    (tensor([[ 4., -2.],
+            [-2.,  1.]]),)
     """
-    sign, logabsdet = slogdet(a)
-    return sign * exp(logabsdet)
+    a = _square(a, "det")
+    av = array_of(a)
+    return _record(DET, np.linalg.det(av), a, saved=lambda: cofactors(av))
 
 
 def cholesky(a):
@@ -318,6 +345,10 @@ def _slogdet_rule(at, g, r, k):
     return g[..., None, None] * _t(at, at.linalg.inv(r.x))
 
 
+def _det_rule(at, g, r, k):
+    return (g * r.z)[..., None, None] * _t(at, at.linalg.inv(r.x))
+
+
 def _solve_rule(at, g, r, k):
     db = at.linalg.solve(_t(at, r.x), g)
     return db if k == 1 else -(db @ _t(at, r.z))
@@ -387,5 +418,6 @@ def _pinv_rule(at, g, r, k):
     return -(zt @ g @ zt) + (y - a @ (z @ y)) + (w - (w @ z) @ a)
 
 
-graph_vjps = {MATMUL: _matmul, INV: _inv_rule, SLOGDET: _slogdet_rule, SOLVE: _solve_rule,
+graph_vjps = {MATMUL: _matmul, INV: _inv_rule, SLOGDET: _slogdet_rule, DET: _det_rule,
+              SOLVE: _solve_rule,
               CHOLESKY: _cholesky_rule, EIGH: _eigh_rule, SVD: _svd_rule, PINV: _pinv_rule}
