@@ -169,7 +169,7 @@ class Compiled:
         if p is not None:
             values, _ = p.lean.run(_joined(args)[None])
             return p.rebuild(_lean_values(p.outputs, values[0]))
-        p, tape = self._at("value", args)
+        p, tape = self._at("value", args, checked=True)
         try:
             return p.rebuild([_plain_copy(tape, o) for o in p.outputs])
         finally:
@@ -186,7 +186,7 @@ class Compiled:
             (value,), (grads,) = (_lean_values(p.outputs, values[0]),
                                   _lean_jacobian(p, p.outputs, jac[0]))
             return value, grads
-        p, tape = self._at("value", args, fused=True)
+        p, tape = self._at("value", args, fused=True, checked=True)
         try:
             out = _scalar_output(p, "value_and_grad")
             g = [new_leaf(g if g.ndim else float(g), g.shape, F64)
@@ -217,7 +217,7 @@ class Compiled:
         return self._tape_jacobian(args)
 
     def _tape_jacobian(self, args):
-        p, tape = self._at("value", args, fused=True)
+        p, tape = self._at("value", args, fused=True, checked=True)   # (after _lean)
         try:
             jac = _jacobian(p, tape, p.outputs, args)
         finally:
@@ -269,7 +269,7 @@ class Compiled:
         tans = _tangents(args, tangents)
         p = self._lean("value", args)
         if p is None:                          # the tape path: J from the reverse sweep
-            p, tape = self._at("value", args, fused=True)
+            p, tape = self._at("value", args, fused=True, checked=True)
             try:
                 jac = _jacobian(p, tape, p.outputs, args)
                 values = [_plain_copy(tape, o) for o in p.outputs]
@@ -304,7 +304,7 @@ class Compiled:
         if p is not None:                      # forward over reverse (measured cheaper)
             _, jac = _forward_jacobian(p, _joined(args)[None])
             return _per_argument(_lean_jacobian(p, p.grads, jac[0]))
-        p, tape = self._at("hessian", args, fused=True)
+        p, tape = self._at("hessian", args, fused=True, checked=True)
         try:
             jac = _jacobian(p, tape, p.grads, args)
         finally:
@@ -432,13 +432,14 @@ class Compiled:
             p.release(tape)
         return p if p.lean is not None and not (one_point and p.wide) else None
 
-    def _at(self, kind, args, fused=False):
+    def _at(self, kind, args, fused=False, checked=False):
         """The program for these arguments' shapes and a twin of its tape replayed at
         them, which the caller releases; with ``fused``, a program without guards or
         numpy.linalg rows is not replayed here (the caller replays it in the same
-        compiled call as its sweep)."""
+        compiled call as its sweep); ``checked``: the caller's ``_lean`` has just
+        checked what it reads (see ``_program``)."""
         key = _key(kind, args)
-        p = self._program(key)
+        p = self._programs.get(key) if checked else self._program(key)
         if p is not None:
             tape = p.acquire()
             try:

@@ -37,6 +37,7 @@ import numpy as np
 
 from .thread_state import here
 from .kernels.staging import address_of, decode_rows
+from .kernels.staging import same_bits as bits_equal
 from .kernels.sweep import families_of
 from .opcodes import CONST, IMPORT, LEAF
 from .tape_format import NO_ROW, OP, SHAPE, VLOC, array_index, operand_list
@@ -392,11 +393,11 @@ Columns = namedtuple("Columns", "nrows rows ipool shape_ndim shape_start shape_d
 
 
 def same_bits(value, v):
-    """Whether array ``v`` holds exactly float64 ``value`` (0.0 and -0.0 differ, a
-    NaN equals only a NaN of the same payload)."""
-    v = np.ascontiguousarray(v, np.float64)
-    return value.shape == v.shape and np.array_equal(value.reshape(-1).view(np.int64),
-                                                     v.reshape(-1).view(np.int64))
+    """Whether array ``v`` holds exactly the C-contiguous float64 ``value`` (0.0 and
+    -0.0 differ, a NaN equals only a NaN of the same payload)."""
+    if type(v) is not np.ndarray or v.dtype != np.float64 or not v.flags.c_contiguous:
+        v = np.ascontiguousarray(v, np.float64)
+    return value.shape == v.shape and bits_equal(value, v)
 
 
 def close_open_tape():

@@ -13,6 +13,20 @@ def address_of(a):
 
 
 @cached_njit()
+def same_bits(a, b):
+    """Whether two C-contiguous float64 arrays of one shape hold the same bits (0.0
+    and -0.0 differ; a NaN equals only a NaN of the same payload): a constant's check
+    at every compiled call, where numpy's calls would cost more than the comparison."""
+    if a.shape != b.shape:
+        return False
+    x, y = a.reshape(a.size).view(np.int64), b.reshape(b.size).view(np.int64)
+    for i in range(x.size):
+        if x[i] != y[i]:
+            return False
+    return True
+
+
+@cached_njit()
 def decode_rows(staged, extra, shape_size, shape_ndim):
     """Assemble staged rows (see tape.py) into the int64 columns of the tape format; returns the
     columns, where each shape's dims start in the shape table, and the total size of
