@@ -3,6 +3,8 @@
 Grad mode is per thread (thread_state.py), as in torch: ``no_grad`` in one thread
 leaves every other thread recording."""
 import functools
+import inspect
+import warnings
 
 from .thread_state import here
 
@@ -34,11 +36,7 @@ class _GradModeContext:
         here().grad_enabled = self._saved
 
     def __call__(self, fn):
-        @functools.wraps(fn)
-        def wrapper(*args, **kwargs):
-            with self.__class__():
-                return fn(*args, **kwargs)
-        return wrapper
+        return decorated(self.__class__, fn)
 
 
 class no_grad(_GradModeContext):
@@ -89,9 +87,53 @@ class set_grad_enabled(_GradModeContext):
     def __call__(self, fn):
         mode = self._mode
         here().grad_enabled = self._saved
+        return decorated(lambda: set_grad_enabled(mode), fn)
 
+
+def decorated(context, fn):
+    """fn run inside ``context()`` (a grad mode context), as torch decorates: a
+    generator function's body runs in it at every resumption (and the caller's mode
+    between them), a coroutine function's too; a class is called in it, with torch's
+    FutureWarning."""
+    if inspect.isclass(fn):
+        warnings.warn("Decorating classes is deprecated and will be disabled in future "
+                      "versions. You should only decorate functions or methods. To "
+                      "preserve the current behavior of class decoration, you can "
+                      "directly decorate the `__init__` method and nothing else.",
+                      FutureWarning, stacklevel=3)
+        cls = fn
+        fn = lambda *args, **kwargs: cls(*args, **kwargs)     # noqa: E731
+    if inspect.isgeneratorfunction(fn):
         @functools.wraps(fn)
-        def wrapper(*args, **kwargs):
-            with set_grad_enabled(mode):
-                return fn(*args, **kwargs)
-        return wrapper
+        def generator(*args, **kwargs):
+            inner = fn(*args, **kwargs)
+            with context():
+                request = None
+                step = inner.send
+            while True:
+                try:
+                    with context():
+                        reply = step(request)
+                except StopIteration as done:
+                    return done.value
+                try:
+                    request, step = (yield reply), inner.send
+                except GeneratorExit:
+                    with context():
+                        inner.close()
+                    raise
+                except BaseException as e:        # thrown in by the caller
+                    request, step = e, inner.throw
+        return generator
+    if inspect.iscoroutinefunction(fn):
+        @functools.wraps(fn)
+        async def coroutine(*args, **kwargs):
+            with context():
+                return await fn(*args, **kwargs)
+        return coroutine
+
+    @functools.wraps(fn)
+    def wrapper(*args, **kwargs):
+        with context():
+            return fn(*args, **kwargs)
+    return wrapper

@@ -3,7 +3,7 @@ import numpy as np
 
 from .creation import tensor
 from .engine import grad
-from .grad_mode import enable_grad, no_grad
+from .grad_mode import enable_grad
 from .tensor import Tensor
 
 
@@ -37,7 +37,7 @@ def gradcheck(func, inputs, *, eps=1e-6, atol=1e-5, rtol=1e-3, raise_exception=T
         raise ValueError("gradcheck expects at least one input tensor to require gradient")
     outputs = _as_outputs(func(*inputs))
     analytic = _analytic(outputs, [inputs[k] for k in checked])
-    numeric = _numeric(func, inputs, checked, eps)
+    numeric = _numeric(func, inputs, outputs, checked, eps)
     worst = None
     for o, out in enumerate(outputs):
         for c, k in enumerate(checked):
@@ -85,30 +85,39 @@ def _analytic(outputs, inputs):
     return result
 
 
-def _numeric(func, inputs, checked, eps):
+def _numeric(func, inputs, outputs, checked, eps):
     values = [np.array(t.numpy(), np.float64) if isinstance(t, Tensor) else t
               for t in inputs]
 
     def evaluate(k, flat_index, delta):
+        """func's outputs, flat, with input k's element moved by delta; func gets
+        inputs that require grad where the originals do (as torch's gradcheck: a hook
+        registered inside func works), and outputs of the shapes it gave at first."""
         args = []
         for i, t in enumerate(inputs):
             if i == k:
                 v = values[k].copy().reshape(-1)
                 v[flat_index] += delta
-                args.append(tensor(v.reshape(values[k].shape), dtype=t.dtype))
+                args.append(tensor(v.reshape(values[k].shape), dtype=t.dtype,
+                                   requires_grad=t.requires_grad))
             else:
-                args.append(t.detach() if isinstance(t, Tensor) else t)
-        with no_grad():
-            return [np.asarray(o.numpy(), np.float64).reshape(-1)
-                    for o in _as_outputs(func(*args))]
+                args.append(t)
+        with enable_grad():
+            outs = _as_outputs(func(*args))
+        got = [o.shape for o in outs]
+        if got != shapes:
+            raise GradcheckError(f"gradcheck: func's outputs have shapes {got} at input {k} "
+                                 f"moved by {delta:g} but {shapes} at the inputs given: a "
+                                 "derivative needs outputs whose shapes do not change")
+        return [np.asarray(o.detach().numpy(), np.float64).reshape(-1) for o in outs]
 
-    sizes = [o.size for o in _as_outputs(func(*[t.detach() if isinstance(t, Tensor) else t
-                                                for t in inputs]))]
-    result = [[np.zeros((size, inputs[k].size)) for k in checked] for size in sizes]
+    shapes = [o.shape for o in outputs]
+    result = [[np.zeros((int(np.prod(shape)), inputs[k].size)) for k in checked]
+              for shape in shapes]
     for c, k in enumerate(checked):
         for col in range(inputs[k].size):
             plus, minus = evaluate(k, col, eps), evaluate(k, col, -eps)
-            for o in range(len(sizes)):
+            for o in range(len(shapes)):
                 result[o][c][:, col] = (plus[o] - minus[o]) / (2 * eps)
     return result
 

@@ -24,6 +24,7 @@ cotangent lane, as vmap would.
 import itertools
 import numpy as np
 
+from .grad_mode import enable_grad, no_grad
 from .guards import current_trace
 from .tensor import Tensor, canonical, new_leaf
 
@@ -125,7 +126,8 @@ def run_hooks(hooks, g, shape, dtype):
     recorded = isinstance(g, Tensor)
     grad = g if recorded else new_leaf(*canonical(np.asarray(g, dtype).reshape(shape)))
     for fn in list(hooks.values()):
-        out = fn(grad)
+        with _grad_mode(recorded):             # (torch: off unless create_graph)
+            out = fn(grad)
         if out is None:
             continue
         if not isinstance(out, Tensor):
@@ -164,6 +166,17 @@ def run_leaf_hooks(leaf, g, lanes):
 
 
 def run_post_accumulate_hooks(leaf):
+    """The leaf's post-accumulate hooks, under no_grad unless its ``.grad`` is
+    recorded (create_graph), as torch runs them: an optimizer step in one
+    (``p -= lr * p.grad``) updates the leaf in place."""
+    grad = getattr(leaf, "_grad", None)
     for fn in list((getattr(leaf, "_post_hooks", None) or {}).values()):
-        fn(leaf)
+        with _grad_mode(grad is not None and grad._tape is not None):
+            out = fn(leaf)
+        if out is not None:
+            raise RuntimeError("Tensor post accumulate grad hooks should return None.")
+
+
+def _grad_mode(recorded):
+    return enable_grad() if recorded else no_grad()
 

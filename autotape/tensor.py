@@ -176,6 +176,8 @@ class Tensor(Traced):
             if type(g) is not Tensor:
                 raise TypeError("assigned grad expected to be a Tensor or None but got grad "
                                 f"of type {type(g).__name__}")
+            if g is self:
+                raise RuntimeError("can't assign Variable as its own grad")
             if g._shape != self._shape:
                 raise RuntimeError(
                     f"attempting to assign a gradient of size '{list(g._shape)}' to a tensor "
@@ -304,7 +306,7 @@ class Tensor(Traced):
                                "Detach it first (y = y.detach()) and change that.")
         if self._requires_grad and dtype.kind != "f":
             raise RuntimeError("data set to a tensor that requires gradients must be "
-                               f"floating point, not {dtype}")
+                               f"floating point or complex dtype (got {dtype})")
         self._value = value if type(value) is float else np.array(value, dtype, copy=True)
         self._shape, self._dtype, self._cache = shape, dtype, None
 

@@ -229,7 +229,8 @@ def test_a_hook_that_sweeps_leaves_the_outer_sweep_intact():
     inner = []
 
     def hook(g):
-        inner.append(at.grad((w * w * g).sum(), w)[0])
+        with at.enable_grad():                 # (hooks run under no_grad, as torch's)
+            inner.append(at.grad((w * w * g).sum(), w)[0])
         return g * 2
     y.register_hook(hook)
     gx, = at.grad((y * y).sum(), x)

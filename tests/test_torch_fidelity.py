@@ -1,0 +1,130 @@
+"""torch's semantics where autotape differed (issue #28): grad mode inside hooks and
+inside decorated generators and coroutines, gradcheck's calls, torch's errors for a
+post-accumulate hook's result, a tensor as its own grad, int data, class decoration."""
+import asyncio
+import warnings
+
+import numpy as np
+import pytest
+
+import autotape as at
+
+
+def test_hooks_run_without_grad_mode_in_a_plain_backward():
+    modes = []
+    x = at.tensor([1.0, 2.0], requires_grad=True)
+    y = x * 2
+    y.register_hook(lambda g: modes.append(at.is_grad_enabled()))
+    x.register_hook(lambda g: modes.append(at.is_grad_enabled()))
+    y.sum().backward()
+    assert modes == [False, False]
+    modes.clear()
+    y = x * 2
+    y.register_hook(lambda g: modes.append(at.is_grad_enabled()))
+    at.grad(y.sum(), x, create_graph=True)
+    assert modes == [True, True]
+
+
+def test_an_optimizer_step_in_a_post_accumulate_hook():
+    p = at.tensor([1.0, 2.0], requires_grad=True)
+
+    def step(param):
+        param -= 0.1 * param.grad                 # in place on a leaf: needs no_grad
+        param.grad = None
+
+    p.register_post_accumulate_grad_hook(step)
+    (p * p).sum().backward()
+    np.testing.assert_allclose(p.numpy(), [0.8, 1.6])
+    assert p.grad is None and p.requires_grad
+
+
+def test_a_post_accumulate_hook_returning_a_value_raises():
+    p = at.tensor([1.0, 2.0], requires_grad=True)
+    p.register_post_accumulate_grad_hook(lambda param: param * 2)
+    with pytest.raises(RuntimeError, match="post accumulate grad hooks should return None"):
+        (p * 3).sum().backward()
+
+
+def test_torch_errors_for_grad_and_data():
+    x = at.tensor([1.0], requires_grad=True)
+    with pytest.raises(RuntimeError, match="can't assign Variable as its own grad"):
+        x.grad = x
+    with pytest.raises(RuntimeError, match="must be floating point or complex dtype"):
+        x.data = at.tensor([1])
+
+
+def test_decorated_generators_run_in_the_mode_at_every_step():
+    @at.no_grad()
+    def inside():
+        for _ in range(2):
+            yield at.is_grad_enabled()
+        return "done"
+
+    steps = inside()
+    assert next(steps) is False
+    assert at.is_grad_enabled()                   # the caller's mode between steps
+    assert next(steps) is False
+    with pytest.raises(StopIteration) as stop:
+        next(steps)
+    assert stop.value.value == "done"
+
+    @at.enable_grad()
+    def echo():
+        got = yield at.is_grad_enabled()
+        try:
+            yield got, at.is_grad_enabled()
+        except ValueError:
+            yield "thrown", at.is_grad_enabled()
+
+    with at.no_grad():
+        steps = echo()
+        assert next(steps) is True
+        assert steps.send(5) == (5, True)
+        assert steps.throw(ValueError) == ("thrown", True)
+        assert not at.is_grad_enabled()
+
+
+def test_decorated_coroutines_run_in_the_mode():
+    @at.no_grad()
+    async def inside():
+        await asyncio.sleep(0)
+        return at.is_grad_enabled()
+
+    assert asyncio.run(inside()) is False
+
+
+def test_decorating_a_class_warns_as_torch():
+    with pytest.warns(FutureWarning, match="Decorating classes is deprecated"):
+        @at.no_grad()
+        class Model:
+            def __init__(self):
+                self.mode = at.is_grad_enabled()
+    assert Model().mode is False
+
+
+def test_gradcheck_calls_func_with_inputs_that_require_grad():
+    def f(x):
+        y = x * 2
+        y.register_hook(lambda g: g)              # needs y to require grad
+        return at.sin(y)
+
+    assert at.gradcheck(f, (at.tensor([1.0, 2.0], requires_grad=True),))
+
+
+def test_gradcheck_raises_when_the_output_shape_changes():
+    with pytest.raises(at.GradcheckError, match="outputs whose shapes do not change"):
+        at.gradcheck(lambda x: x[x > 1.0] * 1.0, (at.tensor([1.0, 2.0], requires_grad=True),))
+
+
+def test_against_torch():
+    torch = pytest.importorskip("torch")
+    for lib in (torch, at):
+        x = lib.tensor([1.0, 2.0], requires_grad=True)
+        seen = []
+        y = x * 3
+        y.register_hook(lambda g: seen.append((lib.is_grad_enabled(), g.requires_grad)))
+        y.sum().backward()
+        assert seen == [(False, False)]
+    with warnings.catch_warnings():
+        warnings.simplefilter("error")
+        assert at.gradcheck(lambda v: v ** 2, (at.tensor([0.5], requires_grad=True),))
