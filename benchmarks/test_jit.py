@@ -105,3 +105,38 @@ def test_chain_recording_only(benchmark):
 def test_chain_plain_njit_floats(benchmark):
     chain(0.3)
     benchmark.pedantic(lambda: chain(0.3), rounds=50, warmup_rounds=3)
+
+
+@numba.njit
+def long_loop(x):
+    s = x[0]
+    for _ in range(1_000_000):
+        s = s * 0.999999 + x[1] * 1e-7
+    return s
+
+
+FIRST = pytest.mark.benchmark(group="at.jit: the first call on a 1M-step scalar loop "
+                                    "(record, sweep, find the loop, lower; recorder "
+                                    "compiled already)")
+
+
+@FIRST
+def test_first_call_1m_step_loop(benchmark):
+    X = np.array([1.0, 2.0])
+    at.jit(long_loop).value_and_grad(X)        # (numba's compile of the recorder, once)
+
+    def first_call():
+        g = at.jit(long_loop)
+        g._recorders = warm._recorders         # (each at.jit compiles its recorder)
+        g.value_and_grad(X)
+    warm = at.jit(long_loop)
+    warm.value_and_grad(X)
+    benchmark.pedantic(first_call, rounds=3, warmup_rounds=0)
+
+
+@FIRST
+def test_recording_1m_step_loop(benchmark):
+    g = at.jit(long_loop)
+    X = [np.array([1.0, 2.0])]
+    g.value_and_grad(X[0])
+    benchmark.pedantic(lambda: g._record(X), rounds=5, warmup_rounds=1)
