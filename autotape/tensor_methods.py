@@ -13,9 +13,10 @@ from .grad_mode import is_grad_enabled
 from .guards import observe
 from .hooks import register_hook, register_post_accumulate_grad_hook
 from .numpy_dispatch import array_function, array_ufunc
-from .opcodes import (ADD, CHOLESKY, CONCAT, CUSTOM, DET, CUMPROD, CUMSUM, DIV, EIGH, INV, MATMUL, MAX,
-                      MEAN, MIN, MUL, PROD, PUT_ADD, RESHAPE, SCATTER, SETITEM, SLOGDET, SOLVE,
-                      STRIDED, SUB, SUM, SVD, TAKE, WHERE, PINV)
+from .opcodes import (ADD, CHOLESKY, CONCAT, CUMPROD, CUMSUM, CUSTOM, DET, DIV, EIGH,
+                      INV, MATMUL, MAX, MEAN, MIN, MUL, PINV, PROD, PUT_ADD, RESHAPE,
+                      SCATTER, SETITEM, SLOGDET, SOLVE, STRIDED, SUB, SUM, SVD, TAKE,
+                      WHERE)
 from .ops import elementwise, indexing, reduce
 from .ops.linalg import matmul
 from .ops.recording import cast_result
@@ -261,6 +262,109 @@ def conj(self):
     return self
 
 
+# ---- torch's spellings of ops the table has (aliases: one op table) ------------------------
+
+def _add(self, other, *, alpha=1):
+    """torch's ``add``: self + alpha * other.
+
+    >>> at.tensor([1.0, 2.0]).add(at.tensor([1.0, 1.0]), alpha=2)
+    tensor([3., 4.])
+    """
+    return elementwise.add(self, other if alpha == 1 else elementwise.multiply(other, alpha))
+
+
+def _sub(self, other, *, alpha=1):
+    """torch's ``sub``: self - alpha * other.
+
+    >>> at.tensor([1.0, 2.0]).sub(1.0)
+    tensor([0., 1.])
+    """
+    return elementwise.subtract(self, other if alpha == 1 else
+                                elementwise.multiply(other, alpha))
+
+
+def _clamp(self, min=None, max=None):
+    """torch's ``clamp(min, max)``: clip.
+
+    >>> at.tensor([1.0, 2.0, 3.0]).clamp(min=1.5, max=2.5)
+    tensor([1.5, 2. , 2.5])
+    """
+    if min is None and max is None:
+        raise RuntimeError("torch.clamp: At least one of 'min' or 'max' must not be None")
+    return clip(self, min, max)
+
+
+def _permute(self, *dims):
+    """torch's ``permute(*dims)``: the axes in that order.
+
+    >>> at.tensor([[1.0, 2.0, 3.0]]).permute(1, 0).shape
+    (3, 1)
+    """
+    return transpose(self, *dims)
+
+
+def _t(self):
+    """torch's ``t()``: the transpose of a matrix (a vector or number as it is).
+
+    >>> at.tensor([[1.0, 2.0]]).t().shape
+    (2, 1)
+    """
+    if self.ndim > 2:
+        raise RuntimeError(f"t() expects a tensor with <= 2 dimensions, but self is "
+                           f"{self.ndim}D")
+    return transpose(self) if self.ndim == 2 else self
+
+
+def _to(self, *args, dtype=None, device=None, copy=False, non_blocking=False):
+    """torch's ``to``: ``to(dtype)``, ``to("cpu")``, ``to(other)`` (its dtype),
+    ``to(device=..., dtype=...)``. autotape tensors live on the CPU.
+
+    >>> at.tensor([1.0, 2.0]).to(at.float32).dtype
+    dtype('float32')
+    """
+    for a in args:
+        if isinstance(a, Tensor):
+            dtype = a.dtype
+        elif isinstance(a, str) or a is None:
+            device = a if device is None else device
+        else:
+            dtype = a
+    if device is not None and str(device) != "cpu":
+        raise RuntimeError(f"autotape tensors live on the CPU; to({device!r}) is not "
+                           "available (at.compile's vmap(..., device='cuda') runs "
+                           "compiled programs on a GPU)")
+    if dtype is None or np.dtype(dtype) == self.dtype:
+        return clone(self) if copy else self
+    return indexing.astype(self, dtype)
+
+
+def _masked_fill(self, mask, value):
+    """torch's ``masked_fill``: value where mask is true.
+
+    >>> at.tensor([1.0, 2.0, 3.0]).masked_fill(at.tensor([True, False, True]), 0.0)
+    tensor([0., 2., 0.])
+    """
+    return elementwise.where(mask, value, self)
+
+
+def _index_select(self, dim, index):
+    """torch's ``index_select(dim, index)``: take along an axis.
+
+    >>> at.tensor([[1.0, 2.0], [3.0, 4.0]]).index_select(0, at.tensor([1]))
+    tensor([[3., 4.]])
+    """
+    return shaping.take(self, index, axis=dim)
+
+
+TORCH_SPELLINGS = {
+    "add": _add, "sub": _sub, "mul": elementwise.multiply, "div": elementwise.divide,
+    "pow": elementwise.power, "neg": elementwise.negative, "clamp": _clamp,
+    "permute": _permute, "t": _t, "contiguous": lambda self: self, "to": _to,
+    "device": property(lambda self: "cpu"), "masked_fill": _masked_fill,
+    "index_select": _index_select,
+}
+
+
 def _compare(np_fn):
     return lambda self, other: elementwise.compare(np_fn, self, other)
 
@@ -316,6 +420,7 @@ METHODS = {
     **{op.name: elementwise.unary_functions[code]
        for code, op in elementwise.unary_ops.items()},
 }
+METHODS.update(TORCH_SPELLINGS)
 METHODS["__hash__"] = object.__hash__          # (defining __eq__ would unset it)
 for _name, _method in METHODS.items():
     setattr(Tensor, _name, _method)

@@ -230,3 +230,30 @@ def test_dtype_names_and_random():
     assert b.dtype == np.float32
     w = at.randn(4, requires_grad=True)
     assert w.requires_grad and w.is_leaf
+
+
+def test_torch_method_spellings_are_the_table_ops():
+    rng = np.random.default_rng(4)
+    a, b = rng.normal(size=(2, 3)), rng.normal(size=(2, 3))
+    t = at.tensor(a, requires_grad=True)
+    u = at.tensor(b)
+    np.testing.assert_array_equal(t.add(u, alpha=2).numpy(), a + 2 * b)
+    np.testing.assert_array_equal(t.sub(u).numpy(), a - b)
+    np.testing.assert_array_equal(t.mul(u).numpy(), a * b)
+    np.testing.assert_array_equal(t.div(u).numpy(), a / b)
+    np.testing.assert_array_equal(t.pow(2).numpy(), a ** 2)
+    np.testing.assert_array_equal(t.neg().numpy(), -a)
+    np.testing.assert_array_equal(t.clamp(min=0.0).numpy(), np.clip(a, 0.0, None))
+    np.testing.assert_array_equal(t.permute(1, 0).numpy(), a.T)
+    np.testing.assert_array_equal(t.t().numpy(), a.T)
+    assert t.contiguous() is t and t.to("cpu") is t and t.device == "cpu"
+    assert t.to(np.float32).dtype == np.float32 and t.to(u).dtype == np.float64
+    np.testing.assert_array_equal(t.masked_fill(u > 0, 0.0).numpy(), np.where(b > 0, 0.0, a))
+    np.testing.assert_array_equal(t.index_select(1, at.tensor([2, 0])).numpy(), a[:, [2, 0]])
+    with pytest.raises(RuntimeError, match="live on the CPU"):
+        t.to("cuda")
+    with pytest.raises(RuntimeError, match="At least one of 'min' or 'max'"):
+        t.clamp()
+    assert at.gradcheck(lambda v: v.add(v.pow(3), alpha=0.5).mul(v).clamp(max=2.0)
+                        .permute(1, 0).masked_fill(u.T > 1.0, 0.0).index_select(0, at.tensor([1])),
+                        (t,))
