@@ -189,6 +189,15 @@ class Tensor(Traced):
                     f"with dtype '{self._dtype}'. The gradient must match the tensor's dtype.")
         self._grad = g
 
+    @grad.deleter
+    def grad(self):
+        self._grad = None
+
+    def __reduce__(self):
+        """Pickled as torch pickles a tensor: its value, dtype and requires_grad, as a
+        leaf (no graph, no .grad)."""
+        return (_unpickled, (np.array(self._value, self._dtype), self.requires_grad))
+
     @property
     def retains_grad(self):
         """Whether ``retain_grad()`` was called on this non-leaf.
@@ -434,6 +443,12 @@ def written_through(t):
     owner = ref() if ref is not None else None
     if owner is not None:
         owner._set_data(t._value, t._shape, t._dtype)
+
+
+def _unpickled(value, requires_grad):
+    t = new_leaf(value, value.shape, value.dtype)
+    t._requires_grad = requires_grad
+    return t
 
 
 def new_leaf(value, shape, dtype):

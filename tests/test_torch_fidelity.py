@@ -128,3 +128,19 @@ def test_against_torch():
     with warnings.catch_warnings():
         warnings.simplefilter("error")
         assert at.gradcheck(lambda v: v ** 2, (at.tensor([0.5], requires_grad=True),))
+
+
+def test_del_grad_and_pickling():
+    import pickle
+    x = at.tensor([1.0, 2.0], requires_grad=True)
+    (x * 2).sum().backward()
+    del x.grad
+    assert x.grad is None
+    copy = pickle.loads(pickle.dumps(x))
+    assert copy.requires_grad and copy.is_leaf and copy.tolist() == [1.0, 2.0]
+    result = pickle.loads(pickle.dumps(x * 2))             # a leaf, as torch's
+    assert result.requires_grad and result.is_leaf and result.tolist() == [2.0, 4.0]
+    plain = pickle.loads(pickle.dumps(at.tensor([[1, 2]])))
+    assert plain.dtype == np.int64 and plain.shape == (1, 2) and not plain.requires_grad
+    scalar = pickle.loads(pickle.dumps(at.tensor(1.5, dtype=np.float32)))
+    assert scalar.dtype == np.float32 and scalar.item() == 1.5
