@@ -203,10 +203,13 @@ def _value(v):
 
 
 def same(result, expected):
-    """Whether a guard's recomputed result equals the traced one (nan equals nan)."""
+    """Whether a guard's recomputed result equals the traced one: floats bit for bit
+    (0.0 and -0.0 differ, as a later copysign or 1 / x tells; a NaN equals a NaN)."""
     a, b = np.asarray(result), expected
     if a.shape != b.shape:
         return False
     if a.dtype.kind in "fc" and b.dtype.kind in "fc":
-        return bool(np.array_equal(a, b, equal_nan=True))
+        if not np.array_equal(a, b, equal_nan=True):
+            return False
+        return bool(np.array_equal(np.signbit(a[a == 0]), np.signbit(b[b == 0])))
     return bool(np.array_equal(a, b))

@@ -514,3 +514,16 @@ def test_a_recording_larger_than_a_tape_holds_stays_whole(monkeypatch):
     want.backward()
     np.testing.assert_allclose(value.item(), want.item(), rtol=1e-14)
     np.testing.assert_allclose(grad.numpy(), eager.grad.numpy(), rtol=1e-12, atol=1e-12)
+
+
+def test_a_value_read_in_python_tells_signed_zeros_apart():
+    import math
+
+    def f(x):
+        s = x[0] * 0.0                           # +0.0 or -0.0, by the sign of x
+        return x.sum() * math.copysign(1.0, float(s))
+
+    c = at.compile(f, np.array([1.0]))
+    assert c(np.array([2.0])).item() == 2.0
+    assert c(np.array([-2.0])).item() == 2.0    # -0.0: the branch is the other one
+    assert c.traces == 2

@@ -355,3 +355,31 @@ def test_objmode_is_refused_naming_its_line():
     line = _with_objmode.py_func.__code__.co_firstlineno + 2     # (the with)
     with pytest.raises(TypeError, match=rf"test_jit.py:{line}: numba.objmode runs Python"):
         at.jit(_with_objmode).grad(np.ones(1))
+
+
+def test_the_loop_finder_scans_the_whole_program_once_or_twice(monkeypatch):
+    # it looked at up to 64 candidate periods with a pass over every instruction each
+    # (46 s on a 1M-step loop); a candidate must now repeat around the middle first
+    loops = importlib.import_module("autotape.kernels.loops")
+    full, real = [], loops._matches
+
+    def counting(instr, sig, period):
+        if instr.shape[0] > 10_000:
+            full.append(period)
+        return real(instr, sig, period)
+    monkeypatch.setattr(loops, "_matches", counting)
+
+    @numba.njit
+    def stepping(x):
+        a, b, c = x[0], x[1], x[2]
+        for _ in range(20_000):
+            a = a * 0.999 + b * 1e-3
+            b = b * 0.999 - a * 1e-3 + c
+            c = c * 0.5
+        return a + b
+    g = at.jit(stepping)
+    X = np.array([1.0, 0.5, 0.1])
+    g.value_and_grad(X)
+    program = g._program([X])
+    assert program is not None and program[0].loop is not None
+    assert len(full) <= 2
