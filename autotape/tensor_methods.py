@@ -338,6 +338,25 @@ def _to(self, *args, dtype=None, device=None, copy=False, non_blocking=False):
     return indexing.astype(self, dtype)
 
 
+def _contiguous(self):
+    """torch's ``contiguous()``: the tensor itself (autotape's values are C-ordered).
+
+    >>> t = at.tensor([1.0, 2.0])
+    >>> t.contiguous() is t
+    True
+    """
+    return self
+
+
+def _device(self):
+    """Where the value lives, as torch's ``device``: always ``"cpu"``.
+
+    >>> at.tensor([1.0]).device
+    'cpu'
+    """
+    return "cpu"
+
+
 def _masked_fill(self, mask, value):
     """torch's ``masked_fill``: value where mask is true.
 
@@ -359,8 +378,8 @@ def _index_select(self, dim, index):
 TORCH_SPELLINGS = {
     "add": _add, "sub": _sub, "mul": elementwise.multiply, "div": elementwise.divide,
     "pow": elementwise.power, "neg": elementwise.negative, "clamp": _clamp,
-    "permute": _permute, "t": _t, "contiguous": lambda self: self, "to": _to,
-    "device": property(lambda self: "cpu"), "masked_fill": _masked_fill,
+    "permute": _permute, "t": _t, "contiguous": _contiguous, "to": _to,
+    "device": property(_device), "masked_fill": _masked_fill,
     "index_select": _index_select,
 }
 
