@@ -43,7 +43,7 @@ class Tensor(Traced):
     """
     __slots__ = ("_value", "_shape", "_dtype", "_tape", "_row", "_requires_grad",
                  "_grad", "_retains_grad", "_cache", "_data_of", "_hooks", "_post_hooks",
-                 "__weakref__")
+                 "_view_of", "_views", "__weakref__")
 
     # -- attributes ------------------------------------------------------------------------
 
@@ -458,6 +458,7 @@ def new_leaf(value, shape, dtype):
         value = float(value)
     t._value, t._shape, t._dtype = value, shape, dtype
     t._tape, t._row, t._requires_grad, t._cache = None, -1, False, None
+    t._view_of = t._views = None
     return t
 
 
@@ -465,6 +466,7 @@ def new_result(value, shape, dtype, tape, row):
     t = _new(Tensor)
     t._value, t._shape, t._dtype = value, shape, dtype
     t._tape, t._row, t._requires_grad = tape, row, True
+    t._view_of = t._views = None
     return t
 
 

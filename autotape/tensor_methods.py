@@ -18,11 +18,12 @@ from .opcodes import (ADD, CHOLESKY, CONCAT, CUMPROD, CUMSUM, CUSTOM, DET, DIV, 
                       SCATTER, SETITEM, SLOGDET, SOLVE, STRIDED, SUB, SUM, SVD, TAKE,
                       WHERE)
 from .ops import elementwise, indexing, reduce
+from .ops.views import check_inplace, contiguous, view_of, written
 from .ops.linalg import matmul
 from .ops.recording import cast_result
 from .ops.subscript import getitem, setitem
 from .tensor import (LEAF_INPLACE_MSG, NONLEAF_NO_GRAD_INPLACE_MSG, Tensor, array_of,
-                     new_leaf, written_through)
+                     new_leaf)
 
 
 class GradFn:
@@ -86,13 +87,14 @@ def inplace(self, op, other):
     self takes the recorded result's value and place in the graph."""
     if self._tape is None and self._requires_grad and is_grad_enabled():
         raise RuntimeError(LEAF_INPLACE_MSG)
+    check_inplace(self)
     other_requires = type(other) is Tensor and other.requires_grad
     if not self.requires_grad and not (other_requires and is_grad_enabled()) \
             and type(self._value) is np.ndarray and self._value.flags.writeable:
         other_value = array_of(other) if type(other) is Tensor else other
         with ignore_fp_errors():
             op.array(self._value, other_value, out=self._value)
-        written_through(self)
+        written(self)
         return self
     if self._tape is not None and not is_grad_enabled():
         raise RuntimeError(NONLEAF_NO_GRAD_INPLACE_MSG)
@@ -107,7 +109,7 @@ def inplace(self, op, other):
                             "casting rule 'same_kind'")
         result = cast_result(result, self._dtype)
     self._become(result)
-    written_through(self)
+    written(self)
     return self
 
 
@@ -228,7 +230,10 @@ def reshape(self, *shape):
     >>> m.reshape(4)
     tensor([1., 2., 3., 4.], grad_fn=<ReshapeBackward>)
     """
-    return indexing.reshape(self, shape[0] if len(shape) == 1 else shape)
+    out = indexing.reshape(self, shape[0] if len(shape) == 1 else shape)
+    if contiguous(self):                        # a view, as numpy's (else a copy)
+        view_of(out, self, ("reshape", out.shape))
+    return out
 
 
 def transpose(self, *axes):
@@ -239,7 +244,10 @@ def transpose(self, *axes):
     tensor([[1., 3.],
             [2., 4.]], grad_fn=<ViewBackward>)
     """
-    return indexing.transpose(self, axes[0] if len(axes) == 1 else (axes or None))
+    axes = axes[0] if len(axes) == 1 else (axes or None)
+    order = tuple(range(self.ndim))[::-1] if axes is None else \
+        tuple(int(a) % max(self.ndim, 1) for a in axes)
+    return view_of(indexing.transpose(self, axes), self, ("transpose", order))
 
 
 def clip(self, a_min=None, a_max=None):
@@ -375,12 +383,159 @@ def _index_select(self, dim, index):
     return shaping.take(self, index, axis=dim)
 
 
+def _view(self, *shape):
+    """torch's ``view``: the same elements in a new shape, a view (see ops/views.py);
+    of a tensor whose elements are not contiguous, torch's error.
+
+    >>> x = at.tensor([1.0, 2.0, 3.0, 4.0])
+    >>> v = x.view(2, 2)
+    >>> v[0, 0] = 9.0
+    >>> x
+    tensor([9., 2., 3., 4.])
+    """
+    if not contiguous(self):
+        raise RuntimeError("view size is not compatible with input tensor's size and "
+                           "stride (at least one dimension spans across two contiguous "
+                           "subspaces). Use .reshape(...) instead.")
+    return reshape(self, *shape)
+
+
+def _view_as(self, other):
+    """torch's ``view_as``: a view in ``other``'s shape.
+
+    >>> at.tensor([1.0, 2.0]).view_as(at.zeros((2, 1))).shape
+    (2, 1)
+    """
+    return _view(self, other.shape)
+
+
+def _axis_index(ndim, dim, what):
+    if not -ndim <= dim < max(ndim, 1):
+        raise IndexError(f"Dimension out of range (expected to be in range of "
+                         f"[{-ndim}, {ndim - 1}], but got {dim})")
+    return (slice(None),) * (dim % ndim) + (what,)
+
+
+def _narrow(self, dim, start, length):
+    """torch's ``narrow(dim, start, length)``: a view of ``length`` entries from
+    ``start`` along ``dim``.
+
+    >>> at.tensor([[1.0, 2.0, 3.0]]).narrow(1, 1, 2)
+    tensor([[2., 3.]])
+    """
+    n = self.shape[dim]
+    start = start + n if start < 0 else start
+    if not (0 <= start <= n and 0 <= length and start + length <= n):
+        raise IndexError(f"start ({start}) + length ({length}) exceeds dimension size "
+                         f"({n}).")
+    return self[_axis_index(self.ndim, dim, slice(start, start + length))]
+
+
+def _select(self, dim, index):
+    """torch's ``select(dim, index)``: a view with ``dim`` removed at ``index``.
+
+    >>> at.tensor([[1.0, 2.0], [3.0, 4.0]]).select(1, 0)
+    tensor([1., 3.])
+    """
+    return self[_axis_index(self.ndim, dim, int(index))]
+
+
+def _unbind(self, dim=0):
+    """torch's ``unbind(dim)``: the views along ``dim``, as a tuple.
+
+    >>> at.tensor([[1.0, 2.0], [3.0, 4.0]]).unbind(1)
+    (tensor([1., 3.]), tensor([2., 4.]))
+    """
+    return tuple(_select(self, dim, k) for k in range(self.shape[dim]))
+
+
+def _split(self, split_size_or_sections, dim=0):
+    """torch's ``split``: views of ``split_size`` entries along ``dim`` (the last one
+    shorter), or of the sizes in a list.
+
+    >>> [t.tolist() for t in at.tensor([1.0, 2.0, 3.0]).split(2)]
+    [[1.0, 2.0], [3.0]]
+    """
+    n = self.shape[dim]
+    if isinstance(split_size_or_sections, (list, tuple)):
+        sizes = [int(s) for s in split_size_or_sections]
+        if sum(sizes) != n:
+            raise RuntimeError(f"split_with_sizes expects split_sizes to sum exactly to {n} "
+                               f"(input tensor's size at dimension {dim}), but got "
+                               f"split_sizes={sizes}")
+    else:
+        step = int(split_size_or_sections)
+        sizes = [min(step, n - k) for k in range(0, n, step)] if n else [0]
+    out, start = [], 0
+    for size in sizes:
+        out.append(_narrow(self, dim, start, size))
+        start += size
+    return tuple(out)
+
+
+def _chunk(self, chunks, dim=0):
+    """torch's ``chunk``: at most ``chunks`` views of equal size along ``dim``.
+
+    >>> [t.tolist() for t in at.tensor([1.0, 2.0, 3.0]).chunk(2)]
+    [[1.0, 2.0], [3.0]]
+    """
+    n = self.shape[dim]
+    return _split(self, max(-(-n // chunks), 1), dim)
+
+
+_IN_PLACE_EXAMPLES = {ADD: ("add_", "[3.0, 4.0]"), SUB: ("sub_", "[-1.0, 0.0]"),
+                      MUL: ("mul_", "[2.0, 4.0]"), DIV: ("div_", "[0.5, 1.0]")}
+
+
+def _in_place(op):
+    """torch's in-place method ``op_`` (``add_``, ``mul_``, ...): ``self op= other``,
+    through views too; returns self."""
+    def method(self, other, *, alpha=1):
+        if alpha != 1:
+            other = elementwise.multiply(other, alpha)
+        return inplace(self, elementwise.binary_ops[op], other)
+    name, result = _IN_PLACE_EXAMPLES[op]
+    method.__name__ = name
+    method.__doc__ = (f"torch's ``{name}``: self changed in place (and its base and "
+                      f"views), returned.\n\n>>> at.tensor([1.0, 2.0]).{name}(2.0)"
+                      f".tolist()\n{result}")
+    return method
+
+
+def _copy_(self, src):
+    """torch's ``copy_``: src's values (broadcast) into self, in place; the gradient
+    flows to src.
+
+    >>> x = at.zeros(3)
+    >>> x[1:].copy_(at.tensor([5.0, 6.0]))
+    tensor([5., 6.])
+    >>> x
+    tensor([0., 5., 6.])
+    """
+    self[...] = src
+    return self
+
+
+def _fill_(self, value):
+    """torch's ``fill_``: every element set to value, in place.
+
+    >>> at.zeros(2).fill_(3.0)
+    tensor([3., 3.])
+    """
+    self[...] = value
+    return self
+
+
 TORCH_SPELLINGS = {
     "add": _add, "sub": _sub, "mul": elementwise.multiply, "div": elementwise.divide,
     "pow": elementwise.power, "neg": elementwise.negative, "clamp": _clamp,
     "permute": _permute, "t": _t, "contiguous": _contiguous, "to": _to,
     "device": property(_device), "masked_fill": _masked_fill,
     "index_select": _index_select,
+    "view": _view, "view_as": _view_as, "narrow": _narrow, "select": _select,
+    "unbind": _unbind, "split": _split, "chunk": _chunk,
+    "add_": _in_place(ADD), "sub_": _in_place(SUB), "mul_": _in_place(MUL),
+    "div_": _in_place(DIV), "copy_": _copy_, "fill_": _fill_,
 }
 
 

@@ -428,6 +428,7 @@ def _unary_function(op):
         t._shape = ()
         t._dtype = dtype
         t._tape = tape
+        t._view_of = t._views = None
         row = tape.nrows                            # tape.push_scalar, inlined (a
         tape.arena.append(z)                        # call costs 5% of scalar recording;
         tape.staged.extend((code, a, NO_ROW))       # test_tape checks the two agree)
@@ -568,6 +569,7 @@ def _binary_function(op):
         t._shape = ()
         t._dtype = dtype
         t._tape = tape
+        t._view_of = t._views = None
         row = tape.nrows                            # tape.push_scalar, inlined (a
         tape.arena.append(z)                        # call costs 5% of scalar recording;
         tape.staged.extend((code, a, b))            # test_tape checks the two agree)
@@ -686,6 +688,7 @@ def _record_array(code, z, x, y):
     t = _new(Tensor)
     t._value, t._shape, t._dtype, t._tape, t._row, t._requires_grad = \
         z, z.shape, F64, tape, row, True
+    t._view_of = t._views = None
     return t
 
 
@@ -757,6 +760,7 @@ def compare(np_fn, x, y):
                 c = _new(Condition)
                 c._data, c._shape, c._dtype = canonical(result)
                 c._tape, c._row, c._requires_grad, c._cache = None, -1, False, None
+                c._view_of = c._views = None
                 c._link, c._pending = link, pending
                 return c
             pending.keep()                     # (no row: recorded under no_grad)

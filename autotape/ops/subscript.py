@@ -10,12 +10,12 @@ import numpy as np
 from ..grad_mode import is_grad_enabled
 from ..opcodes import SETITEM
 from ..tape_format import setitem_params
-from ..tensor import (LEAF_VIEW_INPLACE_MSG, NONLEAF_NO_GRAD_INPLACE_MSG, Tensor, array_of,
-                      written_through)
+from ..tensor import LEAF_VIEW_INPLACE_MSG, NONLEAF_NO_GRAD_INPLACE_MSG, Tensor, array_of
 from .elementwise import add, where
 from .indexing import (as_tensor, broadcast_to, c_strides, from_view, put_add, reshape,
                        strided, take_flat, view_pattern)
 from .recording import cast_result, record, recording
+from .views import check_inplace, view_of, written
 
 
 def getitem(x, index):
@@ -25,8 +25,8 @@ def getitem(x, index):
     index = _basic_index(index)
     view = array_of(x)[index]
     if not recording(x):
-        return from_view(x, view)
-    return strided(x, view, _basic_pattern(x._shape, index))
+        return view_of(from_view(x, view), x, ("index", index))
+    return view_of(strided(x, view, _basic_pattern(x._shape, index)), x, ("index", index))
 
 
 def _basic_pattern(shape, index):
@@ -68,6 +68,7 @@ def setitem(x, index, value):
     value_requires = type(value) is Tensor and value.requires_grad
     if x._tape is None and x._requires_grad and is_grad_enabled():
         raise RuntimeError(LEAF_VIEW_INPLACE_MSG)
+    check_inplace(x)
     if not (is_grad_enabled() and (x.requires_grad or value_requires)):
         if x._tape is not None:
             raise RuntimeError(NONLEAF_NO_GRAD_INPLACE_MSG)
@@ -77,13 +78,13 @@ def setitem(x, index, value):
         a[index] = array_of(value) if type(value) is Tensor else value
         x._value = float(a) if (x._shape == () and x._dtype.kind == "f") else a
         x._cache = None
-        written_through(x)
+        written(x)
         return
     if x._dtype.kind != "f":
         raise TypeError("cannot assign a tensor that requires grad into a tensor of dtype "
                         f"{x._dtype}")
     x._become(_assign_advanced(x, index, value) if advanced else _assign(x, index, value))
-    written_through(x)
+    written(x)
 
 
 def _assign(x, index, value):

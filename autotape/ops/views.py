@@ -1,0 +1,166 @@
+"""Views, as numpy's and torch's: a basic index, a reshape or a transpose of a tensor is
+a view of it, and an in-place change of either shows in the other.
+
+A view remembers its root (the tensor it was taken from, through any number of views)
+and the chain of view steps that leads there; the root keeps weak references to its
+views. Values on a tape never change, so a write does not go through shared memory:
+after an in-place op on a view (``v *= 2``, ``v[0] = 1``, ``v.zero_()``) the root takes
+a new value with the view's elements put in place, recorded when gradients are on
+(elements kept from the root, the view's scattered in: torch's CopySlices), and every
+other view of the root is read again from it. After an in-place op on the root its
+views are read again. Without gradients the root's own buffer is written when nothing
+else may read it, as numpy writes.
+
+>>> x = at.tensor([[1.0, 2.0], [3.0, 4.0]])
+>>> column = x[:, 1]
+>>> column *= 10
+>>> x
+tensor([[ 1., 20.],
+        [ 3., 40.]])
+"""
+import threading
+import weakref
+
+import numpy as np
+
+from ..grad_mode import is_grad_enabled
+from ..tensor import (LEAF_VIEW_INPLACE_MSG, NONLEAF_NO_GRAD_INPLACE_MSG, array_of,
+                      written_through)
+from .elementwise import add, where
+from .indexing import astype, put_add, reshape, take_flat
+
+
+def view_of(view, base, step):
+    """Mark ``view`` (a new tensor) as ``base`` seen through ``step``: ("index", a
+    normalised basic index), ("reshape", shape) or ("transpose", axes). Returns view."""
+    link = base._view_of
+    if link is None:
+        root = base
+        view._view_of = (base, (step,))
+    else:
+        root = link[0]
+        view._view_of = (root, link[1] + (step,))
+    views = root._views
+    if views is None:
+        with _LOCK:                              # (one list per root, whatever thread)
+            views = root._views
+            if views is None:
+                views = root._views = [0]        # [room before pruning, weakrefs...]
+    views.append(weakref.ref(view))              # (atomic: threads may take views)
+    if len(views) > views[0] + 16 and _LOCK.acquire(blocking=False):
+        try:                                     # drop dead views: the entries appended
+            n = len(views)                       # meanwhile stay (past n)
+            alive = [r for r in views[1:n] if r() is not None]
+            views[1:n] = alive
+            views[0] = 2 * len(alive)
+        finally:
+            _LOCK.release()
+    return view
+
+
+_LOCK = threading.Lock()
+
+
+def positions(shape, chain):
+    """The flat positions in a C-ordered array of ``shape`` of the elements that the
+    view ``chain`` selects, in the view's shape (numpy's own indexing computes them)."""
+    a = np.arange(int(np.prod(shape, dtype=np.int64)), dtype=np.int64).reshape(shape)
+    for kind, arg in chain:
+        a = a[arg] if kind == "index" else a.reshape(arg) if kind == "reshape" else \
+            a.transpose(arg)
+    return a
+
+
+def contiguous(t):
+    """Whether t's elements are a contiguous run of its root's, in order (a reshape of
+    it is then a view, as numpy's and torch's; otherwise a copy)."""
+    link = t._view_of
+    if link is None:
+        return True
+    flat = positions(link[0]._shape, link[1]).reshape(-1)
+    return flat.size == 0 or bool((np.diff(flat) == 1).all())
+
+
+def of_a_leaf(t):
+    """Whether t is a view of a leaf: under no_grad an in-place op on it changes the
+    leaf's value (an optimizer's step), as torch's."""
+    link = getattr(t, "_view_of", None)
+    return link is not None and link[0]._tape is None
+
+
+def check_inplace(t):
+    """Before an in-place op on ``t``: torch's errors where its root cannot change."""
+    link = getattr(t, "_view_of", None)
+    if link is None:
+        return
+    root = link[0]
+    if is_grad_enabled():
+        if root._tape is None and root._requires_grad:
+            raise RuntimeError(LEAF_VIEW_INPLACE_MSG)
+    elif root._tape is not None:
+        raise RuntimeError(NONLEAF_NO_GRAD_INPLACE_MSG)
+    elif t._tape is not None:        # (recorded before: from now on a plain value)
+        t._tape, t._row, t._cache = None, -1, None
+
+
+def written(t):
+    """After an in-place op changed ``t``: its root, and every view of the root, show
+    the change (see the module's docstring)."""
+    written_through(t)
+    link = getattr(t, "_view_of", None)
+    if link is not None:
+        root, chain = link
+        flat = positions(root._shape, chain).reshape(-1)   # (distinct positions: views
+        # are basic indices, reshapes and transposes)
+        if is_grad_enabled() and (t.requires_grad or root.requires_grad):
+            mask = np.zeros(root.size, bool)
+            mask[flat] = True
+            kept = where(mask.reshape(root._shape), 0.0, root)
+            new = add(kept, put_add(reshape(t, (-1,)), flat, root._shape))
+            root._become(new if new._dtype == root._dtype else astype(new, root._dtype))
+        else:
+            _write_value(root, flat, array_of(t))
+        written_through(root)
+        _refresh(root, skip=t)
+    elif getattr(t, "_views", None):
+        _refresh(t, skip=None)
+
+
+def _write_value(root, flat, values):
+    """Without gradients: the root's buffer written, or a copy of it where a tape (or
+    a requires-grad read-only view) may read the old one."""
+    v = root._value
+    if type(v) is float:
+        root._value = float(np.reshape(values, -1)[0])
+        root._cache = None
+        return
+    if not v.flags.writeable or not v.flags.c_contiguous:
+        v = np.array(v, order="C")
+    v.reshape(-1)[flat] = np.reshape(values, -1)
+    root._value = v
+    root._cache = None
+
+
+def _refresh(root, skip):
+    """Every live view of ``root`` but ``skip`` read again from it."""
+    with _LOCK:
+        refs = list((getattr(root, "_views", None) or [0])[1:])
+    recorded = is_grad_enabled() and root.requires_grad
+    for ref in refs:
+        w = ref()
+        if w is None or w is skip:
+            continue
+        chain = w._view_of[1]
+        if recorded:
+            w._become(take_flat(root, positions(root._shape, chain)))
+        else:
+            value = array_of(root)
+            for kind, arg in chain:
+                value = value[arg] if kind == "index" else value.reshape(arg) if \
+                    kind == "reshape" else value.transpose(arg)
+            if w._shape == () and w._dtype.kind == "f":
+                w._value = float(value)
+            else:                           # (a view of the root's buffer, where it can)
+                value = np.asarray(value)
+                w._value = value if value.flags.c_contiguous else np.ascontiguousarray(value)
+            w._tape, w._row, w._cache = None, -1, None
