@@ -32,7 +32,7 @@ for _name in ("less", "less_equal", "greater", "greater_equal", "equal", "not_eq
 UFUNCS.update({name: getattr(mathfuncs, name) for name in (
     "fabs", "fmax", "fmin", "logaddexp2", "deg2rad", "rad2deg", "degrees", "radians")})
 PREDICATES = {np.isfinite, np.isnan, np.isinf, np.signbit, np.isclose, np.allclose,
-              np.array_equal, np.array_equiv}
+              np.array_equal, np.array_equiv, np.isin}
 
 
 def _reduction(fn):
@@ -96,6 +96,10 @@ FUNCTIONS = {
         "var", statistics.var, a, axis, ddof, keepdims, dtype=dtype, out=out),
     np.std: lambda a, axis=None, dtype=None, out=None, ddof=0, keepdims=False: _plain_call(
         "std", statistics.std, a, axis, ddof, keepdims, dtype=dtype, out=out),
+    np.median: lambda a, axis=None, out=None, overwrite_input=False, keepdims=False: (
+        _plain_call("median", statistics.median, a, axis, keepdims, out=out)),
+    np.nanmedian: lambda a, axis=None, out=None, overwrite_input=False, keepdims=False: (
+        _plain_call("nanmedian", statistics.nanmedian, a, axis, keepdims, out=out)),
     np.argmax: lambda a, axis=None, out=None, keepdims=False: _plain_call(
         "argmax", statistics.argmax, a, axis, keepdims, out=out),
     np.argmin: lambda a, axis=None, out=None, keepdims=False: _plain_call(

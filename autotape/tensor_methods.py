@@ -526,6 +526,53 @@ def _fill_(self, value):
     return self
 
 
+def _median(self, dim=None, keepdim=False):
+    """torch's ``median``: the lower of the two middle elements (of all, or torch's
+    ``(values, indices)`` along ``dim``); ``at.median`` is numpy's (their mean).
+
+    >>> at.tensor([3.0, 1.0, 4.0, 2.0]).median()
+    tensor(2.)
+    """
+    if dim is None:
+        return statistics.median(indexing.reshape(self, (-1,)), dim=0).values
+    return statistics.median(self, dim=dim, keepdim=keepdim)
+
+
+def _nanmedian(self, dim=None, keepdim=False):
+    """torch's ``nanmedian``: median ignoring NaNs, the lower middle element.
+
+    >>> at.tensor([3.0, np.nan, 1.0, 2.0]).nanmedian()
+    tensor(2.)
+    """
+    if dim is None:
+        return statistics.nanmedian(indexing.reshape(self, (-1,)), dim=0).values
+    return statistics.nanmedian(self, dim=dim, keepdim=keepdim)
+
+
+def _expand(self, *sizes):
+    """torch's ``expand``: self broadcast to ``sizes`` (-1 keeps a size), a view that
+    in-place ops refuse, as torch's.
+
+    >>> at.tensor([[1.0], [2.0]]).expand(2, 3)
+    tensor([[1., 1., 1.],
+            [2., 2., 2.]])
+    """
+    sizes = tuple(sizes[0]) if len(sizes) == 1 and not isinstance(sizes[0], int) else sizes
+    lead = len(sizes) - self.ndim
+    shape = tuple(self.shape[d - lead] if s == -1 and d >= lead else int(s)
+                  for d, s in enumerate(sizes))
+    return view_of(indexing.broadcast_to(self, shape), self, ("expand", shape))
+
+
+def _expand_as(self, other):
+    """torch's ``expand_as``: ``expand(other.shape)``.
+
+    >>> at.tensor([1.0, 2.0]).expand_as(at.zeros((2, 2))).shape
+    (2, 2)
+    """
+    return _expand(self, *other.shape)
+
+
 TORCH_SPELLINGS = {
     "add": _add, "sub": _sub, "mul": elementwise.multiply, "div": elementwise.divide,
     "pow": elementwise.power, "neg": elementwise.negative, "clamp": _clamp,
@@ -536,6 +583,8 @@ TORCH_SPELLINGS = {
     "unbind": _unbind, "split": _split, "chunk": _chunk,
     "add_": _in_place(ADD), "sub_": _in_place(SUB), "mul_": _in_place(MUL),
     "div_": _in_place(DIV), "copy_": _copy_, "fill_": _fill_,
+    "median": _median, "nanmedian": _nanmedian, "var_mean": statistics.var_mean,
+    "expand": _expand, "expand_as": _expand_as,
 }
 
 

@@ -144,3 +144,55 @@ def test_del_grad_and_pickling():
     assert plain.dtype == np.int64 and plain.shape == (1, 2) and not plain.requires_grad
     scalar = pickle.loads(pickle.dumps(at.tensor(1.5, dtype=np.float32)))
     assert scalar.dtype == np.float32 and scalar.item() == 1.5
+
+
+def test_median_and_nanmedian_as_numpy_and_torch():
+    rng = np.random.default_rng(8)
+    for shape, axis in [((5,), None), ((4,), None), ((3, 4), 1), ((3, 4), 0),
+                        ((2, 3, 4), -1)]:
+        a = rng.normal(size=shape)
+        if len(shape) == 2:
+            a[1, 2] = np.nan
+        for name in ("median", "nanmedian"):
+            want = getattr(np, name)(a, axis=axis)
+            got = getattr(at, name)(at.tensor(a, requires_grad=True), axis=axis)
+            np.testing.assert_array_equal(got.detach().numpy(), want)
+            got = getattr(np, name)(at.tensor(a, requires_grad=True), axis=axis)
+            np.testing.assert_array_equal(got.detach().numpy(), want)
+    x = at.tensor([3.0, 1.0, 4.0, 2.0], requires_grad=True)
+    assert at.grad(at.median(x), x)[0].tolist() == [0.5, 0.0, 0.0, 0.5]
+    assert x.median().item() == 2.0                          # torch's: the lower middle
+    assert at.gradcheck(lambda v: at.median(v, axis=1),
+                        (at.tensor(rng.normal(size=(3, 4)), requires_grad=True),))
+    torch = pytest.importorskip("torch")
+    a = rng.normal(size=(3, 5))
+    a[0, 1] = np.nan
+    for name in ("median", "nanmedian"):
+        for dim in (0, 1):
+            tv, ti = getattr(torch.tensor(a), name)(dim=dim)
+            av, ai = getattr(at.tensor(a), name)(dim=dim)
+            np.testing.assert_array_equal(av.numpy(), tv.numpy())
+            if name == "nanmedian" or dim == 0:
+                finite = ~np.isnan(tv.numpy())
+                np.testing.assert_array_equal(ai.numpy()[finite], ti.numpy()[finite])
+        assert getattr(at.tensor(a[1:]), name)().item() == getattr(torch.tensor(a[1:]),
+                                                                   name)().item()
+
+
+def test_var_mean_isin_signbit_expand():
+    x = at.tensor([3.0, -1.0, -0.0, 2.0], requires_grad=True)
+    v, m = at.var_mean(x)
+    assert np.isclose(v.item(), np.var([3.0, -1.0, 0.0, 2.0], ddof=1)) and m.item() == 1.0
+    v, m = x.var_mean(dim=0, correction=0)
+    assert np.isclose(v.item(), np.var([3.0, -1.0, 0.0, 2.0]))
+    assert at.signbit(x).tolist() == [False, True, True, False]
+    assert at.isin(x, [2.0, 3.0]).tolist() == [True, False, False, True]
+    assert np.isin(x, at.tensor([-1.0])).tolist() == [False, True, False, False]
+    column = at.tensor([[1.0], [2.0]], requires_grad=True)
+    wide = column.expand(2, 3)
+    assert wide.shape == (2, 3) and column.expand_as(wide).shape == (2, 3)
+    (wide * at.tensor([1.0, 2.0, 3.0])).sum().backward()
+    assert column.grad.tolist() == [[6.0], [6.0]]
+    with pytest.raises(RuntimeError, match="more than one element of the written-to tensor"):
+        y = (column * 1.0).expand(-1, 3)
+        y += 1

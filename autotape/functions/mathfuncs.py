@@ -4,10 +4,12 @@ are comparisons (x != x, |x| == inf), so a compiled replay recomputes them."""
 import numpy as np
 
 from ..ops.elementwise import abs, compare, logaddexp, maximum, minimum, sin, where
+from ..guards import observe
 from ..ops.indexing import as_tensor, broadcast_to
+from ..tensor import leaf_of
 
 __all__ = ["fabs", "fmax", "fmin", "logaddexp2", "deg2rad", "rad2deg", "radians", "degrees",
-           "sinc", "nan_to_num", "select"]
+           "sinc", "nan_to_num", "select", "signbit", "isin"]
 
 _LN2 = np.log(2.0)
 
@@ -145,3 +147,26 @@ def select(condlist, choicelist, default=0):
             raise TypeError("invalid entry in condlist: should be boolean ndarray")
         out = where(c, v, out)
     return out
+
+
+def signbit(x):
+    """Whether each element's sign bit is set (-0.0 included), as numpy.signbit: a
+    bool tensor (a decision, no gradient).
+
+    >>> at.signbit(at.tensor([-1.0, -0.0, 2.0]))
+    tensor([ True,  True, False])
+    """
+    return leaf_of(observe(np.signbit, as_tensor(x)))
+
+
+def isin(elements, test_elements, *, assume_unique=False, invert=False):
+    """Whether each element is in ``test_elements``, as numpy.isin and torch.isin: a
+    bool tensor (a decision, no gradient).
+
+    >>> at.isin(at.tensor([1.0, 2.0, 3.0]), [2.0, 5.0])
+    tensor([False,  True, False])
+    """
+    test = test_elements.detach().numpy() if hasattr(test_elements, "detach") else \
+        np.asarray(test_elements)
+    return leaf_of(observe(lambda v: np.isin(v, test, assume_unique=assume_unique,
+                                            invert=invert), as_tensor(elements)))

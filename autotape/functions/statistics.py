@@ -2,6 +2,7 @@
 by a constant maximum, means subtracted before squaring. They have no derivative rules
 of their own: the chain rule through the ops they use gives them."""
 import builtins
+from collections import namedtuple
 
 import numpy as np
 from numpy.lib.array_utils import normalize_axis_tuple
@@ -12,9 +13,10 @@ from ..ops.indexing import as_tensor, reshape
 from ..ops.linalg import svd
 from ..ops.reduce import amax, amin, mean, normalize_axes, sum, torch_axis
 from ..tensor import array_of, leaf_of
-from .shaping import expand_dims, moveaxis
+from .shaping import expand_dims, moveaxis, take_along_axis
 
-__all__ = ["logsumexp", "softmax", "log_softmax", "var", "std", "average", "argmax", "argmin", "norm"]
+__all__ = ["logsumexp", "softmax", "log_softmax", "var", "std", "var_mean", "median",
+           "nanmedian", "average", "argmax", "argmin", "norm"]
 
 
 SAFE_SHIFT = 30.0   # how far a recorded shift may be from the data's maximum: exp(+-30)
@@ -222,3 +224,83 @@ def norm(x, ord=None, axis=None, keepdims=False, *, dim=None, keepdim=None):
             return out
         raise ValueError(f"autotape's norm does not support ord={ord!r} for matrices")
     raise ValueError("Improper number of dimensions to norm.")
+
+
+Median = namedtuple("Median", "values indices")
+
+
+def median(x, axis=None, keepdims=False, *, dim=None, keepdim=None):
+    """numpy's median: the middle element along ``axis`` (None: of all), the mean of
+    the two middle ones for an even count, NaN where a NaN is among them; the gradient
+    goes to the element(s) picked. With torch's ``dim=``, torch's ``(values, indices)``
+    of the lower middle element (``t.median()`` is torch's too).
+
+    >>> x = at.tensor([3.0, 1.0, 4.0, 2.0], requires_grad=True)
+    >>> at.grad(at.median(x), x)
+    (tensor([0.5, 0. , 0. , 0.5]),)
+    """
+    if dim is not None:
+        return _median(x, dim, bool(keepdim), lower=True, skip_nan=False, indices=True)
+    return _median(x, axis, keepdims, lower=False, skip_nan=False, indices=False)
+
+
+def nanmedian(x, axis=None, keepdims=False, *, dim=None, keepdim=None):
+    """numpy's nanmedian: the median of the elements that are not NaN (NaN where all
+    are). With torch's ``dim=``, torch's ``(values, indices)`` of the lower middle one.
+
+    >>> at.nanmedian(at.tensor([3.0, np.nan, 1.0]))
+    tensor(2.)
+    """
+    if dim is not None:
+        return _median(x, dim, bool(keepdim), lower=True, skip_nan=True, indices=True)
+    return _median(x, axis, keepdims, lower=False, skip_nan=True, indices=False)
+
+
+def _median(x, axis, keepdims, lower, skip_nan, indices):
+    x = as_tensor(x)
+    shape = x.shape
+    work, axis = (reshape(x, (-1,)), 0) if axis is None else (x, axis % builtins.max(x.ndim, 1))
+    if work.shape[axis] == 0:
+        raise ValueError("median of an empty axis")
+
+    def middle(v, high):
+        """Each slice's middle element's index along axis (a decision: guards.py)."""
+        order = np.argsort(v, axis=axis, kind="stable")          # (NaNs last)
+        count = (~np.isnan(v)).sum(axis=axis, keepdims=True) if skip_nan else \
+            np.full(order.shape[:axis] + (1,) + order.shape[axis + 1:], v.shape[axis])
+        k = np.maximum(count // 2 if high else (count - 1) // 2, 0)
+        return np.take_along_axis(order, k, axis)
+
+    low = observe(lambda v: middle(v, False), work)
+    values = take_along_axis(work, low, axis)
+    if not lower:
+        values = (values + take_along_axis(work, observe(lambda v: middle(v, True), work),
+                                           axis)) * 0.5
+    undefined = observe(lambda v: (np.isnan(v).all(axis=axis, keepdims=True) if skip_nan
+                                   else np.isnan(v).any(axis=axis, keepdims=True)), work)
+    if undefined.any():
+        values = where(undefined, np.nan, values)
+    if x.ndim == 0:
+        out = reshape(values, ())
+    elif keepdims:
+        out = values if work is x else reshape(values, (1,) * len(shape))
+    else:
+        out = reshape(values, tuple(n for d, n in enumerate(work.shape) if d != axis))
+    if not indices:
+        return out
+    picked = low if keepdims else np.squeeze(low, axis)
+    return Median(out, leaf_of(picked))
+
+
+def var_mean(x, dim=None, *, correction=1, keepdim=False, unbiased=None):
+    """torch's ``var_mean``: ``(var, mean)`` over ``dim``, torch's correction 1 unless
+    given.
+
+    >>> at.var_mean(at.tensor([1.0, 2.0, 3.0, 4.0]))
+    (tensor(1.66666667), tensor(2.5))
+    """
+    if unbiased is not None:
+        correction = int(bool(unbiased))
+    axis = tuple(dim) if isinstance(dim, list) else dim
+    return (var(x, axis, correction, keepdim),
+            mean(x, axis=axis, keepdims=keepdim))

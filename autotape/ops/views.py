@@ -32,7 +32,8 @@ from .indexing import astype, put_add, reshape, take_flat
 
 def view_of(view, base, step):
     """Mark ``view`` (a new tensor) as ``base`` seen through ``step``: ("index", a
-    normalised basic index), ("reshape", shape) or ("transpose", axes). Returns view."""
+    normalised basic index), ("reshape", shape), ("transpose", axes) or ("expand",
+    shape: a broadcast, which in-place ops refuse as torch's). Returns view."""
     link = base._view_of
     if link is None:
         root = base
@@ -66,9 +67,19 @@ def positions(shape, chain):
     view ``chain`` selects, in the view's shape (numpy's own indexing computes them)."""
     a = np.arange(int(np.prod(shape, dtype=np.int64)), dtype=np.int64).reshape(shape)
     for kind, arg in chain:
-        a = a[arg] if kind == "index" else a.reshape(arg) if kind == "reshape" else \
-            a.transpose(arg)
+        a = _step(a, kind, arg)
     return a
+
+
+def _step(a, kind, arg):
+    """One view step on a numpy array (a view of it)."""
+    if kind == "index":
+        return a[arg]
+    if kind == "reshape":
+        return a.reshape(arg)
+    if kind == "transpose":
+        return a.transpose(arg)
+    return np.broadcast_to(a, arg)                 # "expand"
 
 
 def contiguous(t):
@@ -93,7 +104,11 @@ def check_inplace(t):
     link = getattr(t, "_view_of", None)
     if link is None:
         return
-    root = link[0]
+    root, chain = link
+    if any(kind == "expand" for kind, _ in chain):
+        raise RuntimeError("unsupported operation: more than one element of the written-to "
+                           "tensor refers to a single memory location. Please clone() the "
+                           "tensor before performing the operation.")
     if is_grad_enabled():
         if root._tape is None and root._requires_grad:
             raise RuntimeError(LEAF_VIEW_INPLACE_MSG)
@@ -156,8 +171,7 @@ def _refresh(root, skip):
         else:
             value = array_of(root)
             for kind, arg in chain:
-                value = value[arg] if kind == "index" else value.reshape(arg) if \
-                    kind == "reshape" else value.transpose(arg)
+                value = _step(value, kind, arg)
             if w._shape == () and w._dtype.kind == "f":
                 w._value = float(value)
             else:                           # (a view of the root's buffer, where it can)
