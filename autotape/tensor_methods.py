@@ -18,7 +18,7 @@ from .opcodes import (ADD, CHOLESKY, CONCAT, CUMPROD, CUMSUM, CUSTOM, DET, DIV, 
                       SCATTER, SETITEM, SLOGDET, SOLVE, STRIDED, SUB, SUM, SVD, TAKE,
                       WHERE)
 from .ops import elementwise, indexing, reduce
-from .ops.views import check_inplace, contiguous, view_of, written
+from .ops.views import check_inplace, contiguous, one_of_several, view_of, written
 from .ops.linalg import matmul
 from .ops.recording import cast_result
 from .ops.subscript import getitem, setitem
@@ -446,7 +446,8 @@ def _unbind(self, dim=0):
     >>> at.tensor([[1.0, 2.0], [3.0, 4.0]]).unbind(1)
     (tensor([1., 3.]), tensor([2., 4.]))
     """
-    return tuple(_select(self, dim, k) for k in range(self.shape[dim]))
+    return one_of_several(tuple(_select(self, dim, k) for k in range(self.shape[dim])),
+                          "Unbind")
 
 
 def _split(self, split_size_or_sections, dim=0):
@@ -470,7 +471,7 @@ def _split(self, split_size_or_sections, dim=0):
     for size in sizes:
         out.append(_narrow(self, dim, start, size))
         start += size
-    return tuple(out)
+    return one_of_several(tuple(out), "Split")
 
 
 def _chunk(self, chunks, dim=0):

@@ -71,8 +71,19 @@ def positions(shape, chain):
     return a
 
 
+def one_of_several(views, name):
+    """Mark the views a function returns together (unbind, split, chunk): as torch's,
+    they refuse in-place ops that gradients would have to follow. Returns them."""
+    for k, v in enumerate(views):
+        root, chain = v._view_of
+        v._view_of = (root, chain + (("several", (name, k)),))
+    return views
+
+
 def _step(a, kind, arg):
     """One view step on a numpy array (a view of it)."""
+    if kind == "several":
+        return a
     if kind == "index":
         return a[arg]
     if kind == "reshape":
@@ -112,6 +123,14 @@ def check_inplace(t):
     if is_grad_enabled():
         if root._tape is None and root._requires_grad:
             raise RuntimeError(LEAF_VIEW_INPLACE_MSG)
+        several = [arg for kind, arg in chain if kind == "several"]
+        if several and (root.requires_grad or t.requires_grad):
+            name, k = several[0]
+            raise RuntimeError(
+                f"Output {k} of {name} is a view and is being modified inplace. This view "
+                "is the output of a function that returns multiple views. Such functions "
+                "do not allow the output views to be modified inplace. You should replace "
+                "the inplace operation by an out-of-place one.")
     elif root._tape is not None:
         raise RuntimeError(NONLEAF_NO_GRAD_INPLACE_MSG)
     elif t._tape is not None:        # (recorded before: from now on a plain value)
