@@ -283,3 +283,41 @@ def test_inplace_on_view_non_contig():
     v2.mul_(2)
     x.sum().backward()
     assert root.grad.tolist() == [[1.0, 2.0], [1.0, 1.0], [1.0, 1.0]]
+
+
+TORCH_VIEWS = [lambda t: t[1:], lambda t: t[:, ::2], lambda t: t.T, lambda t: t[0],
+               lambda t: t.narrow(1, 1, 2)]
+
+
+@settings(max_examples=40, deadline=None)
+@given(ops=st.lists(st.tuples(st.booleans(), st.integers(0, 20), st.integers(0, 4),
+                              st.floats(-2, 2)), min_size=1, max_size=6))
+def test_random_views_and_writes_have_torch_gradients(ops):
+    torch = pytest.importorskip("torch")
+    xs = np.random.default_rng(len(ops)).normal(size=(3, 4))
+
+    def run(L, x):
+        base = x * 1.0
+        views = [base]
+        for make_view, pick, kind, value in ops:
+            t = views[pick % len(views)]
+            if make_view:
+                if t.ndim == 2 and min(t.shape) > 1:
+                    views.append(TORCH_VIEWS[kind](t))
+            elif kind % 2 == 0:
+                t.mul_(value)                    # (saves nothing for backward)
+            else:
+                t.add_(L.sin(x[0, 0]) * value)
+        return (base * base).sum() + sum((v * 1.5).sum() for v in views[1:])
+
+    tx = torch.tensor(xs, requires_grad=True)
+    try:
+        tout = run(torch, tx)
+        tout.backward()
+    except RuntimeError:
+        return                                    # (torch refuses this program)
+    x = at.tensor(xs, requires_grad=True)
+    out = run(at, x)
+    out.backward()
+    np.testing.assert_allclose(out.item(), tout.item(), rtol=1e-12)
+    np.testing.assert_allclose(x.grad.numpy(), tx.grad.numpy(), rtol=1e-10, atol=1e-12)
