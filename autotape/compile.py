@@ -593,6 +593,8 @@ def _arguments(args, example=False):
                     "derivatives with .grad / .jacobian / .hessian, pass a .detach()ed "
                     "value, or call f itself to record it")
             a = a._value
+        elif isinstance(a, (list, tuple)):        # (as numpy and autotape.func take them)
+            a = np.asarray(a)
         if isinstance(a, (bool, np.bool_)) or not isinstance(
                 a, (int, float, np.number, np.ndarray)):
             raise TypeError(f"compile: argument {k} must be a float array, a number or a "

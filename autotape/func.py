@@ -47,10 +47,10 @@ def _tracked(value, where):
             value, (int, float, np.number, np.ndarray)):
         raise TypeError(f"{where}: expected a Tensor, a numpy array or a Python number, "
                         f"but got {type(value).__name__}")
-    elif isinstance(value, (int, np.integer)):
-        data = np.asarray(float(value))             # a Python int such as 2 means 2.0
     else:
         data = np.asarray(value)
+        if data.dtype.kind in "iu":                 # 2 or [1, 2] mean 2.0 or [1.0, 2.0],
+            data = data.astype(np.float64)          # as at.compile takes them
     if data.dtype.kind != "f":
         raise TypeError(f"{where}: only floating point inputs can be differentiated, but "
                         f"got dtype {data.dtype}")

@@ -527,3 +527,11 @@ def test_a_value_read_in_python_tells_signed_zeros_apart():
     assert c(np.array([2.0])).item() == 2.0
     assert c(np.array([-2.0])).item() == 2.0    # -0.0: the branch is the other one
     assert c.traces == 2
+
+
+def test_lists_and_int_arrays_are_arguments_as_in_autotape_func():
+    f = lambda t: (t ** 2).sum()
+    c = at.compile(f, np.ones(3))
+    assert c.grad([1.0, 2.0, 3.0]).tolist() == [2.0, 4.0, 6.0]
+    assert c.grad(np.array([1, 2, 3])).tolist() == [2.0, 4.0, 6.0]
+    assert at.func.grad(f)(np.array([1, 2, 3])).tolist() == [2.0, 4.0, 6.0]
