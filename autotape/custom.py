@@ -323,9 +323,22 @@ def _detached_if_made(v, first):
     return v
 
 
-class _Reads:
-    """While active, notes every tensor requiring grad that recorded ops read from
-    outside the tapes made since (ops.recording.row_of asks here().redirect)."""
+class _Redirect:
+    """While active (a ``with`` block), ``ops.recording.row_of`` asks it for the tensor
+    to record in place of each tensor requiring grad read from outside the tape."""
+
+    def __enter__(self):
+        state = here()
+        self.saved, state.redirect = state.redirect, self
+        return self
+
+    def __exit__(self, *exc):
+        here().redirect = self.saved
+
+
+class _Reads(_Redirect):
+    """Notes every tensor requiring grad that recorded ops read from outside the tapes
+    made since it became active, and changes none."""
 
     def __init__(self):
         self.tensors, self.caches, self.first = [], {}, None
@@ -340,21 +353,16 @@ class _Reads:
             self.tensors.append(t)
         return t
 
-    def __enter__(self):
-        state = here()
-        self.saved, state.redirect = state.redirect, self
-        return self
-
     def __exit__(self, *exc):
-        here().redirect = self.saved
+        super().__exit__(*exc)
         for t, cache in self.caches.values():        # (a leaf's row on the dropped tape)
             if t._tape is None:
                 t._cache = cache
 
 
-class _Redirected:
-    """While active, recorded ops read ``aliases[k]`` wherever they read
-    ``sources[k]``; reading any other tensor requiring grad from before is an error."""
+class _Redirected(_Redirect):
+    """Recorded ops read ``aliases[k]`` wherever they read ``sources[k]``; reading any
+    other tensor requiring grad from before is an error."""
 
     def __init__(self, sources, aliases, first):
         self.map = {id(s): a for s, a in zip(sources, aliases)}
@@ -370,14 +378,6 @@ class _Redirected:
         raise RuntimeError("checkpoint: the function read a tensor requiring grad when "
                            "run again for the gradient that it did not read the first "
                            "time; it must read the same tensors every time it runs")
-
-    def __enter__(self):
-        state = here()
-        self.saved, state.redirect = state.redirect, self
-        return self
-
-    def __exit__(self, *exc):
-        here().redirect = self.saved
 
 
 def _random_state():
