@@ -106,6 +106,8 @@ class Segments:
         if (lean.in_slots >= base).any():
             raise NotCheckpointable("an input's slot lies past the loop's start")
         self.out_slots = np.array([compact(int(s)) for s in lean.out_slots], np.int64)
+        # the table of per-repetition constants (after every other slot): its place here
+        self.table_base = 0 if lean.loop_table is None else compact(lean.loop_table[0])
         inside = (lean.const_slots >= base) & (lean.const_slots < last)
         self.const_slots = np.array([compact(int(s)) for s in lean.const_slots[~inside]],
                                     np.int64)
@@ -171,7 +173,7 @@ class Segments:
             self._enter(k, [(V, C)])
             if k:
                 saved[k] = V[carried]
-            forward(V, delta, t0, t1, self.lows[k] * delta, *extra)
+            forward(V, delta, t0, t1, self.lows[k] * delta, self.table_base, *extra)
         _interpret(self.instr, self.pool, lean.divisor, V, C, self.end, self.instr.shape[0])
         store_values(V, C, self.out_slots, values, p0)
         if jac is None:
@@ -193,7 +195,7 @@ class Segments:
                     G[self.base * C:keep0 * C] = 0.0
                     G[(keep0 + self.back * delta) * C:(self.base + (t1 - self.lows[k])
                                                        * delta) * C] = 0.0
-                reverse(V, G, delta, t0, t1, self.lows[k] * delta, *extra)
+                reverse(V, G, delta, t0, t1, self.lows[k] * delta, self.table_base, *extra)
             _sweep(lean.instr, lean.pool, lean.divisor, live[o], V, G, C, 0, self.start)
             store_adjoints(G, C, lean.in_slots, jac, p0, o)
 
@@ -202,7 +204,7 @@ class Segments:
         if k:
             V[carried] = saved[k]
         self._load_consts(k, (V, C))
-        forward(V, self.delta, t0, t1, self.lows[k] * self.delta, *extra)
+        forward(V, self.delta, t0, t1, self.lows[k] * self.delta, self.table_base, *extra)
 
     def tangents(self, X, S, p0, C, V, D, values, tangents):
         """Forward mode at points p0 .. p0 + C - 1: the segments run forward once, the
@@ -223,7 +225,8 @@ class Segments:
             tangent_range_points(*code, V, D, C, K, 0, self.start)
         for k, (t0, t1) in enumerate(self.bounds):
             self._enter(k, [(V, C), (D, K * C)])
-            tangent(V, D, self.delta, t0, t1, K, self.lows[k] * self.delta, *extra)
+            tangent(V, D, self.delta, t0, t1, K, self.lows[k] * self.delta, self.table_base,
+                    *extra)
         code = (self.instr, self.pool, lean.divisor)
         if one:
             forward_range(*code, V, self.end, self.instr.shape[0])

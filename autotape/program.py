@@ -11,7 +11,7 @@ from .kernels.cache import compile_notice
 from .kernels.calls import call_rows, driver
 from .kernels.elementwise import passes_nothing
 from .parallel import for_numba, parallel_launch
-from .kernels.loops import find_loop, loop_kernels
+from .kernels.loops import constant_table, find_loop, loop_kernels
 from .kernels.program import (COPY, GATHER, I_A, I_N, I_OP, I_OUT, I_P, I_SA, LOWERED,
                               SCATTER_ADD, forward_range, forward_range_points, live_sets,
                               load_chunk, load_tangent_chunk, lower, reverse_range,
@@ -46,6 +46,7 @@ class LeanProgram:
     threads share it (each call has scratch of its own)."""
     __slots__ = ("instr", "pool", "divisor", "live", "const_slots", "const_vals",
                  "in_slots", "out_slots", "nslots", "loop", "loop_kernels", "loop_slots",
+                 "loop_table",
                  "calls", "segments", "reached", "user_calls", "driver", "device_arrays")
 
     @classmethod
@@ -81,13 +82,29 @@ class LeanProgram:
         p.live = None
         # (start, period, repeats, delta) or None; a program with users' compiled ops
         # runs in their driver (kernels/calls.py), its loops interpreted
-        p.loop = find_loop(instr) if loops else None
+        constant = np.zeros(nslots, bool)
+        constant[const_slots] = True
+        p.loop = find_loop(instr, constant) if loops else None
         p.loop_kernels = None               # compiled after COMPILE_LOOP_AFTER calls
-        p.loop_slots = p.segments = p.reached = None
+        p.loop_slots = p.segments = p.reached = p.loop_table = None
         if p.loop is not None:
             start, period, repeats, delta = p.loop
             first = int(instr[start:start + period, I_OUT].min())
             p.loop_slots = (first, first + repeats * delta)
+            # constant operands whose value changes with the repetition: a table of
+            # their values, more constant slots after the others, that the compiled
+            # body reads by the repetition's index (the interpreter reads the slots
+            # the instructions name, as recorded)
+            entries, values = constant_table(instr, p.loop, constant, const_slots,
+                                             const_vals)
+            if entries:
+                width = values.shape[1]
+                p.loop_table = (nslots, width, entries)
+                p.const_slots = np.concatenate([const_slots, nslots + np.arange(
+                    values.size, dtype=np.int64)])
+                p.const_vals = np.concatenate([const_vals, values.reshape(-1).astype(
+                    const_vals.dtype)])
+                p.nslots = nslots + values.size
         p.calls = 0
         return p
 
@@ -280,9 +297,9 @@ class LeanProgram:
         for q0, q1 in ((0, start), (end, count)):
             if q0 == end:
                 if one:
-                    tangent(V, D, delta, 0, repeats, K, 0)
+                    tangent(V, D, delta, 0, repeats, K, 0, self._table_base())
                 else:
-                    tangent(V, D, delta, 0, repeats, K, 0, C)
+                    tangent(V, D, delta, 0, repeats, K, 0, self._table_base(), C)
             if one:
                 forward_range(*code, V, q0, q1)
                 tangent_range(*code, V, D, K, q0, q1)
@@ -301,7 +318,7 @@ class LeanProgram:
         end = start + period * repeats
         if self.loop_kernels is None:
             self.loop_kernels = loop_kernels(self.instr, self.loop, self.const_slots,
-                                             self._read_after(end))
+                                             self._read_after(end), self.loop_table)
         if not jacobian:
             return []
         known = self.reached                   # (found once per program: it is a pass
@@ -309,6 +326,10 @@ class LeanProgram:
             known = self.reached = (live, [self._loop_reached(live[o], start, end)
                                            for o in range(self.out_slots.size)])
         return known[1]
+
+    def _table_base(self):
+        """The slot where the loop's table of per-repetition constants starts (0: none)."""
+        return 0 if self.loop_table is None else self.loop_table[0]
 
     def _loop_chunk(self, X, p0, C, V, G, values, jac, live, compiled):
         """Points p0 .. p0 + C - 1 (a short last chunk repeats its last point): the
@@ -321,6 +342,7 @@ class LeanProgram:
         end, count = start + period * repeats, self.instr.shape[0]
         one = C == 1
         forward, reverse, clear, _ = self.loop_kernels[0 if one else 1]
+        tb = self._table_base()
         first_slot, last_slot = self.loop_slots
         load_chunk(V, C, self.const_slots, self.const_vals, self.in_slots, X, p0)
         code = (self.instr, self.pool, self.divisor)
@@ -339,20 +361,20 @@ class LeanProgram:
                 reverse_range_points(*code, live[o], V, G, C, q0, q1)
         interpret(0, start)
         if all(compiled):
-            forward(V, delta, 0, repeats, 0, *extra)
+            forward(V, delta, 0, repeats, 0, tb, *extra)
         else:
             interpret(start, end)
         interpret(end, count)
         store_values(V, C, self.out_slots, values, p0)
         for o in range(len(compiled)):
             if compiled[o]:                    # (the loop's temporaries have no adjoint)
-                clear(G, delta, 0, repeats, 0, *extra)
+                clear(G, delta, 0, repeats, 0, tb, *extra)
                 seed_adjoints(G, C, first_slot, last_slot, self.out_slots[o])
             else:
                 seed_adjoints(G, C, self.nslots, self.nslots, self.out_slots[o])
             sweep(o, end, count)
             if compiled[o]:
-                reverse(V, G, delta, 0, repeats, 0, *extra)
+                reverse(V, G, delta, 0, repeats, 0, tb, *extra)
             else:
                 sweep(o, start, end)
             sweep(o, 0, start)

@@ -68,6 +68,39 @@ def test_pendulum_autotape(benchmark):
     benchmark.pedantic(lambda: c.value_and_grad(THETA), rounds=50, warmup_rounds=5)
 
 
+DRIVEN = pytest.mark.benchmark(group="compiled: driven pendulum (forcing at t = i h), RK4 "
+                                     "1000 steps, value + 4-gradient")
+
+
+def _driven_1000(theta):
+    return W.driven_pendulum_at(theta, 1000)
+
+
+@DRIVEN
+def test_driven_autotape(benchmark):
+    c = at.compile(_driven_1000, THETA)
+    value, g = W.driven_pendulum_numba(THETA, 1000)
+    _close(c.value_and_grad(THETA)[0].item(), value)
+    _close(c.grad(THETA).numpy(), g)
+    for _ in range(5):                        # (past the calls before the body compiles)
+        c.value_and_grad(THETA)
+    benchmark.pedantic(lambda: c.value_and_grad(THETA), rounds=50, warmup_rounds=5)
+
+
+@DRIVEN
+def test_driven_jax(benchmark, jax):
+    f = jax.jit(jax.value_and_grad(W.driven_pendulum_jax(jax, 1000)))
+    _close(f(THETA)[1], W.driven_pendulum_numba(THETA, 1000)[1])
+    benchmark.pedantic(lambda: f(THETA)[1].block_until_ready(), rounds=50, warmup_rounds=5)
+
+
+@DRIVEN
+def test_driven_numba_floor(benchmark):
+    W.driven_pendulum_numba(THETA, 1000)
+    benchmark.pedantic(lambda: W.driven_pendulum_numba(THETA, 1000), rounds=50,
+                       warmup_rounds=5)
+
+
 @PENDULUM
 def test_pendulum_jax(benchmark, jax):
     f = jax.jit(jax.value_and_grad(W.pendulum_jax(jax, 1000)))

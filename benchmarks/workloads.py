@@ -69,6 +69,51 @@ def rk4_step(theta, x, v, h, sin):
             v + h / 6.0 * (k1v + 2.0 * k2v + 2.0 * k3v + k4v))
 
 
+# The driven pendulum: a forcing AMP cos(OMEGA t) read at each stage's time t = i * DT
+# (+ DT / 2, + DT), as a scientist writes it: a constant of its own at every step.
+AMP, OMEGA = 0.5, 1.3
+
+
+def driven_rk4_step(theta, x, v, t, h, sin, cos):
+    """One RK4 step of the driven pendulum at time t, for any library."""
+    def accel(x, v, s):
+        return -theta[2] * sin(x) - theta[3] * v + AMP * cos(OMEGA * s)
+    k1x, k1v = v, accel(x, v, t)
+    k2x, k2v = v + 0.5 * h * k1v, accel(x + 0.5 * h * k1x, v + 0.5 * h * k1v, t + 0.5 * h)
+    k3x, k3v = v + 0.5 * h * k2v, accel(x + 0.5 * h * k2x, v + 0.5 * h * k2v, t + 0.5 * h)
+    k4x, k4v = v + h * k3v, accel(x + h * k3x, v + h * k3v, t + h)
+    return (x + h / 6.0 * (k1x + 2.0 * k2x + 2.0 * k3x + k4x),
+            v + h / 6.0 * (k1v + 2.0 * k2v + 2.0 * k3v + k4v))
+
+
+def driven_pendulum_at(theta, steps):
+    x, v = theta[0], theta[1]
+    for i in range(steps):
+        x, v = driven_rk4_step(theta, x, v, i * DT, DT, at.sin, math.cos)
+    return x * x + v * v
+
+
+def driven_pendulum_jax(jax, steps):
+    jnp = jax.numpy
+
+    def f(theta):
+        def body(i, state):
+            return driven_rk4_step(theta, state[0], state[1], i * DT, DT, jnp.sin, jnp.cos)
+        x, v = jax.lax.fori_loop(0, steps, body, (theta[0], theta[1]))
+        return x * x + v * v
+    return f
+
+
+@numba.njit(cache=True)
+def driven_pendulum_numba(theta, steps):
+    """Value and gradient of the driven pendulum, forward mode (the numba floor)."""
+    x, v, dx, dv = _pendulum_dual(theta, steps, np.empty(0), np.empty((0, 4)), AMP)
+    grad = np.empty(4)
+    for k in range(4):
+        grad[k] = 2.0 * x * dx[k] + 2.0 * v * dv[k]
+    return x * x + v * v, grad
+
+
 def pendulum_at(theta, steps):
     x, v = theta[0], theta[1]
     for _ in range(steps):
@@ -127,14 +172,15 @@ def pendulum_jax(jax, steps):
 
 
 @numba.njit(cache=True, inline="always")
-def _accel_dual(theta, x, dx, v, dv, out):
-    """a = -g sin(x) - c v and its derivatives by theta (dx, dv: (4,) each)."""
+def _accel_dual(theta, x, dx, v, dv, out, force=0.0):
+    """a = -g sin(x) - c v (+ a forcing that does not depend on theta) and its
+    derivatives by theta (dx, dv: (4,) each)."""
     s, co = math.sin(x), math.cos(x)
     for k in range(4):
         out[k] = -theta[2] * co * dx[k] - theta[3] * dv[k]
     out[2] -= s
     out[3] -= v
-    return -theta[2] * s - theta[3] * v
+    return -theta[2] * s - theta[3] * v + force
 
 
 @numba.njit(cache=True)
@@ -181,9 +227,9 @@ def pendulum_state_vjp(theta, steps, g):
 
 
 @numba.njit(cache=True)
-def _pendulum_dual(theta, steps, traj, jac):
+def _pendulum_dual(theta, steps, traj, jac, amp=0.0):
     """The RK4 steps in forward mode (4 tangent lanes); each state and its derivative
-    stored in traj / jac when they have room."""
+    stored in traj / jac when they have room. ``amp``: the driving force's amplitude."""
     h = DT
     x, v = theta[0], theta[1]
     dx, dv = np.zeros(4), np.zeros(4)
@@ -191,20 +237,25 @@ def _pendulum_dual(theta, steps, traj, jac):
     k1v_d, k2v_d, k3v_d, k4v_d = np.empty(4), np.empty(4), np.empty(4), np.empty(4)
     t_dx, t_dv = np.empty(4), np.empty(4)
     for step in range(steps):
+        f1 = f2 = f4 = 0.0
+        if amp != 0.0:
+            t = step * h
+            f1, f2, f4 = (amp * math.cos(OMEGA * t), amp * math.cos(OMEGA * (t + 0.5 * h)),
+                          amp * math.cos(OMEGA * (t + h)))
         k1x, k1x_d = v, dv.copy()
-        k1v = _accel_dual(theta, x, dx, v, dv, k1v_d)
+        k1v = _accel_dual(theta, x, dx, v, dv, k1v_d, f1)
         for k in range(4):
             t_dx[k], t_dv[k] = dx[k] + 0.5 * h * k1x_d[k], dv[k] + 0.5 * h * k1v_d[k]
         k2x, k2x_d = v + 0.5 * h * k1v, t_dv.copy()
-        k2v = _accel_dual(theta, x + 0.5 * h * k1x, t_dx, v + 0.5 * h * k1v, t_dv, k2v_d)
+        k2v = _accel_dual(theta, x + 0.5 * h * k1x, t_dx, v + 0.5 * h * k1v, t_dv, k2v_d, f2)
         for k in range(4):
             t_dx[k], t_dv[k] = dx[k] + 0.5 * h * k2x_d[k], dv[k] + 0.5 * h * k2v_d[k]
         k3x, k3x_d = v + 0.5 * h * k2v, t_dv.copy()
-        k3v = _accel_dual(theta, x + 0.5 * h * k2x, t_dx, v + 0.5 * h * k2v, t_dv, k3v_d)
+        k3v = _accel_dual(theta, x + 0.5 * h * k2x, t_dx, v + 0.5 * h * k2v, t_dv, k3v_d, f2)
         for k in range(4):
             t_dx[k], t_dv[k] = dx[k] + h * k3x_d[k], dv[k] + h * k3v_d[k]
         k4x, k4x_d = v + h * k3v, t_dv.copy()
-        k4v = _accel_dual(theta, x + h * k3x, t_dx, v + h * k3v, t_dv, k4v_d)
+        k4v = _accel_dual(theta, x + h * k3x, t_dx, v + h * k3v, t_dv, k4v_d, f4)
         for k in range(4):
             dx[k] += h / 6.0 * (k1x_d[k] + 2.0 * k2x_d[k] + 2.0 * k3x_d[k] + k4x_d[k])
             dv[k] += h / 6.0 * (k1v_d[k] + 2.0 * k2v_d[k] + 2.0 * k3v_d[k] + k4v_d[k])

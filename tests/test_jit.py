@@ -363,10 +363,10 @@ def test_the_loop_finder_scans_the_whole_program_once_or_twice(monkeypatch):
     loops = importlib.import_module("autotape.kernels.loops")
     full, real = [], loops._matches
 
-    def counting(instr, sig, period):
+    def counting(instr, sig, period, constant=None):
         if instr.shape[0] > 10_000:
             full.append(period)
-        return real(instr, sig, period)
+        return real(instr, sig, period, constant)
     monkeypatch.setattr(loops, "_matches", counting)
 
     @numba.njit

@@ -228,6 +228,17 @@ def _long_pendulum(theta):
     return x * x + v * v
 
 
+def _driven(theta):
+    """A forced pendulum: the forcing reads t = i * h, a constant that is new at every
+    step (and sometimes equals one made before: the recording keeps one per value)."""
+    x, v, h = theta[0] * 1.0, theta[1] * 0.0, 0.02
+    for i in range(300):
+        t = i * h
+        a = -theta[2] * at.sin(x) - theta[3] * v + 0.5 * float(np.cos(1.3 * t))
+        x, v = x + h * v, v + h * a
+    return x * x + v * v
+
+
 def _heat(d):
     h = np.exp(-np.linspace(-2, 2, 16) ** 2).astype(d.dtype)
     for _ in range(60):
@@ -257,8 +268,9 @@ def _on_interpreter(c):
 
 @pytest.mark.parametrize("f, x", [
     (_long_pendulum, np.array([1.0, 0.3, 9.8, 0.1])),
+    (_driven, np.array([1.0, 0.3, 9.8, 0.1])),
     (_heat, np.full(16, 0.4)),
-], ids=["pendulum", "heat"])
+], ids=["pendulum", "driven", "heat"])
 @pytest.mark.parametrize("dtype", [np.float64, np.float32])
 def test_compiled_loops_give_the_interpreters_answers(f, x, dtype, poisoned):
     x = x.astype(dtype)
@@ -274,6 +286,27 @@ def test_compiled_loops_give_the_interpreters_answers(f, x, dtype, poisoned):
         np.testing.assert_allclose(value, plain(p).numpy(), **tol)
         np.testing.assert_allclose(g, plain.grad(p).numpy(), **tol)
         assert np.isfinite(g).all()
+
+
+def test_a_forcing_term_from_the_loop_index_is_a_loop():
+    """t = i * h makes a new constant at every step: the body reads it from a table of
+    the repetitions' constants, so the loop covers every step."""
+    x = np.array([1.0, 0.3, 9.8, 0.1])
+    c = at.compile(_driven, x)
+    lean = c._programs[next(iter(c._programs))].lean
+    assert lean.loop is not None and lean.loop[2] >= 295
+    assert lean.loop_table is not None and lean.loop_table[1] >= 1
+    plain = at.compile(_driven, x)
+    _on_interpreter(plain)
+    for _ in range(6):
+        np.testing.assert_allclose(c.jacfwd(x).numpy(), plain.jacfwd(x).numpy(), rtol=1e-14)
+    eager = at.tensor(x, requires_grad=True)
+    np.testing.assert_allclose(c.grad(x).numpy(), at.grad(_driven(eager), eager)[0].numpy(),
+                               rtol=1e-13)
+    segmented = at.compile(_driven, x, checkpoint="sqrt")      # (its segments too)
+    assert segmented._lean("value", [x]).lean.segments is not None
+    np.testing.assert_array_equal(segmented.grad(x).numpy(), c.grad(x).numpy())
+    np.testing.assert_array_equal(segmented.jacfwd(x).numpy(), c.jacfwd(x).numpy())
 
 
 def test_a_loop_whose_body_a_row_does_not_reach_sweeps_it_interpreted(poisoned):
@@ -308,8 +341,9 @@ def test_no_loop_in_short_or_irregular_programs():
 
 @pytest.mark.parametrize("f, x", [
     (_long_pendulum, np.array([1.0, 0.3, 9.8, 0.1])),
+    (_driven, np.array([1.0, 0.3, 9.8, 0.1])),
     (_heat, np.full(16, 0.4)),
-], ids=["pendulum", "heat"])
+], ids=["pendulum", "driven", "heat"])
 def test_compiled_loops_at_many_points(f, x, poisoned):
     """vmap through a compiled loop body (chunks of points, threads): the interpreter's
     answers, for every point of an uneven last chunk too."""

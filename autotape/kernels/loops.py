@@ -43,10 +43,11 @@ def _signatures(instr):
     return np.where(ok, sig, -1)
 
 
-def _matches(instr, sig, period):
+def _matches(instr, sig, period, constant=None):
     """``(delta, ok)``: ok[q] when instruction q + period repeats q with its output
     moved by delta and each operand fixed or moved by delta, as q's own was
-    relative to q - period."""
+    relative to q - period; or, with ``constant`` (per slot: whether it holds a
+    constant), constants in both (a forcing term's value per repetition, t = i * h)."""
     n = instr.shape[0] - period
     if n <= 0:
         return 0, np.zeros(0, bool)
@@ -56,15 +57,22 @@ def _matches(instr, sig, period):
     for col in (I_A, I_A + 1, I_A + 2):
         a, b = instr[:n, col], instr[period:, col]
         d = b - a
-        ok &= ((a < 0) & (b < 0)) | ((a >= 0) & (b >= 0) & ((d == 0) | (d == delta)))
+        regular = ((a < 0) & (b < 0)) | ((a >= 0) & (b >= 0) & ((d == 0) | (d == delta)))
         same = np.ones(n, bool)                # the choice (fixed or moved) repeats too
         same[:-period] = d[:-period] == d[period:]
-        ok &= same
+        if constant is None:
+            ok &= regular & same
+        else:
+            both = (a >= 0) & (b >= 0) & constant[np.maximum(a, 0)] & \
+                constant[np.maximum(b, 0)]
+            ok &= (regular & same) | both
     return delta, ok
 
 
-def find_loop(instr):
-    """``(start, period, repeats, delta)`` of the longest repeating stretch, or None."""
+def find_loop(instr, constant=None):
+    """``(start, period, repeats, delta)`` of the longest repeating stretch, or None.
+    ``constant`` (per slot): constant operands may differ from one repetition to the
+    next (see constant_table)."""
     count = instr.shape[0]
     if count < MIN_COVERED:
         return None
@@ -87,10 +95,10 @@ def find_loop(instr):
         # period that repeats there (a scan costs a pass over every instruction)
         a = max(middle - 2 * period, 0)
         b = min(middle + 3 * period, count)
-        _, near = _matches(instr[a:b], sig[a:b], period)
+        _, near = _matches(instr[a:b], sig[a:b], period, constant)
         if middle - a >= near.size or not near[middle - a]:
             continue
-        delta, ok = _matches(instr, sig, period)
+        delta, ok = _matches(instr, sig, period, constant)
         if middle >= ok.size or not ok[middle]:
             continue
         lo = middle - int(np.argmin(ok[middle::-1])) + 1 if not ok[:middle + 1].all() else 0
@@ -105,6 +113,36 @@ def find_loop(instr):
     if best is None or best[1] * best[2] < MIN_COVERED:
         return None
     return best
+
+
+def constant_table(instr, loop, constant, const_slots, const_vals):
+    """The loop's constant operands whose value changes from one repetition to the next
+    (``t = i * h`` in a forcing term, a row of a data array): ``(entries, values)``,
+    entries mapping (instruction of the first repetition, operand column) to (offset,
+    width) in a repetition's row of ``values`` (repeats, width in all), which holds
+    each repetition's values of those operands. The generated body reads them there
+    (``Table``); empty where every constant operand is one slot throughout."""
+    start, period, repeats, _ = loop
+    value_of = np.zeros(constant.size)
+    value_of[const_slots] = const_vals
+    entries, columns = {}, []
+    for q in range(start, start + period):
+        for col in (I_A, I_A + 1, I_A + 2):
+            c = int(instr[q, col])
+            if c < 0 or not constant[c]:
+                continue
+            slots = instr[q:start + period * repeats:period, col]
+            if (slots == c).all():
+                continue                        # one slot throughout: fixed
+            op, n = int(instr[q, I_OP]), int(instr[q, I_N])
+            stride = 1 if op == COPY else int(instr[q, I_SA + col - I_A])
+            width = n if stride else 1
+            at = sum(w for _, w in entries.values())
+            entries[(q, col)] = (at, width)
+            columns.append(value_of[slots[:, None] + np.arange(width)[None, :]])
+    if not entries:
+        return {}, np.zeros((repeats, 0))
+    return entries, np.concatenate(columns, axis=1)
 
 
 # ---- the body as code ---------------------------------------------------------------------
@@ -129,9 +167,13 @@ def _reads_back(op):
 class _Body:
     """One repetition's instructions and where each slot lives (see above)."""
 
-    def __init__(self, instr, start, period, repeats, delta, constants, read_after):
+    def __init__(self, instr, start, period, repeats, delta, constants, read_after,
+                 table=None):
         self.instr, self.start, self.period, self.delta = instr, start, period, delta
         self.constants = constants
+        # (slot where the table of per-repetition constants starts, its width, entries):
+        # the kernels take the start as ``tb`` (checkpointed segments move it)
+        self.table = table if table is not None else (0, 0, {})
         body = range(start, start + period)
         self.base = min(int(instr[q, I_OUT]) for q in body)
         writes = {}                                 # element slot -> instruction
@@ -142,8 +184,8 @@ class _Body:
         for q in body:
             for col in (I_A, I_A + 1, I_A + 2):
                 c = int(instr[q, col])
-                if c < 0 or int(instr[q + period, col]) == c:
-                    continue                        # none, or fixed
+                if c < 0 or int(instr[q + period, col]) == c or (q, col) in self.table[2]:
+                    continue                        # none, fixed, or a per-repetition constant
                 stride = 1 if int(instr[q, I_OP]) == COPY else int(instr[q, I_SA + col - I_A])
                 for k in range(int(instr[q, I_N]) if stride else 1):
                     e = c + k * stride
@@ -181,6 +223,12 @@ class _Body:
         """The array element instruction q's column ``col`` names, element suffix k; with
         ``points``, that element of point j in a chunk of C (slot-major); with
         ``tangent``, its tangent in lane l (of K, the lanes inside the slot)."""
+        entry = self.table[2].get((q, col))
+        if entry is not None:                       # a per-repetition constant
+            if adjoint or tangent:
+                return "None"                       # (never written: no adjoint)
+            index = f"tb + t * {self.table[1]} + {entry[0]}{k}"
+            return f"V[({index}) * C + j]" if points else f"V[{index}]"
         c = int(self.instr[q, col])
         moved = int(self.instr[q + self.period, col]) != c
         owner = self._owner(c) if moved else None
@@ -198,7 +246,7 @@ class _Body:
         """The slots instruction q's operand ``col`` reads when it moves with the
         repetitions (none when fixed or absent)."""
         c = int(self.instr[q, col])
-        if c < 0 or int(self.instr[q + self.period, col]) == c:
+        if c < 0 or int(self.instr[q + self.period, col]) == c or (q, col) in self.table[2]:
             return ()
         stride = 1 if int(self.instr[q, I_OP]) == COPY else int(self.instr[q, I_SA + col - I_A])
         return range(c, c + (int(self.instr[q, I_N]) if stride else 1))
@@ -212,6 +260,8 @@ class _Body:
 
     def gets_adjoint(self, q, col):
         c = int(self.instr[q, col])
+        if (q, col) in self.table[2]:
+            return False
         return c not in self.constants or int(self.instr[q + self.period, col]) != c
 
 
@@ -388,6 +438,9 @@ def _invariant(body):
         ok = True
         for col in (I_A, I_A + 1, I_A + 2):
             c = int(instr[q, col])
+            if (q, col) in body.table[2]:
+                ok = False                      # (its value changes every repetition)
+                continue
             if c < 0 or int(instr[q + body.period, col]) == c:
                 continue                        # none, or fixed
             owner = body._owner(c)
@@ -457,7 +510,7 @@ f64 = np.float64
 _FUNCTIONS = '''
 
 @numba.njit(cache=True, error_model="numpy", nogil=True)
-def forward{suffix}(V, delta, first, repeats, shift{points}):
+def forward{suffix}(V, delta, first, repeats, shift, tb{points}):
     T = np.empty({size}{times_c}, V.dtype)
     {hoisted}
     for t in range(first, repeats):
@@ -466,14 +519,14 @@ def forward{suffix}(V, delta, first, repeats, shift{points}):
 
 
 @numba.njit(cache=True, error_model="numpy", nogil=True)
-def clear{suffix}(G, delta, first, repeats, shift{points}):
+def clear{suffix}(G, delta, first, repeats, shift, tb{points}):
     for t in range(first, repeats):
         o = t * delta - shift
         {clear}
 
 
 @numba.njit(cache=True, error_model="numpy", nogil=True)
-def tangent{suffix}(V, D, delta, first, repeats, K, shift{points}):
+def tangent{suffix}(V, D, delta, first, repeats, K, shift, tb{points}):
     T = np.empty({size}{times_c}, V.dtype)
     DT = np.empty({size} * K{times_c}, V.dtype)
     {tangent_hoisted}
@@ -483,7 +536,7 @@ def tangent{suffix}(V, D, delta, first, repeats, K, shift{points}):
 
 
 @numba.njit(cache=True, error_model="numpy", nogil=True)
-def reverse{suffix}(V, G, delta, first, repeats, shift{points}):
+def reverse{suffix}(V, G, delta, first, repeats, shift, tb{points}):
     T = np.empty({size}{times_c}, V.dtype)
     GT = np.empty({size}{times_c}, V.dtype)
     {hoisted}
@@ -511,15 +564,17 @@ _compiled = {}
 _lock = threading.Lock()
 
 
-def loop_kernels(instr, loop, constants, read_after):
+def loop_kernels(instr, loop, constants, read_after, table=None):
     """(forward, reverse, clear) of the body of ``loop`` (find_loop's) for one point, and
     the same for a chunk of C points (slot-major; each takes C last): forward(V, delta,
     first, repeats) runs repetitions first .. repeats - 1, reverse the same backwards (G
     the adjoints), clear zeroes the adjoints of the slots the loop keeps. ``constants``: slots whose adjoints nobody reads; ``read_after``: the
-    slots read after the loop. Compiled once per distinct body, kept on disk."""
+    slots read after the loop; ``table``: (first slot, width, entries) of the
+    per-repetition constants (constant_table), slots of V. Compiled once per distinct
+    body, kept on disk."""
     start, period, repeats, delta = loop
     body = _Body(instr, start, period, repeats, delta, set(int(c) for c in constants),
-                 set(int(r) for r in read_after))
+                 set(int(r) for r in read_after), table)
     source = _HEADER + _functions(body, False) + _functions(body, True)
     key = hashlib.sha256(source.encode()).hexdigest()[:24]
     with _lock:

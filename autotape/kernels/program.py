@@ -72,10 +72,17 @@ def lower(rows, ipool, shape_ndim, shape_start, shape_dims, shape_size, arena_ad
             needed[where_condition(ipool, rows[i, AUX])] = True
     for r in in_rows:
         needed[r] = True
+    # Slots: the sources (inputs, constants) first, then the ops' outputs in order, so
+    # that the repetitions of a loop lie evenly apart even where a repetition met a
+    # new constant (t = i * h) and another reused one (kernels/loops.py).
     slot = np.full(n, -1, np.int64)
     ns = 0
     for i in range(n):
-        if needed[i]:
+        if needed[i] and rows[i, OP] <= SOURCE_LAST:
+            slot[i] = ns
+            ns += size_of(real, i)
+    for i in range(n):
+        if needed[i] and rows[i, OP] > SOURCE_LAST:
             slot[i] = ns
             ns += size_of(real, i)
     # Slot numbers as values: a row's own forward then says where each of its elements
