@@ -383,3 +383,28 @@ def test_the_loop_finder_scans_the_whole_program_once_or_twice(monkeypatch):
     program = g._program([X])
     assert program is not None and program[0].loop is not None
     assert len(full) <= 2
+
+
+@numba.njit
+def _driven(theta):
+    x, v, h = theta[0], theta[1], 0.02
+    for i in range(300):
+        t = i * h
+        a = -theta[2] * math.sin(x) - theta[3] * v + 0.5 * math.cos(1.3 * t)
+        x, v = x + h * v, v + h * a
+    return x * x + v * v
+
+
+def test_a_forcing_term_from_the_loop_index_is_a_loop():
+    g = at.jit(_driven)
+    X = np.array([1.0, 0.3, 9.8, 0.1])
+    first = g.value_and_grad(X)
+    lean, _ = g._program([X])
+    assert lean.loop is not None and lean.loop[2] >= 295
+    for _ in range(6):                         # (the body compiled, then replayed)
+        value, grad = g.value_and_grad(X)
+    assert lean.loop_kernels is not None
+    np.testing.assert_allclose(value.item(), first[0].item(), rtol=1e-14)
+    np.testing.assert_allclose(grad.numpy(), first[1].numpy(), rtol=1e-13)
+    np.testing.assert_allclose(grad.numpy(), central_jacobian(
+        lambda t: np.array([_driven(t)]), X)[0], rtol=1e-6)
