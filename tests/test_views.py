@@ -321,3 +321,13 @@ def test_random_views_and_writes_have_torch_gradients(ops):
     out.backward()
     np.testing.assert_allclose(out.item(), tout.item(), rtol=1e-12)
     np.testing.assert_allclose(x.grad.numpy(), tx.grad.numpy(), rtol=1e-10, atol=1e-12)
+
+
+def test_a_view_of_a_leaf_stays_on_its_graph_after_a_step_under_no_grad():
+    w = at.tensor([1.0, 2.0], requires_grad=True)
+    first = w[0]
+    with at.no_grad():                            # an optimizer's step
+        w -= 0.5
+    assert first.item() == 0.5 and first.requires_grad
+    (first * 3).backward()
+    assert w.grad.tolist() == [3.0, 0.0]          # torch: [3, 0]

@@ -23,7 +23,7 @@ import weakref
 
 import numpy as np
 
-from ..grad_mode import is_grad_enabled
+from ..grad_mode import enable_grad, is_grad_enabled
 from ..tensor import (LEAF_VIEW_INPLACE_MSG, NONLEAF_NO_GRAD_INPLACE_MSG, array_of,
                       written_through)
 from .elementwise import add, where
@@ -179,14 +179,16 @@ def _refresh(root, skip):
     """Every live view of ``root`` but ``skip`` read again from it."""
     with _LOCK:
         refs = list((getattr(root, "_views", None) or [0])[1:])
-    recorded = is_grad_enabled() and root.requires_grad
     for ref in refs:
         w = ref()
         if w is None or w is skip:
             continue
         chain = w._view_of[1]
-        if recorded:
-            w._become(take_flat(root, positions(root._shape, chain)))
+        if root.requires_grad:
+            # a view of a tensor requiring grad stays on its graph, also after a change
+            # under no_grad (an optimizer's step on a leaf), as torch's views do
+            with enable_grad():
+                w._become(take_flat(root, positions(root._shape, chain)))
         else:
             value = array_of(root)
             for kind, arg in chain:
