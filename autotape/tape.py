@@ -36,8 +36,7 @@ from collections import namedtuple
 import numpy as np
 
 from .thread_state import here
-from .kernels.staging import address_of, decode_rows
-from .kernels.staging import same_bits as bits_equal
+from .kernels.staging import address_of, bits_equal, decode_rows
 from .kernels.sweep import families_of
 from .opcodes import CONST, IMPORT, LEAF
 from .tape_format import NO_ROW, OP, SHAPE, VLOC, array_index, operand_list

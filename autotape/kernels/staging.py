@@ -13,7 +13,7 @@ def address_of(a):
 
 
 @cached_njit()
-def same_bits(a, b):
+def bits_equal(a, b):
     """Whether two C-contiguous float64 arrays of one shape hold the same bits (0.0
     and -0.0 differ; a NaN equals only a NaN of the same payload): a constant's check
     at every compiled call, where numpy's calls would cost more than the comparison."""
