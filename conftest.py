@@ -1,9 +1,11 @@
 """Doctests see ``at`` (autotape) and ``np`` without importing them. BLAS runs on one
-thread, as every library does in benchmarks/ (it must be set before numpy loads)."""
+thread, as every library does in benchmarks/ (it must be set before numpy loads).
+Compiles happen in the foreground, so that a test knows which code a call ran."""
 import os
 
 os.environ.setdefault("OPENBLAS_NUM_THREADS", "1")
-os.environ.setdefault("AUTOTAPE_BACKGROUND_WARMUP", "0")   # tests compile in the foreground
+os.environ.setdefault("AUTOTAPE_BACKGROUND_WARMUP", "0")   # tests compile in the foreground,
+os.environ.setdefault("AUTOTAPE_BACKGROUND_COMPILE", "0")  # when tests say (test_background.py
 
 import numpy as np  # noqa: E402
 import pytest  # noqa: E402

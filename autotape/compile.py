@@ -43,7 +43,7 @@ from .ops.reduce import reduction_values
 from .ops.linalg import values_of
 from .ops.recording import row_of
 from .checkpointing import NotCheckpointable
-from .program import LeanProgram
+from .program import LeanProgram, loop_of
 from .tape import close_open_tape, open_tape, same_bits
 from .tape_format import OP, reduced_axes, saved_row
 from .tensor import F32, F64, Tensor, new_leaf
@@ -129,6 +129,21 @@ class Compiled:
     def __repr__(self):
         return f"<autotape.Compiled {getattr(self.f, '__name__', self.f)!r}: " \
                f"{self.traces} trace(s)>"
+
+    def wait_compiled(self):
+        """Compile now what the calls so far would run on the interpreter until a compile
+        beside them is ready (a time-stepping loop's body, compiled from the second call
+        on; see docs/first-run.md), and wait for it: a benchmark's warm-up, so that no
+        timed call waits or runs interpreted. Returns self.
+
+        >>> f = at.compile(lambda x: (x ** 3).sum(), np.ones(2))
+        >>> f.wait_compiled() is f
+        True
+        """
+        for key, p in list(self._programs.items()):
+            if p.lean is not None:
+                p.lean.wait_compiled(F32 if "float32" in key else F64)
+        return self
 
     # -- pickling: a program is data --------------------------------------------------------
 
@@ -554,6 +569,8 @@ class Compiled:
         targets = p.grads if kind == "hessian" else p.outputs
         p.lean = LeanProgram.lower(tape, p.inputs, [v for k, v, _ in targets if k == "row"]) \
             if not p.guards else None
+        if p.lean is not None:
+            p.lean.what = loop_of(self.f)
         # a program on large arrays runs one call like eager code (numpy's forwards and
         # the sweep's segments, on threads), not as a lean program (an instruction per
         # element) or in one fused compiled call (element by element, one thread); a

@@ -2,16 +2,19 @@
 then evaluated at one point or at B points at once, on every core. compile.py uses it
 for every recording it can lower (``at.compile``, ``autotape.func.vmap``)."""
 import concurrent.futures
+import os
 
 import numba
 import numpy as np
 
+from .kernels import background
 from .kernels.blas import DGEMM
 from .kernels.cache import compile_notice
 from .kernels.calls import call_rows, driver
 from .kernels.elementwise import passes_nothing
 from .parallel import for_numba, parallel_launch
-from .kernels.loops import constant_table, find_loop, loop_kernels
+from .kernels.loops import GROUPS as LOOP_GROUPS
+from .kernels.loops import constant_table, find_loop, loop_kernels, loop_source
 from .kernels.program import (COPY, GATHER, I_A, I_N, I_OP, I_OUT, I_P, I_SA, LOWERED,
                               SCATTER_ADD, forward_range, forward_range_points, live_sets,
                               load_chunk, load_tangent_chunk, lower, reverse_range,
@@ -25,10 +28,21 @@ from .checkpointing import NotCheckpointable, Segments
 
 KEEP_LIVE_BYTES = 16 << 20   # reach marks (outputs x instructions) kept between calls
 KEEP_SCRATCH_BYTES = 64 << 20
-# A loop's body is compiled (a few seconds, then cached on disk) once a program has run
-# this many times: a function called once or twice never waits for it.
-COMPILE_LOOP_AFTER = 4
+# A loop's body is compiled (a few seconds, beside the calls; then cached on disk) once a
+# program has run this many times: a function called once needs no compiler.
+COMPILE_LOOP_AFTER = 2
 POISON_SCRATCH = False       # tests set it: scratch starts as nan, not as the last call's
+
+
+def loop_of(f):
+    """What messages call the loop of the user's function f: "the loop in pendulum
+    (model.py, line 12)"."""
+    code = getattr(getattr(f, "py_func", f), "__code__", None)
+    name = getattr(f, "__name__", None) or type(f).__name__
+    if code is None:
+        return f"the loop in {name}"
+    return f"the loop in {name} ({os.path.basename(code.co_filename)}, line " \
+           f"{code.co_firstlineno})"
 
 
 def chunk_size(nslots):
@@ -46,7 +60,7 @@ class LeanProgram:
     threads share it (each call has scratch of its own)."""
     __slots__ = ("instr", "pool", "divisor", "live", "const_slots", "const_vals",
                  "in_slots", "out_slots", "nslots", "loop", "loop_kernels", "loop_slots",
-                 "loop_table",
+                 "loop_table", "loop_code", "loop_ready", "what",
                  "calls", "segments", "reached", "user_calls", "driver", "device_arrays")
 
     @classmethod
@@ -86,7 +100,9 @@ class LeanProgram:
         constant[const_slots] = True
         p.loop = find_loop(instr, constant) if loops else None
         p.loop_kernels = None               # compiled after COMPILE_LOOP_AFTER calls
-        p.loop_slots = p.segments = p.reached = p.loop_table = None
+        p.loop_slots = p.segments = p.reached = p.loop_table = p.loop_code = None
+        p.loop_ready = None                 # {(dtype, kernel group)} compiled
+        p.what = "a loop"                   # (what the messages call it: compile.py's f)
         if p.loop is not None:
             start, period, repeats, delta = p.loop
             first = int(instr[start:start + period, I_OUT].min())
@@ -123,7 +139,7 @@ class LeanProgram:
     def __getstate__(self):
         state = {name: getattr(self, name) for name in self.__slots__
                  if name not in ("loop_kernels", "calls", "segments", "reached", "driver",
-                                 "device_arrays")}
+                                 "device_arrays", "loop_code", "loop_ready")}
         state["budget"] = self.segments.budget if self.segments is not None else False
         return state
 
@@ -132,7 +148,7 @@ class LeanProgram:
         for name, value in state.items():
             setattr(self, name, value)
         self.loop_kernels = self.segments = self.reached = self.driver = None
-        self.device_arrays = None
+        self.device_arrays = self.loop_code = self.loop_ready = None
         self.calls = 0
         if budget is not False:
             self.checkpoint(budget)
@@ -155,8 +171,8 @@ class LeanProgram:
         if self.user_calls is not None:
             self._run_driver(X, values, jac, jacobian, live)
             return values, (jac if jacobian else None)
-        if self._loop_compiled():
-            compiled = self._prepare_loop(jacobian, live)
+        if self._loop_ready(X.dtype, "reverse" if B == 1 else "reverse_points"):
+            compiled = self._loop_reached_by(live) if jacobian else []
             segments = self.segments if all(compiled) else None
             slots = segments.size if segments is not None else self.nslots
             chunk = 1 if B == 1 else chunk_size(slots)
@@ -224,8 +240,7 @@ class LeanProgram:
         B, K = X.shape[0], S.shape[2]
         values = np.empty((B, self.out_slots.size), X.dtype)
         tangents = np.empty((B, self.out_slots.size, K), X.dtype)
-        if self._loop_compiled():
-            self._prepare_loop(False, None)
+        if self._loop_ready(X.dtype, "tangent" if B == 1 else "tangent_points"):
             segments = self.segments
             slots = segments.size if segments is not None else self.nslots
             chunk = 1 if B == 1 else chunk_size(slots * (1 + K) // 2)
@@ -251,14 +266,41 @@ class LeanProgram:
             run_tangents(*args, scratch[:n], scratch[n:(1 + K) * n])
         return values, tangents
 
-    def _loop_compiled(self):
-        """Whether this call runs the loop's compiled body: once the program has run
-        COMPILE_LOOP_AFTER times, or at once when it is checkpointed."""
+    def _loop_ready(self, dtype, group):
+        """Whether this call runs the loop's compiled body (its kernels of ``group``:
+        kernels/loops.GROUPS). From the COMPILE_LOOP_AFTER-th call on, the body is
+        compiled beside the calls (kernels/background.py), which run on the interpreter
+        until it is ready; a checkpointed loop (only the compiled body runs in segments)
+        or ``AUTOTAPE_BACKGROUND_COMPILE=0`` waits for it."""
         if self.loop is None:
             return False
+        ready = self.loop_ready
+        if ready is not None and (dtype, group) in ready:
+            return True
         self.calls += 1
-        return self.loop_kernels is not None or self.calls >= COMPILE_LOOP_AFTER or \
-            self.segments is not None
+        wait = self.segments is not None or not background.enabled()
+        if self.calls < COMPILE_LOOP_AFTER and not wait:
+            return False
+        return self._compile_loop(dtype, group, wait)
+
+    def _compile_loop(self, dtype, group, wait):
+        if self.loop_code is None:              # (two threads may both write it: equal)
+            end = self.loop[0] + self.loop[1] * self.loop[2]
+            self.loop_code = loop_source(self.instr, self.loop, self.const_slots,
+                                         self._read_after(end), self.loop_table)
+        kernels = loop_kernels(*self.loop_code, dtype, group, wait=wait, what=self.what)
+        if kernels is None:
+            return False
+        self.loop_kernels = kernels
+        self.loop_ready = (self.loop_ready or frozenset()) | {(dtype, group)}
+        return True
+
+    def wait_compiled(self, dtype=np.float64):
+        """Compile (or load) now what later calls would run interpreted until a compile
+        beside them finished: every variant of the loop body."""
+        if self.loop is not None and self.user_calls is None:
+            for group in LOOP_GROUPS:
+                self._compile_loop(np.dtype(dtype), group, "every")
 
     def _each_chunk(self, B, chunk, workers, slots, lanes, dtype, work):
         """``work(V, W, p0, C)`` for the chunks of B points, spread over ``workers``
@@ -311,18 +353,13 @@ class LeanProgram:
     def _read_after(self, end):
         return np.concatenate([_read_slots(self.instr, self.pool, end), self.out_slots])
 
-    def _prepare_loop(self, jacobian, live):
-        """Compile the loop's body if need be; for each output, whether the compiled body
-        may sweep it (``_loop_reached``)."""
-        start, period, repeats, delta = self.loop
+    def _loop_reached_by(self, live):
+        """For each output, whether the compiled body may sweep it (``_loop_reached``:
+        found once per program, a pass over every instruction)."""
+        start, period, repeats, _ = self.loop
         end = start + period * repeats
-        if self.loop_kernels is None:
-            self.loop_kernels = loop_kernels(self.instr, self.loop, self.const_slots,
-                                             self._read_after(end), self.loop_table)
-        if not jacobian:
-            return []
-        known = self.reached                   # (found once per program: it is a pass
-        if known is None or known[0] is not live:   # over every instruction)
+        known = self.reached
+        if known is None or known[0] is not live:
             known = self.reached = (live, [self._loop_reached(live[o], start, end)
                                            for o in range(self.out_slots.size)])
         return known[1]

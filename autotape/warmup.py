@@ -34,7 +34,7 @@ from .engine import grad
 from .executor import FUSE_MIN
 from .functions.shaping import roll
 from .jit import jit as jit_
-from .kernels import cache
+from .kernels import background, cache
 from .kernels.blas import DGEMM
 from .kernels.sweep import VARIANTS, linalg_row_vjp, sweep_for
 from .linalg import det, inv
@@ -214,7 +214,8 @@ def warmup(quiet=False):
                 time.sleep(0.2)
         for label, step in STEPS:
             start = time.perf_counter()
-            step()
+            with background.here():
+                step()
             say(f"autotape warmup: {label} ... {time.perf_counter() - start:.1f} s")
         missing = _missing()
         if not missing:

@@ -7,6 +7,7 @@ their path). Each cold round uses a new cache directory, so rounds are few.
     python benchmarks/report.py s.json
 """
 import glob
+import json
 import os
 import shutil
 import subprocess
@@ -98,3 +99,67 @@ def test_python_and_numpy_import_only(benchmark):
     """The floor: the interpreter starting and importing numpy."""
     benchmark.pedantic(subprocess.run, args=([sys.executable, "-c", "import numpy"],),
                        kwargs={"check": True}, rounds=5)
+
+
+# The driven pendulum (benchmarks/workloads.py), its first 12 value-and-gradient calls
+# timed one by one in a fresh process, the longest after the first reported in
+# extra_info: no call after the first waits on the compiler (its loop body compiles in
+# a helper process, kernels/background.py). Each run has a cache of its own, so the
+# body is compiled afresh.
+FIRST_CALLS = """
+import json, math, sys, time
+import numpy as np
+import autotape as at
+sys.path.insert(0, {here!r})
+import workloads as W
+def model(theta):
+    x, v = theta[0], theta[1]
+    for i in range(1000):
+        x, v = W.driven_rk4_step(theta, x, v, i * W.DT, W.DT, at.sin, math.cos)
+    return x * x + v * v
+theta = np.array([0.3, 0.1, 1.0, 0.2])
+start = time.perf_counter()
+c = at.compile(model, theta)
+times = []
+for _ in range(12):
+    t = time.perf_counter()
+    c.value_and_grad(theta)
+    times.append(time.perf_counter() - t)
+times[0] += t - start - sum(times[:-1])          # (the first: compile() and its call)
+print(json.dumps(times))
+"""
+
+
+def _first_calls(benchmark, cache):
+    here = os.path.dirname(__file__)
+    env = dict(os.environ, NUMBA_CACHE_DIR=cache)
+    for name in ("AUTOTAPE_BACKGROUND_WARMUP", "AUTOTAPE_BACKGROUND_COMPILE"):
+        env.pop(name, None)                          # as a user has them
+    out = {}
+
+    def once():
+        done = subprocess.run([sys.executable, "-c", FIRST_CALLS.format(here=here)],
+                              env=env, check=True, capture_output=True, text=True,
+                              cwd=tempfile.gettempdir())
+        out["times"] = json.loads(done.stdout)
+    benchmark.pedantic(once, rounds=1)
+    times = out["times"]
+    benchmark.extra_info["first call s"] = round(times[0], 3)
+    benchmark.extra_info["longest later call s"] = round(max(times[1:]), 4)
+    benchmark.extra_info["calls ms"] = [round(t * 1e3, 1) for t in times]
+
+
+@pytest.mark.benchmark(group="start-up: the first 12 calls of a compiled loop")
+def test_first_calls_of_a_new_loop_empty_cache(benchmark):
+    _quiet()
+    _first_calls(benchmark, tempfile.mkdtemp(prefix="autotape-cold-"))
+    _quiet()
+
+
+@pytest.mark.benchmark(group="start-up: the first 12 calls of a compiled loop")
+def test_first_calls_of_a_new_loop_warm_cache(benchmark):
+    """The kernels on disk, the loop's body not: it compiles beside the calls."""
+    cache = tempfile.mkdtemp(prefix="autotape-warm-")
+    run(EVERY_FAMILY + THEN_COMPILE, cache)
+    _quiet()                                         # (the background warmup it started)
+    _first_calls(benchmark, cache)

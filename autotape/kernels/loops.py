@@ -20,13 +20,18 @@ import os
 import sys
 import threading
 
+import numba
 import numpy as np
 
 from ..opcodes import (ADD, BINARY_LAST, DIV, MUL, SUB, UNARY_FIRST, UNARY_LAST, WHERE,
                        opcode_name)
+from . import background
 from .cache import cache_dir
 from .elementwise import passes_nothing
-from .program import COPY, I_A, I_N, I_OP, I_OUT, I_SA
+from .program import (COPY, I_A, I_N, I_OP, I_OUT, I_P, I_SA, forward_range, forward_range_points,
+                      load_chunk, load_tangent_chunk, reverse_range, reverse_range_points,
+                      seed_adjoints, store_adjoints, store_tangents, store_values,
+                      tangent_range, tangent_range_points)
 
 MIN_REPEATS = 4
 MIN_COVERED = 256            # instructions a loop must cover to be worth compiling
@@ -560,41 +565,168 @@ def _functions(body, points):
         .replace("{clear}", join(clear) or "pass").replace("{hoisted}", hoisted)
 
 
-_compiled = {}
 _lock = threading.Lock()
 
+KERNEL_NAMES = ("forward", "reverse", "clear", "tangent")
+_ARGUMENTS = {"forward": "V i i i i i", "reverse": "V V i i i i i", "clear": "V i i i i i",
+              "tangent": "V V i i i i i i"}
+# what a call needs, compiled together: a gradient at one point, or at a chunk of points;
+# forward mode at one point, or at a chunk
+GROUPS = {"reverse": ("forward", "reverse", "clear"),
+          "reverse_points": ("forward_points", "reverse_points", "clear_points"),
+          "tangent": ("tangent",), "tangent_points": ("tangent_points",)}
 
-def loop_kernels(instr, loop, constants, read_after, table=None):
-    """(forward, reverse, clear) of the body of ``loop`` (find_loop's) for one point, and
-    the same for a chunk of C points (slot-major; each takes C last): forward(V, delta,
-    first, repeats) runs repetitions first .. repeats - 1, reverse the same backwards (G
-    the adjoints), clear zeroes the adjoints of the slots the loop keeps. ``constants``: slots whose adjoints nobody reads; ``read_after``: the
-    slots read after the loop; ``table``: (first slot, width, entries) of the
-    per-repetition constants (constant_table), slots of V. Compiled once per distinct
-    body, kept on disk."""
+
+def signatures(dtype):
+    """The argument types of the body's kernels (``forward``, ..., ``forward_points``,
+    ...: one point, then C points) for values of ``dtype``: a tuple of numba types, as a
+    call's arguments give them (numba's disk cache is keyed on what ``compile`` gets:
+    a string there would be another key)."""
+    types = {"V": numba.from_dtype(np.dtype(dtype))[::1], "i": numba.int64}
+    sigs = {}
+    for name in KERNEL_NAMES:
+        args = tuple(types[a] for a in _ARGUMENTS[name].split())
+        sigs[name] = args
+        sigs[name + "_points"] = args + (numba.int64,)
+    return sigs
+
+
+def loop_source(instr, loop, constants, read_after, table=None):
+    """(key, source): the numba module of the body of ``loop`` (find_loop's), keyed by
+    its hash. Its functions are (forward, reverse, clear, tangent) for one point and the
+    same for a chunk of C points (slot-major; each takes C last): forward(V, delta,
+    first, repeats, shift, tb) runs repetitions first .. repeats - 1, reverse the same
+    backwards (G the adjoints), clear zeroes the adjoints of the slots the loop keeps,
+    tangent carries K lanes. ``constants``: slots whose adjoints nobody reads;
+    ``read_after``: the slots read after the loop; ``table``: (first slot, width,
+    entries) of the per-repetition constants (constant_table), slots of V."""
     start, period, repeats, delta = loop
     body = _Body(instr, start, period, repeats, delta, set(int(c) for c in constants),
                  set(int(r) for r in read_after), table)
     source = _HEADER + _functions(body, False) + _functions(body, True)
-    key = hashlib.sha256(source.encode()).hexdigest()[:24]
+    return hashlib.sha256(source.encode()).hexdigest()[:24], source
+
+
+def _path(key, source):
+    """The module's file in the kernel cache, written once (atomically: processes race)."""
+    folder = os.path.join(cache_dir(), "loops")
+    path = os.path.join(folder, f"loop_{key}.py")
+    if not os.path.exists(path):
+        os.makedirs(folder, exist_ok=True)
+        tmp = f"{path}.{os.getpid()}.tmp"
+        with open(tmp, "w") as f:
+            f.write(source)
+        os.replace(tmp, path)
+    return path
+
+
+def _import(key, path):
+    name = f"autotape_loop_{key}"
+    module = sys.modules.get(name)
+    if module is None:
+        spec = importlib.util.spec_from_file_location(name, path)
+        module = importlib.util.module_from_spec(spec)
+        sys.modules[name] = module         # (numba's cache finds its globals by name)
+        spec.loader.exec_module(module)
+    return module
+
+
+def _mark(path, dtype, group):
+    return f"{path[:-3]}.{np.dtype(dtype).name}.{group}.compiled"
+
+
+def compile_file(key, path, dtype, *groups):
+    """Compile the kernels of ``groups`` for ``dtype`` into numba's disk cache, and the
+    interpreter's kernels that run around them, each group then marked as compiled
+    (what the helper process runs)."""
+    module, sigs = _import(key, path), signatures(dtype)
+    for group in groups:
+        for name in GROUPS[group]:
+            getattr(module, name).compile(sigs[name])
+        compile_around(np.dtype(dtype), group)
+        with open(_mark(path, dtype, group), "w") as f:
+            f.write("compiled\n")
+
+
+def compile_around(dtype, group):
+    """Compile (or load) the interpreter's kernels that program.py runs around a
+    compiled body for ``group``, by calling each on nothing, with the argument types of
+    program.py's calls (tests/test_background.py checks that they are the same)."""
+    code = (np.zeros((0, I_P + 1), np.int64), np.zeros(0, np.int64), np.zeros(0))
+    slots, consts = np.zeros(0, np.int64), np.zeros(0)
+    V, G = np.zeros(1, dtype), np.zeros(1, dtype)
+    X, values = np.zeros((1, 0), dtype), np.zeros((1, 0), dtype)
+    jac = np.zeros((1, 0, 0), dtype)
+    live = np.zeros((1, 0), np.uint8)[0]
+    one = not group.endswith("_points")
+    C = 1
+    if group.startswith("reverse"):
+        load_chunk(V, C, slots, consts, slots, X, 0)
+        store_values(V, C, slots, values, 0)
+        seed_adjoints(G, C, 0, 0, np.int64(0))
+        store_adjoints(G, C, slots, jac, 0, 0)
+        if one:
+            forward_range(*code, V, 0, 0)
+            reverse_range(*code, live, V, G, 0, 0)
+        else:
+            forward_range_points(*code, V, C, 0, 0)
+            reverse_range_points(*code, live, V, G, C, 0, 0)
+    else:
+        load_tangent_chunk(V, G, C, slots, consts, slots, X, jac, 0)
+        store_tangents(V, G, C, slots, values, jac, 0)
+        if one:
+            forward_range(*code, V, 0, 0)
+            tangent_range(*code, V, G, 1, 0, 0)
+        else:
+            forward_range_points(*code, V, C, 0, 0)
+            tangent_range_points(*code, V, G, C, 1, 0, 0)
+
+
+_HELPER = "from autotape.kernels.loops import compile_file\ncompile_file(*sys.argv[1:])\n"
+
+
+def loop_kernels(key, source, dtype, group, wait=True, what="a loop"):
+    """The kernels of a body (loop_source's): ((forward, reverse, clear, tangent), (the
+    same for C points)), once those of ``group`` (GROUPS) are ready, compiled once per
+    distinct body and kept on disk. On disk already, they load at once. Otherwise, with
+    ``wait=False`` and background compiling on (kernels/background.py), a helper
+    process compiles them while the caller goes on without them (None) until a later
+    call finds them ready. ``wait=True``: now (numba compiles each at its first call),
+    or once the helper at it is done. ``wait="every"``: every kernel of the group
+    compiled or loaded now, so that no later call waits."""
+    name = np.dtype(dtype).name
     with _lock:
-        kernels = _compiled.get(key)
-        if kernels is None:
-            folder = os.path.join(cache_dir(), "loops")
-            os.makedirs(folder, exist_ok=True)
-            path = os.path.join(folder, f"loop_{key}.py")
-            if not os.path.exists(path):
-                tmp = f"{path}.{os.getpid()}.tmp"
-                with open(tmp, "w") as f:
-                    f.write(source)
-                os.replace(tmp, path)          # (atomic: another process may race)
-            name = f"autotape_loop_{key}"
-            spec = importlib.util.spec_from_file_location(name, path)
-            module = importlib.util.module_from_spec(spec)
-            sys.modules[name] = module         # (numba's cache finds its globals by name)
-            spec.loader.exec_module(module)
-            kernels = _compiled[key] = (
-                (module.forward, module.reverse, module.clear, module.tangent),
-                (module.forward_points, module.reverse_points, module.clear_points,
-                 module.tangent_points))
+        path = _path(key, source)
+        job = f"loop {key} {name} {group}"
+        state = background.state(job)
+        if (key, name, group) not in _ready and background.enabled() and \
+                not os.path.exists(_mark(path, dtype, group)) and \
+                (state is not None or wait is not True):
+            if state is None:
+                background.submit(job, _HELPER, (key, path, name, group), what)
+                if not any(j.startswith(f"loop {key} ") for j in _said):
+                    print(f"autotape: compiling {what} beside the calls, which run on the "
+                          f"interpreter until it is ready (once: later runs load it from "
+                          f"{cache_dir()})", file=sys.stderr, flush=True)
+                _said.add(job)
+            if not wait and state not in (background.DONE, background.FAILED):
+                return None
+            if background.wait(job) == background.FAILED and job not in _failed:
+                _failed.add(job)
+                print(f"autotape: compiling {what} beside the calls failed, so this "
+                      f"process compiles it. The helper said:\n{background.error(job)}",
+                      file=sys.stderr, flush=True)
+        module = _import(key, path)
+        _ready.add((key, name, group))
+        kernels = (tuple(getattr(module, k) for k in KERNEL_NAMES),
+                   tuple(getattr(module, k + "_points") for k in KERNEL_NAMES))
+    if wait == "every":
+        sigs = signatures(dtype)
+        for k in GROUPS[group]:
+            getattr(module, k).compile(sigs[k])
     return kernels
+
+
+_ready = set()           # (key, dtype, group) loaded in this process
+_said = set()            # jobs announced on stderr
+_failed = set()          # jobs whose failure was told

@@ -1,0 +1,159 @@
+"""Compiling beside the calls.
+
+Generated code (a loop body: kernels/loops.py) takes seconds to compile. Rather than
+make a call wait, the caller submits a job: a helper process, at low priority, imports
+the generated module and compiles it into numba's disk cache, while the calls go on
+running the interpreter. A later call polls (one ``waitpid``), and once the helper has
+exited the caller loads the code from disk (tens of ms) and switches to it.
+
+One helper runs at a time (the others queue): a machine's other core does the
+compiling, not all of them. Helpers are stopped when the program exits, so nothing of
+autotape's outlives it. ``AUTOTAPE_BACKGROUND_COMPILE=0`` compiles in the calling
+process instead, as numba does.
+"""
+import atexit
+import collections
+import contextlib
+import os
+import subprocess
+import sys
+import tempfile
+import threading
+
+ENABLED_ENV = "AUTOTAPE_BACKGROUND_COMPILE"
+
+QUEUED, RUNNING, DONE, FAILED = "queued", "running", "done", "failed"
+
+
+def enabled():
+    """Whether code is compiled beside the calls (the default) or in the calling process
+    (``AUTOTAPE_BACKGROUND_COMPILE=0``, or inside ``here()``)."""
+    return os.environ.get(ENABLED_ENV, "1") != "0" and bool(sys.executable) and not _here
+
+
+_here = []
+
+
+@contextlib.contextmanager
+def here():
+    """Compile in this process meanwhile (``python -m autotape warmup`` does: it is
+    the compiling)."""
+    _here.append(True)
+    try:
+        yield
+    finally:
+        _here.pop()
+
+
+class Job:
+    """One compile in a helper process: ``code`` is Python source run there with
+    ``args`` as ``sys.argv[1:]``."""
+    __slots__ = ("code", "args", "what", "state", "process", "log", "error")
+
+    def __init__(self, code, args, what):
+        self.code, self.args, self.what = code, list(args), what
+        self.state, self.process, self.log, self.error = QUEUED, None, None, None
+
+
+_jobs = {}                        # key -> Job, for the life of the process
+_queue = collections.deque()      # keys of queued jobs, oldest first
+_lock = threading.Lock()
+
+
+def submit(key, code, args, what):
+    """Start compiling ``key`` beside the calls (queued behind a running helper) unless
+    it already is; returns its state."""
+    with _lock:
+        job = _jobs.get(key)
+        if job is None:
+            job = _jobs[key] = Job(code, args, what)
+            _queue.append(key)
+        _pump()
+        return job.state
+
+
+def state(key):
+    """QUEUED, RUNNING, DONE or FAILED; None for a key never submitted. Polling is what
+    moves the queue on."""
+    with _lock:
+        _pump()
+        job = _jobs.get(key)
+        return None if job is None else job.state
+
+
+def wait(key):
+    """Block until ``key``'s helper has finished; returns DONE or FAILED."""
+    while True:
+        with _lock:
+            _pump()
+            job = _jobs[key]
+            if job.state in (DONE, FAILED):
+                return job.state
+            process = job.process
+        if process is not None:
+            process.wait()
+        else:                             # (queued: another job's helper runs first)
+            with _lock:
+                running = [j.process for j in _jobs.values() if j.state == RUNNING]
+            for p in running:
+                p.wait()
+
+
+def error(key):
+    """The last lines a failed helper printed."""
+    job = _jobs.get(key)
+    return None if job is None else job.error
+
+
+def _pump():
+    """Reap a finished helper and start the next queued one (with _lock held)."""
+    for job in _jobs.values():
+        if job.state == RUNNING and job.process.poll() is not None:
+            _finish(job)
+    if any(job.state == RUNNING for job in _jobs.values()):
+        return
+    while _queue:
+        job = _jobs[_queue.popleft()]
+        if _start(job):
+            return
+
+
+def _start(job):
+    env = dict(os.environ, AUTOTAPE_BACKGROUND_WARMUP="0", **{ENABLED_ENV: "0"})
+    code = "import os, sys\ntry:\n    os.nice(10)\nexcept OSError:\n    pass\n" + job.code
+    try:
+        job.log = tempfile.TemporaryFile()
+        job.process = subprocess.Popen([sys.executable, "-c", code, *job.args], env=env,
+                                       stdin=subprocess.DEVNULL, stdout=job.log,
+                                       stderr=subprocess.STDOUT)
+    except OSError as e:
+        job.state, job.error = FAILED, f"could not start a helper process: {e}"
+        return False
+    job.state = RUNNING
+    return True
+
+
+def _finish(job):
+    job.state = DONE if job.process.returncode == 0 else FAILED
+    if job.state == FAILED:
+        with contextlib.suppress(OSError, ValueError):
+            job.log.seek(0)
+            lines = job.log.read().decode(errors="replace").strip().splitlines()
+            job.error = "\n".join(lines[-12:]) or f"exit status {job.process.returncode}"
+    with contextlib.suppress(OSError):
+        job.log.close()
+    job.process = job.log = None
+
+
+@atexit.register
+def _stop_helpers():
+    """Nothing of autotape's runs after the program: a helper still compiling is
+    stopped (the next process starts it again)."""
+    with _lock:
+        _queue.clear()
+        for job in _jobs.values():
+            if job.state == RUNNING:
+                with contextlib.suppress(OSError):
+                    job.process.kill()
+                    job.process.wait()
+                job.state = FAILED

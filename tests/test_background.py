@@ -1,0 +1,171 @@
+"""Compiling beside the calls (kernels/background.py): a loop body compiles in a helper
+process while calls run on the interpreter, with the interpreter's answers; the calls
+switch once it is ready; a second process loads it from disk and compiles nothing; a
+helper that fails leaves the compile to the calling process; no helper outlives its
+program.
+
+Each test compiles a body of its own, drawn at random (so that it is not on disk yet:
+the suite otherwise runs with AUTOTAPE_BACKGROUND_COMPILE=0, see conftest.py)."""
+import os
+import subprocess
+import sys
+import textwrap
+import time
+
+import numpy as np
+import pytest
+
+import autotape as at
+import autotape.func as F
+from autotape.kernels import background, loops
+
+BODY_OPS = ("sin", "tanh", "cos")
+
+
+def _model(seed):
+    """A forced oscillator whose step applies a random sequence of 12 of BODY_OPS: a
+    loop body no earlier run compiled."""
+    picks = np.random.default_rng(seed).integers(0, len(BODY_OPS), 12)
+    ops = [getattr(at, BODY_OPS[k]) for k in picks]
+
+    def model(theta):
+        x, v = theta[0], theta[1]
+        for i in range(120):
+            a = -theta[2] * x - 0.1 * v + 0.3 * np.cos(0.7 * i * 0.05)
+            for op in ops:
+                a = op(a) * 0.9
+            x, v = x + 0.05 * v, v + 0.05 * a
+        return x * x + v * v
+    return model
+
+
+def _seed():
+    return int.from_bytes(os.urandom(6), "little")
+
+
+THETA = np.array([0.4, -0.2, 1.3, 0.0])
+
+
+def _lean(c):
+    return c._programs[next(iter(c._programs))].lean
+
+
+def _interpreted(model):
+    plain = at.compile(model, THETA)
+    _lean(plain).loop = None
+    return plain
+
+
+def test_calls_run_the_interpreter_until_the_body_compiled_beside_them_is_ready(
+        monkeypatch, capfd):
+    monkeypatch.setenv(background.ENABLED_ENV, "1")
+    model = _model(_seed())
+    c, plain = at.compile(model, THETA), _interpreted(model)
+    lean = _lean(c)
+    assert lean.loop is not None
+    want = [plain.value_and_grad(THETA * s) for s in (1.0, 1.1, 0.9)]
+    got = []
+    for s in (1.0, 1.1, 0.9):
+        start = time.perf_counter()
+        got.append(c.value_and_grad(THETA * s))
+        assert time.perf_counter() - start < 1.0            # no call waits on numba
+    assert lean.loop_kernels is None                         # (the helper takes seconds)
+    for (v, g), (wv, wg) in zip(got, want):                  # the interpreter's: bit for bit
+        assert v.item() == wv.item() and g.numpy().tolist() == wg.numpy().tolist()
+    err = capfd.readouterr().err
+    assert err.count("compiling the loop in model (test_background.py, line") == 1
+    assert "beside the calls" in err
+    assert c.wait_compiled() is c
+    assert lean.loop_ready == {(np.dtype(np.float64), g) for g in loops.GROUPS}
+    for s in (1.0, 1.1, 0.9):
+        v, g = c.value_and_grad(THETA * s)
+        wv, wg = plain.value_and_grad(THETA * s)
+        np.testing.assert_allclose(g.numpy(), wg.numpy(), rtol=1e-13)
+        np.testing.assert_allclose(v.item(), wv.item(), rtol=1e-13)
+    np.testing.assert_allclose(c.jacfwd(THETA).numpy(), plain.jacfwd(THETA).numpy(),
+                               rtol=1e-12)
+    points = THETA * np.linspace(0.8, 1.2, 5)[:, None]
+    np.testing.assert_allclose(F.vmap(c.grad)(points).numpy(),
+                               F.vmap(plain.grad)(points).numpy(), rtol=1e-12)
+    assert "compiling the loop" not in capfd.readouterr().err   # loaded, never said again
+
+
+_SECOND_PROCESS = textwrap.dedent("""
+    import sys
+    import numpy as np
+    import autotape as at, autotape.func as F
+    from autotape.kernels import cache
+    sys.path.insert(0, {tests!r})
+    from test_background import _model, _lean, THETA
+    c = at.compile(_model({seed}), THETA)
+    points = THETA * np.linspace(0.8, 1.2, 5)[:, None]
+    calls = [lambda: c.value_and_grad(THETA), lambda: c.jacfwd(THETA),
+             lambda: F.vmap(c.grad)(points), lambda: F.vmap(c.jacfwd)(points)]
+    for call in calls:                     # the interpreter's kernels load (or compile)
+        call()
+    before = len(cache.COMPILED)
+    for call in calls * 2:
+        call()
+    lean = _lean(c)
+    missed = [k.py_func.__name__ for group in lean.loop_kernels for k in group
+              if sum(k.stats.cache_misses.values())]
+    print(len(lean.loop_ready), cache.COMPILED[before:], missed)
+""")
+
+
+def test_a_second_process_loads_the_body_and_what_runs_around_it_from_disk(monkeypatch):
+    """Also checks that the helper compiled the interpreter's kernels around the body
+    with the argument types program.py's calls have (loops.compile_around)."""
+    monkeypatch.setenv(background.ENABLED_ENV, "1")
+    seed = _seed()
+    at.compile(_model(seed), THETA).wait_compiled()
+    env = dict(os.environ, **{background.ENABLED_ENV: "1"})
+    code = _SECOND_PROCESS.format(tests=os.path.dirname(__file__), seed=seed)
+    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True,
+                         env=env, timeout=600)
+    assert out.returncode == 0, out.stderr
+    assert out.stdout.split() == ["4", "[]", "[]"], out.stdout
+    assert "compiling the loop" not in out.stderr
+
+
+def test_a_helper_that_fails_leaves_the_compile_to_this_process(monkeypatch, capfd):
+    monkeypatch.setenv(background.ENABLED_ENV, "1")
+    monkeypatch.setattr(loops, "_HELPER", "sys.exit('the helper broke')\n")
+    model = _model(_seed())
+    c, plain = at.compile(model, THETA), _interpreted(model)
+    c.value_and_grad(THETA)
+    c.value_and_grad(THETA)                       # the helper starts (and fails)
+    deadline = time.perf_counter() + 120
+    while _lean(c).loop_kernels is None and time.perf_counter() < deadline:
+        time.sleep(0.05)
+        v, g = c.value_and_grad(THETA)            # (the call that finds it failed waits)
+    assert _lean(c).loop_kernels is not None
+    err = capfd.readouterr().err
+    assert "failed, so this process compiles it" in err and "the helper broke" in err
+    np.testing.assert_allclose(g.numpy(), plain.grad(THETA).numpy(), rtol=1e-13)
+
+
+_EXITING = textwrap.dedent("""
+    import sys
+    import autotape as at
+    from autotape.kernels import background
+    sys.path.insert(0, {tests!r})
+    from test_background import _model, THETA
+    c = at.compile(_model({seed}), THETA)
+    c.grad(THETA)
+    c.grad(THETA)
+    print(*[j.process.pid for j in background._jobs.values() if j.process is not None])
+""")
+
+
+def test_no_helper_outlives_the_program():
+    env = dict(os.environ, **{background.ENABLED_ENV: "1"})
+    code = _EXITING.format(tests=os.path.dirname(__file__), seed=_seed())
+    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True,
+                         env=env, timeout=600)
+    assert out.returncode == 0, out.stderr
+    pids = [int(p) for p in out.stdout.split()]
+    assert len(pids) == 1                          # it was compiling when f's program ended
+    time.sleep(0.2)
+    with pytest.raises(ProcessLookupError):
+        os.kill(pids[0], 0)
