@@ -71,7 +71,7 @@ def _grad(outputs, inputs, grad_outputs, retain_graph, create_graph, allow_unuse
     keys = None
     if isinstance(inputs, dict):
         keys, inputs = list(inputs.keys()), tuple(inputs.values())
-    inputs = (inputs,) if isinstance(inputs, Tensor) else tuple(inputs)
+    inputs = (inputs,) if isinstance(inputs, (Tensor, np.ndarray)) else tuple(inputs)
     if materialize_grads and allow_unused is False:
         raise ValueError("Expected allow_unused to be True or not passed when "
                          "materialize_grads=True, but got: allow_unused=False.")
@@ -82,11 +82,14 @@ def _grad(outputs, inputs, grad_outputs, retain_graph, create_graph, allow_unuse
     grads = _make_grads(outputs, given, batched=is_grads_batched)
     if not inputs:
         raise RuntimeError("`inputs` argument to `grad()` cannot be empty.")
-    for t in inputs:
+    _check_outputs(outputs, grads)      # (first, as torch: numpy-style code that forgot
+    for t in inputs:                    # requires_grad hears about that)
         if not isinstance(t, Tensor):
             raise RuntimeError("all inputs have to be Tensors or GradientEdges, but got "
-                               f"{type(t).__name__}")
-    _check_outputs(outputs, grads)
+                               f"{type(t).__name__}" + (
+                                   ": a numpy array has no gradient; make the variable "
+                                   "with at.tensor(x, requires_grad=True)"
+                                   if isinstance(t, np.ndarray) else ""))
     for t in inputs:
         if not t.requires_grad:
             raise RuntimeError("One of the differentiated Tensors does not require grad")

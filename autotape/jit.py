@@ -19,6 +19,7 @@ table's partials, all in compiled code.
 (tensor(7.8997146), tensor(7.26941224))
 """
 import ast
+import hashlib
 import inspect
 import math  # noqa: F401  (the examples' njit functions use it)
 import re
@@ -45,12 +46,15 @@ ALLOCATORS = {np.zeros: active.zeros, np.empty: active.empty, np.ones: active.on
               np.zeros_like: active.zeros_like, np.empty_like: active.empty_like,
               np.ones_like: active.ones_like, np.full: active.full, np.array: active.array}
 START_ROWS = 1 << 12
+KEEP_PROGRAMS = 64          # recordings kept per function (per shapes and data)
 
 
-def jit(fn):
+def jit(fn, argnums=None):
     """fn, a numba-compiled function of floats (scalars or float arrays), made
     differentiable: ``.value_and_grad``, ``.grad``, ``.jacobian`` take fn's arguments,
-    and calling it gives fn's value. See jit.py.
+    and calling it gives fn's value. ``argnums`` (an int or a tuple of them, as jax's):
+    the arguments differentiated, the others data (integer arrays too) that get no
+    gradient; all of them by default. See jit.py.
 
     >>> import numba
     >>> @numba.njit
@@ -61,8 +65,16 @@ def jit(fn):
     ...     return e
     >>> at.jit(energy).grad(np.array([0.0, 1.0, 3.0]))
     tensor([-2., -2.,  4.])
+    >>> @numba.njit
+    ... def misfit(k, data):
+    ...     e = 0.0
+    ...     for d in data:
+    ...         e += (k * d - 1.0) ** 2
+    ...     return e
+    >>> at.jit(misfit, argnums=0).grad(2.0, np.array([0.5, 1.0]))
+    tensor(2.)
     """
-    return Jit(fn)
+    return Jit(fn, argnums)
 
 
 class Jit:
@@ -74,12 +86,14 @@ class Jit:
     (tensor(9.), tensor(6.))
     """
 
-    def __init__(self, fn):
+    def __init__(self, fn, argnums=None):
         if isinstance(fn, Jit):
             fn = fn.fn
         if not callable(fn):
             raise TypeError(f"at.jit: expected a function, got {type(fn).__name__}")
         self.fn = fn
+        self.argnums = _argnums(argnums)
+        self._tuple = isinstance(argnums, (tuple, list))   # (results as a tuple, as jax)
         self.name = getattr(fn, "__name__", "fn")
         self._recorders = {}
         self._programs = {}      # argument shapes -> (lean program, output shape), or
@@ -91,10 +105,11 @@ class Jit:
 
     def __getstate__(self):
         """fn only: the recorders and programs are made again where it is loaded."""
-        return {"fn": self.fn}
+        return {"fn": self.fn, "argnums": self.argnums if self._tuple or self.argnums is None
+                else self.argnums[0]}
 
     def __setstate__(self, state):
-        self.__init__(state["fn"])
+        self.__init__(state["fn"], state.get("argnums"))
 
     # -- public calls ------------------------------------------------------------------------
 
@@ -110,7 +125,7 @@ class Jit:
         if values.size != 1:
             raise RuntimeError(f"at.jit: grad needs {self.name} to return a scalar, but it "
                                f"returned shape {shape}")
-        return _tensor(values.reshape(shape)), _per_argument(_split(jac[0], arrays, ()))
+        return _tensor(values.reshape(shape)), self._per_argument(_split(jac[0], arrays, ()))
 
     def grad(self, *args):
         """The gradient of a scalar fn with respect to every argument."""
@@ -120,7 +135,7 @@ class Jit:
         """d output / d argument, shape ``output.shape + argument.shape`` (a tuple over
         arguments for several): one reverse sweep per output element."""
         values, jac, shape, arrays = self._evaluate(args, True)
-        return _per_argument(_split(jac, arrays, shape))
+        return self._per_argument(_split(jac, arrays, shape))
 
     def jacfwd(self, *args):
         """The Jacobian, as ``jacobian`` gives it, by forward mode (a tangent lane per
@@ -131,14 +146,15 @@ class Jit:
         >>> at.jit(numba.njit(lambda t: np.array([t * t, 3.0 * t]))).jacfwd(2.0)
         tensor([4., 3.])
         """
-        arrays = [_argument(a, k, self.name) for k, a in enumerate(args)]
+        arrays = self._arguments(args)
         program = self._program(arrays)
         if program is None:
             return self.jacobian(*args)
         lean, shape = program
-        X = np.concatenate([a.reshape(-1) for a in arrays])[None]
+        wrt = self._wrt(arrays)
+        X = np.concatenate([a.reshape(-1) for a in wrt])[None]
         _, tangents = lean.tangents(X, np.eye(X.shape[1])[None])
-        return _per_argument(_split(tangents[0], arrays, shape))
+        return self._per_argument(_split(tangents[0], wrt, shape))
 
     def map_points(self, method, args, device=None):
         """``method`` at B points (a leading axis on every argument): one compiled call
@@ -151,12 +167,15 @@ class Jit:
         if method not in ("__call__", "grad", "value_and_grad", "jacobian"):
             raise ValueError(f"vmap: at.jit maps __call__, grad, value_and_grad or "
                              f"jacobian, not {method!r}")
-        batch = [np.asarray(a, np.float64) for a in args]
+        batch = [np.asarray(a, np.float64) if self._differentiated(k) else np.asarray(a)
+                 for k, a in enumerate(args)]
         if not batch or any(a.ndim == 0 for a in batch) or \
                 len({a.shape[0] for a in batch}) != 1 or not batch[0].shape[0]:
             raise ValueError("vmap: every argument needs the same leading axis of points")
         B = batch[0].shape[0]
-        program = self._program([a[0] for a in batch]) if B > 1 else None
+        # (with argnums, the data arguments' values are in the recording: per point)
+        program = self._program([a[0] for a in batch]) if B > 1 and \
+            self.argnums is None else None
         if program is None:
             results = [getattr(self, method)(*(a[k] for a in batch)) for k in range(B)]
             leaves, rebuild = flatten(results[0])
@@ -171,52 +190,88 @@ class Jit:
         if method == "__call__":
             return value
         if method == "jacobian":
-            return _per_argument(_split(jac, arrays, shape, (B,)))
+            return self._per_argument(_split(jac, arrays, shape, (B,)))
         if values.shape[1] != 1:
             raise RuntimeError(f"at.jit: grad needs {self.name} to return a scalar, but it "
                                f"returned shape {shape}")
-        grads = _per_argument(_split(jac[:, 0], arrays, (), (B,)))
+        grads = self._per_argument(_split(jac[:, 0], arrays, (), (B,)))
         return grads if method == "grad" else (value, grads)
 
     def _evaluate(self, args, jacobian):
         """(values flat, d values / d inputs (outputs, inputs) or None, output shape, the
         arguments as arrays): the lean program's replay where fn's recording at these
         shapes took no decisions on values, else a recording and its sweeps."""
-        arrays = [_argument(a, k, self.name) for k, a in enumerate(args)]
-        program = self._programs.get(tuple(a.shape for a in arrays))
+        arrays = self._arguments(args)
+        wrt = self._wrt(arrays)
+        key = self._key(arrays)
+        program = self._programs.get(key)
         if program:
             lean, shape = program
-            X = np.concatenate([a.reshape(-1) for a in arrays])[None] if len(arrays) > 1 \
-                else arrays[0].reshape(1, -1)
+            X = np.concatenate([a.reshape(-1) for a in wrt])[None] if len(wrt) > 1 \
+                else wrt[0].reshape(1, -1)
             values, jac = lean.run(X, jacobian=jacobian)
-            return values[0], (jac[0] if jacobian else None), shape, arrays
+            return values[0], (jac[0] if jacobian else None), shape, wrt
         try:
             values, rows, tape, shape, decisions = self._record(arrays)
-            total = sum(a.size for a in arrays)
+            total = sum(a.size for a in wrt)
             jac = np.stack([self._gradient(tape, r, total) for r in rows]) \
                 if jacobian else None
             if program is None:
-                self._programs[tuple(a.shape for a in arrays)] = False if decisions else (
+                if len(self._programs) >= KEEP_PROGRAMS:
+                    self._programs.clear()     # (data arguments seen once each)
+                self._programs[key] = False if decisions else (
                     _lean_program(tape, total, rows, values), shape)
         finally:
             _drop_large_buffers()
-        return values, jac, shape, arrays
+        return values, jac, shape, wrt
+
+    def _per_argument(self, values):
+        return tuple(_per_argument(values[k:k + 1]) for k in range(len(values))) \
+            if self._tuple else _per_argument(values)
+
+    def _arguments(self, args):
+        """The arguments as arrays: float64 where differentiated, data as given."""
+        if self.argnums is not None and self.argnums[-1] >= len(args):
+            raise ValueError(f"at.jit({self.name}): argnums {self.argnums} names an argument "
+                             f"past the {len(args)} given")
+        return [_argument(a, k, self.name) if self._differentiated(k) else
+                _data(a, k, self.name) for k, a in enumerate(args)]
+
+    def _differentiated(self, k):
+        return self.argnums is None or k in self.argnums
+
+    def _wrt(self, arrays):
+        return [a for k, a in enumerate(arrays) if self._differentiated(k)]
+
+    def _key(self, arrays):
+        """A program's key: the arguments' shapes, and the data arguments' dtypes and
+        bits (the recording holds their values as constants)."""
+        key = tuple(a.shape for a in arrays)
+        if self.argnums is None:
+            return key
+        data = hashlib.blake2b(digest_size=16)
+        for k, a in enumerate(arrays):
+            if not self._differentiated(k):
+                data.update(f"{k}:{a.dtype.str};".encode())
+                data.update(a.tobytes())
+        return key + (data.hexdigest(),)
 
     def _program(self, arrays):
         """(lean program, output shape) for arguments of these shapes, recording at
         ``arrays`` first if need be; None where fn takes decisions on values."""
-        key = tuple(np.shape(a) for a in arrays)
+        key = self._key(arrays)
         if key not in self._programs:
             self._evaluate(arrays, False)
-        return self._programs[key] or None
+        return self._programs.get(key) or None
 
     # -- recording --------------------------------------------------------------------------
 
     def _record(self, arrays):
         """Record fn at the arguments: (output values, their rows, (ops, values, rows
         used), output shape, the decisions it took on recorded values)."""
-        recorder = self._recorder([a.ndim for a in arrays])
-        inputs = [a if a.ndim else float(a) for a in arrays]
+        recorder = self._recorder([a.ndim if self._differentiated(k) else None
+                                   for k, a in enumerate(arrays)])
+        inputs = [a if a.ndim else a.item() for a in arrays]
         while True:
             rows = self._rows
             header, ops, values = _buffers(rows)
@@ -308,10 +363,31 @@ def _argument(a, k, name):
     if kind not in "iuf":
         raise TypeError(f"at.jit({name}): argument {k} has dtype {np.asarray(a).dtype}")
     if kind in "iu" and np.ndim(a):
-        raise TypeError(f"at.jit({name}): argument {k} is an integer array; at.jit "
-                        "differentiates every argument, so pass integer data (indices, "
-                        "sizes) through a global or a closure")
+        raise TypeError(f"at.jit({name}): argument {k} is an integer array, and it is "
+                        "differentiated; name the arguments to differentiate with "
+                        "argnums (at.jit(fn, argnums=0)) to pass integer data")
     return np.array(a, np.float64, order="C")
+
+
+def _data(a, k, name):
+    """An argument that is not differentiated: numbers or arrays of them, as given."""
+    a = np.array(a, order="C")
+    if a.dtype.kind not in "biuf":
+        raise TypeError(f"at.jit({name}): argument {k} has dtype {a.dtype}")
+    return a
+
+
+def _argnums(argnums):
+    if argnums is None:
+        return None
+    one = isinstance(argnums, (int, np.integer)) and not isinstance(argnums, bool)
+    many = isinstance(argnums, (tuple, list)) and argnums and all(
+        isinstance(k, (int, np.integer)) and not isinstance(k, bool) and k >= 0
+        for k in argnums)
+    if not (one and argnums >= 0) and not many:
+        raise TypeError(f"at.jit: argnums must be a non-negative int or a tuple of them, "
+                        f"not {argnums!r}")
+    return (int(argnums),) if one else tuple(sorted({int(k) for k in argnums}))
 
 
 def _tensor(a):
@@ -373,9 +449,10 @@ def record(header, {params}):
 
 
 def _make_recorder(user, ndims, name):
+    """The recording entry point; ``ndims`` per argument, None for data (no leaves)."""
     params = ", ".join(f"x{k}" for k in range(len(ndims)))
-    leaves = "\n".join(f"    a{k} = " + ("leaf(tape, x{k})" if nd == 0 else
-                                          "leaves(tape, x{k})").format(k=k)
+    leaves = "\n".join(f"    a{k} = " + ("x{k}" if nd is None else "leaf(tape, x{k})"
+                                          if nd == 0 else "leaves(tape, x{k})").format(k=k)
                        for k, nd in enumerate(ndims))
     namespace = {"user": user, "leaf": active.leaf, "leaves": _leaves, "output": output}
     exec(_RECORD.format(params=params or "", leaves=leaves or "    pass",

@@ -408,3 +408,59 @@ def test_a_forcing_term_from_the_loop_index_is_a_loop():
     np.testing.assert_allclose(grad.numpy(), first[1].numpy(), rtol=1e-13)
     np.testing.assert_allclose(grad.numpy(), central_jacobian(
         lambda t: np.array([_driven(t)]), X)[0], rtol=1e-6)
+
+
+@numba.njit
+def _misfit(k, data, index):
+    s = 0.0
+    for i in range(index.size):
+        s += (k[0] * data[index[i]] + k[1] - 1.0) ** 2
+    return s
+
+
+def test_argnums_differentiates_the_arguments_named_and_takes_data_as_given():
+    k, data, index = np.array([2.0, 0.5]), np.array([0.5, 1.0, 3.0]), np.array([2, 0])
+    f = at.jit(_misfit, argnums=0)
+    want = at.jit(_misfit, argnums=(0, 1))
+    residual = k[0] * data[index] + k[1] - 1.0
+    expect = np.array([2 * residual @ data[index], 2 * residual.sum()])
+    for _ in range(3):                                   # recorded, then replayed
+        value, g = f.value_and_grad(k, data, index)
+        assert value.item() == pytest.approx((residual ** 2).sum())
+        np.testing.assert_allclose(g.numpy(), expect, rtol=1e-14)
+    both = want.grad(k, data, index.astype(np.int64))
+    assert isinstance(both, tuple) and len(both) == 2
+    np.testing.assert_allclose(both[0].numpy(), expect, rtol=1e-14)
+    np.testing.assert_allclose(both[1].numpy(), [2 * k[0] * residual[1], 0.0,
+                                                 2 * k[0] * residual[0]], rtol=1e-14)
+    assert isinstance(at.jit(_misfit, argnums=(0,)).grad(k, data, index), tuple)
+    np.testing.assert_allclose(f.jacfwd(k, data, index).numpy(), expect, rtol=1e-14)
+
+
+def test_argnums_records_again_when_the_data_change():
+    """The data's values are constants of the recording: a replay at other data would
+    be silently wrong, so other data (same shape) is another program."""
+    k, index = np.array([2.0, 0.5]), np.array([0, 1])
+    f = at.jit(_misfit, argnums=0)
+    for scale in (1.0, 2.0, 1.0, 3.0):
+        data = np.array([0.5, 1.0]) * scale
+        residual = k[0] * data + k[1] - 1.0
+        np.testing.assert_allclose(f.grad(k, data, index).numpy(),
+                                   [2 * residual @ data, 2 * residual.sum()], rtol=1e-14)
+    points = np.stack([k, k * 1.5])
+    got = F.vmap(f.grad)(points, np.stack([data, data * 2]), np.stack([index, index]))
+    for p in range(2):
+        np.testing.assert_allclose(got[p].numpy(), f.grad(points[p], data * (1 + p),
+                                                          index).numpy(), rtol=1e-14)
+
+
+def test_argnums_errors():
+    with pytest.raises(TypeError, match="argnums must be a non-negative int"):
+        at.jit(_misfit, argnums=-1)
+    with pytest.raises(TypeError, match="argnums must be a non-negative int"):
+        at.jit(_misfit, argnums="0")
+    with pytest.raises(ValueError, match=r"argnums \(3,\) names an argument past the 3"):
+        at.jit(_misfit, argnums=3).grad(np.ones(2), np.ones(2), np.array([0]))
+    with pytest.raises(TypeError, match="argument 2 is an integer array, and it is "
+                                        "differentiated; name the arguments"):
+        at.jit(_misfit).grad(np.ones(2), np.ones(2), np.array([0]))

@@ -257,6 +257,17 @@ def test_non_tensor_inputs_and_outputs():
         at.grad(1.0, x)                   # (torch: "'float' object is not iterable")
 
 
+def test_numpy_style_code_that_forgot_requires_grad_hears_torchs_message():
+    data = np.array([1.0, 2.0])
+    with pytest.raises(RuntimeError, match="^element 0 of tensors does not require grad"):
+        at.grad(at.sin(data).sum(), data)        # (the array, not its elements, is named)
+    y = at.tensor(1.0, requires_grad=True) * 2
+    with pytest.raises(RuntimeError, match="but got ndarray: a numpy array has no gradient; "
+                                           r"make the variable with at.tensor\(x, "
+                                           r"requires_grad=True\)"):
+        at.grad(y, data)
+
+
 def test_grad_mode_decorators_without_parentheses():
     x = at.ones(2, requires_grad=True)
 
