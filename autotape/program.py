@@ -98,7 +98,7 @@ class LeanProgram:
         # runs in their driver (kernels/calls.py), its loops interpreted
         constant = np.zeros(nslots, bool)
         constant[const_slots] = True
-        p.loop = find_loop(instr, constant) if loops else None
+        p.loop = find_loop(instr, constant, pool) if loops else None
         p.loop_kernels = None               # compiled after COMPILE_LOOP_AFTER calls
         p.loop_slots = p.segments = p.reached = p.loop_table = p.loop_code = None
         p.loop_ready = None                 # {(dtype, kernel group)} compiled
@@ -133,7 +133,8 @@ class LeanProgram:
                                     "every value")
         if self.loop is None:
             raise NotCheckpointable("f's recording has no repeating loop body (a loop of "
-                                    "elementwise ops) to sweep in segments")
+                                    "elementwise ops, gathers and sums) to sweep in "
+                                    "segments")
         self.segments = Segments(self, budget)
 
     def __getstate__(self):
@@ -287,7 +288,8 @@ class LeanProgram:
         if self.loop_code is None:              # (two threads may both write it: equal)
             end = self.loop[0] + self.loop[1] * self.loop[2]
             self.loop_code = loop_source(self.instr, self.loop, self.const_slots,
-                                         self._read_after(end), self.loop_table)
+                                         self._read_after(end), self.loop_table,
+                                         self.pool, self.divisor)
         kernels = loop_kernels(*self.loop_code, dtype, group, wait=wait, what=self.what)
         if kernels is None:
             return False

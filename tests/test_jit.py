@@ -363,10 +363,10 @@ def test_the_loop_finder_scans_the_whole_program_once_or_twice(monkeypatch):
     loops = importlib.import_module("autotape.kernels.loops")
     full, real = [], loops._matches
 
-    def counting(instr, sig, period, constant=None):
+    def counting(instr, sig, period, *rest):
         if instr.shape[0] > 10_000:
             full.append(period)
-        return real(instr, sig, period, constant)
+        return real(instr, sig, period, *rest)
     monkeypatch.setattr(loops, "_matches", counting)
 
     @numba.njit

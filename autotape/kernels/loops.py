@@ -10,9 +10,10 @@ once, cached on disk by the source's hash. The op math is the op table's: the bo
 calls the same ``unary_value`` / ``binary_partial_x`` / ``times`` the interpreter does,
 with the opcode a constant.
 
-Only elementwise ops, WHERE and COPY go in a body; a stretch with anything else stays
-with the interpreter (kernels/program.py), as does a reverse sweep that does not reach
-every instruction of the body.
+Elementwise ops, WHERE, COPY, GATHER and SCATTER_ADD go in a body (a gather's or a
+scatter's sources each fixed or moved alike, read from index arrays in the generated
+module); a stretch with anything else stays with the interpreter (kernels/program.py),
+as does a reverse sweep that does not reach every instruction of the body.
 """
 import hashlib
 import importlib.util
@@ -28,8 +29,8 @@ from ..opcodes import (ADD, BINARY_LAST, DIV, MUL, SUB, UNARY_FIRST, UNARY_LAST,
 from . import background
 from .cache import cache_dir
 from .elementwise import passes_nothing
-from .program import (COPY, I_A, I_N, I_OP, I_OUT, I_P, I_SA, forward_range, forward_range_points,
-                      load_chunk, load_tangent_chunk, reverse_range, reverse_range_points,
+from .program import (COPY, GATHER, I_A, I_N, I_OP, I_OUT, I_P, I_SA, SCATTER_ADD,
+                      forward_range, forward_range_points, load_chunk, load_tangent_chunk, reverse_range, reverse_range_points,
                       seed_adjoints, store_adjoints, store_tangents, store_values,
                       tangent_range, tangent_range_points)
 
@@ -39,20 +40,24 @@ CANDIDATES = 64              # periods tried
 
 
 def _signatures(instr):
-    """Per instruction: the fields that must repeat exactly (kind, count, strides), or
-    -1 where the kind cannot go in a body."""
+    """Per instruction: the fields that must repeat exactly (kind, count, strides or a
+    scatter's pair count), or -1 where the kind cannot go in a body."""
     op = instr[:, I_OP]
-    ok = ((op >= UNARY_FIRST) & (op <= BINARY_LAST)) | (op == WHERE) | (op == COPY)
+    ok = ((op >= UNARY_FIRST) & (op <= BINARY_LAST)) | (op == WHERE) | (op == COPY) | \
+        (op == GATHER) | (op == SCATTER_ADD)
     sig = (op + 1000) * 1_000_003 + instr[:, I_N] * 8 + instr[:, I_SA] * 4 \
         + instr[:, I_SA + 1] * 2 + instr[:, I_SA + 2]
     return np.where(ok, sig, -1)
 
 
-def _matches(instr, sig, period, constant=None):
+def _matches(instr, sig, period, constant=None, pool=None, lowest=0):
     """``(delta, ok)``: ok[q] when instruction q + period repeats q with its output
     moved by delta and each operand fixed or moved by delta, as q's own was
     relative to q - period; or, with ``constant`` (per slot: whether it holds a
-    constant), constants in both (a forcing term's value per repetition, t = i * h)."""
+    constant), constants in both (a forcing term's value per repetition, t = i * h).
+    A gather's or a scatter's sources (in the pool) each fixed or moved by delta alike,
+    and moved only from ``lowest`` on (the instructions' outputs: below lie the inputs
+    and constants)."""
     n = instr.shape[0] - period
     if n <= 0:
         return 0, np.zeros(0, bool)
@@ -71,24 +76,67 @@ def _matches(instr, sig, period, constant=None):
             both = (a >= 0) & (b >= 0) & constant[np.maximum(a, 0)] & \
                 constant[np.maximum(b, 0)]
             ok &= (regular & same) | both
+    pooled = np.nonzero(ok & ((instr[:n, I_OP] == GATHER) | (instr[:n, I_OP] == SCATTER_ADD)))[0]
+    if pooled.size:
+        for q in pooled:
+            ok[q] = pool is not None and _pool_repeats(instr, pool, q, period, delta, lowest)
     return delta, ok
 
 
-def find_loop(instr, constant=None):
+def pool_reads(instr, pool, q):
+    """The slots a GATHER (each output element's source) or a SCATTER_ADD (each pair's
+    source) reads, and for a SCATTER_ADD the pairs' output offsets (else None)."""
+    p = int(instr[q, I_P])
+    if instr[q, I_OP] == GATHER:
+        return pool[p:p + int(instr[q, I_N])], None
+    pairs = int(instr[q, I_SA])
+    return pool[p:p + 2 * pairs:2], pool[p + 1:p + 2 * pairs:2]
+
+
+def _pool_repeats(instr, pool, q, period, delta, lowest):
+    here, offsets = pool_reads(instr, pool, q)
+    there, offsets2 = pool_reads(instr, pool, q + period)
+    if here.size != there.size or (offsets is not None and not (offsets == offsets2).all()):
+        return False
+    d = there - here
+    if not ((d == 0) | ((d == delta) & (here >= lowest))).all():
+        return False
+    if q + 2 * period < instr.shape[0] and instr[q + 2 * period, I_OP] == instr[q, I_OP]:
+        later, _ = pool_reads(instr, pool, q + 2 * period)
+        if later.size == there.size and not (later - there == d).all():
+            return False                       # (the choice, fixed or moved, repeats)
+    return True
+
+
+def _anchor(sig, middle, window):
+    """The instruction the periods are measured from: of those that may go in a body
+    in the ``window`` instructions from the middle on, the first whose kind repeats
+    least often there. Its next occurrences are then the candidate periods: the first
+    few occurrences of a common kind (one of the 60 row copies of a 2-D roll) all lie
+    inside one repetition."""
+    part = sig[middle:middle + max(window, 1)]
+    usable = np.nonzero(part >= 0)[0]
+    if not usable.size:
+        return None
+    kinds, inverse, counts = np.unique(part[usable], return_inverse=True,
+                                       return_counts=True)
+    return middle + int(usable[np.argmin(counts[inverse])])
+
+
+def find_loop(instr, constant=None, pool=None):
     """``(start, period, repeats, delta)`` of the longest repeating stretch, or None.
     ``constant`` (per slot): constant operands may differ from one repetition to the
-    next (see constant_table)."""
+    next (see constant_table); ``pool``: the program's, for its gathers and scatters
+    (without it they end a stretch)."""
     count = instr.shape[0]
     if count < MIN_COVERED:
         return None
     sig = _signatures(instr)
-    middle = count // 2
-    if sig[middle] < 0:
-        ahead = np.nonzero(sig[middle:] >= 0)[0]
-        if not ahead.size:
-            return None
-        middle += int(ahead[0])
+    middle = _anchor(sig, count // 2, count // MIN_REPEATS)
+    if middle is None:
+        return None
     later = np.nonzero(sig[middle + 1:] == sig[middle])[0][:CANDIDATES] + 1
+    lowest = int(instr[:, I_OUT].min())
     best = None
     for period in later:
         period = int(period)
@@ -100,10 +148,10 @@ def find_loop(instr, constant=None):
         # period that repeats there (a scan costs a pass over every instruction)
         a = max(middle - 2 * period, 0)
         b = min(middle + 3 * period, count)
-        _, near = _matches(instr[a:b], sig[a:b], period, constant)
+        _, near = _matches(instr[a:b], sig[a:b], period, constant, pool, lowest)
         if middle - a >= near.size or not near[middle - a]:
             continue
-        delta, ok = _matches(instr, sig, period, constant)
+        delta, ok = _matches(instr, sig, period, constant, pool, lowest)
         if middle >= ok.size or not ok[middle]:
             continue
         lo = middle - int(np.argmin(ok[middle::-1])) + 1 if not ok[:middle + 1].all() else 0
@@ -158,7 +206,8 @@ def constant_table(instr, loop, constant, const_slots, const_vals):
 
 def _reads_back(op):
     """The columns whose values an instruction's VJP reads (I_OUT: its own)."""
-    if op == COPY or op == ADD or op == SUB or passes_nothing(op):
+    if op == COPY or op == GATHER or op == SCATTER_ADD or op == ADD or op == SUB or \
+            passes_nothing(op):
         return ()
     if op == MUL:
         return (I_A, I_A + 1)
@@ -173,8 +222,10 @@ class _Body:
     """One repetition's instructions and where each slot lives (see above)."""
 
     def __init__(self, instr, start, period, repeats, delta, constants, read_after,
-                 table=None):
+                 table=None, pool=None, divisor=None):
         self.instr, self.start, self.period, self.delta = instr, start, period, delta
+        self.pool, self.divisor = pool, divisor
+        self.arrays = {}                            # module-level index arrays, by name
         self.constants = constants
         # (slot where the table of per-repetition constants starts, its width, entries):
         # the kernels take the start as ``tb`` (checkpointed segments move it)
@@ -187,17 +238,11 @@ class _Body:
                 writes[int(instr[q, I_OUT]) + k] = q
         kept = set()
         for q in body:
-            for col in (I_A, I_A + 1, I_A + 2):
-                c = int(instr[q, col])
-                if c < 0 or int(instr[q + period, col]) == c or (q, col) in self.table[2]:
-                    continue                        # none, fixed, or a per-repetition constant
-                stride = 1 if int(instr[q, I_OP]) == COPY else int(instr[q, I_SA + col - I_A])
-                for k in range(int(instr[q, I_N]) if stride else 1):
-                    e = c + k * stride
-                    if e not in writes and e < self.base:     # an earlier repetition's
-                        e += -(-(self.base - e) // delta) * delta
-                        if e in writes:
-                            kept.add(writes[e])
+            for e in self.moved_reads(q):
+                if e not in writes and e < self.base:         # an earlier repetition's
+                    e += -(-(self.base - e) // delta) * delta
+                    if e in writes:
+                        kept.add(writes[e])
         last = (repeats - 1) * delta
         for e, q in writes.items():
             if e + last in read_after:
@@ -208,6 +253,8 @@ class _Body:
         while changed:
             changed = False
             for q in body:
+                if _pooled(int(instr[q, I_OP])):
+                    continue                        # (it names each element apart)
                 for col in (I_A, I_A + 1, I_A + 2):
                     owners = {writes[e] for e in self._elements(q, col) if e in writes}
                     if len(owners) > 1 and owners & kept and not owners <= kept:
@@ -219,8 +266,8 @@ class _Body:
                 for e in self._elements(q, col) if e in writes} & self.temporary
         for q in reversed(body):
             if q in need:
-                need |= {writes[e] for col in (I_A, I_A + 1, I_A + 2)
-                         for e in self._elements(q, col) if e in writes} & self.temporary
+                need |= {writes[e] for e in self.moved_reads(q) if e in writes} & \
+                    self.temporary
         self.recomputed = need
         self.size = delta
 
@@ -256,6 +303,33 @@ class _Body:
         stride = 1 if int(self.instr[q, I_OP]) == COPY else int(self.instr[q, I_SA + col - I_A])
         return range(c, c + (int(self.instr[q, I_N]) if stride else 1))
 
+    def moved_reads(self, q):
+        """The slots instruction q reads that move with the repetitions."""
+        if _pooled(int(self.instr[q, I_OP])):
+            here, _ = pool_reads(self.instr, self.pool, q)
+            there, _ = pool_reads(self.instr, self.pool, q + self.period)
+            return [int(e) for e in here[here != there]]
+        return [e for col in (I_A, I_A + 1, I_A + 2) for e in self._elements(q, col)]
+
+    def sources(self, q):
+        """A gather's or scatter's sources as (index, kind) per element: kind 0 a fixed
+        slot of V, 1 a slot of V that moves (index + o), 2 a temporary (T[index])."""
+        here, _ = pool_reads(self.instr, self.pool, q)
+        there, _ = pool_reads(self.instr, self.pool, q + self.period)
+        index, kind = here.copy(), np.zeros(here.size, np.int64)
+        for k in np.nonzero(here != there)[0]:
+            owner = self._owner(int(here[k]))
+            if owner is not None and owner in self.temporary:
+                index[k], kind[k] = here[k] - self.base, 2
+            else:
+                kind[k] = 1
+        return index, kind
+
+    def array(self, name, values):
+        """A module-level int64 array of the generated code."""
+        self.arrays[name] = [int(v) for v in values]
+        return name
+
     def _owner(self, c):
         for q in range(self.start, self.start + self.period):
             out = int(self.instr[q, I_OUT])
@@ -268,6 +342,98 @@ class _Body:
         if (q, col) in self.table[2]:
             return False
         return c not in self.constants or int(self.instr[q + self.period, col]) != c
+
+
+def _pooled(op):
+    return op == GATHER or op == SCATTER_ADD
+
+
+_ARRAY_NAMES = {False: {0: "V", 1: "V", 2: "T"}, True: {0: "G", 1: "G", 2: "GT"},
+                "tangent": {0: "D", 1: "D", 2: "DT"}}
+
+
+def _source(kind, points, which=False):
+    """The element a gather's or scatter's source ``s`` of ``kind`` names (which: False
+    values, True adjoints, "tangent" tangents in lane l), as an expression."""
+    name = _ARRAY_NAMES[which][kind]
+    index = "s + o" if kind == 1 else "s"
+    if which == "tangent":
+        index = f"({index}) * K + l"
+    return f"{name}[({index}) * C + j]" if points else f"{name}[{index}]"
+
+
+def _by_kind(kinds, points, which=False):
+    """The source of a gather's or scatter's element ``k`` as an expression, by its kind
+    (M{q}[k]) where they differ."""
+    present = sorted(set(int(k) for k in kinds))
+    if len(present) == 1:
+        return _source(present[0], points, which)
+    expr = _source(present[-1], points, which)
+    for kind in present[-2::-1]:
+        expr = f"({_source(kind, points, which)} if m == {kind} else {expr})"
+    return expr
+
+
+def _pooled_code(body, q, points):
+    """A GATHER or SCATTER_ADD of the body as code, in the interpreter's order: (forward
+    lines, reverse lines, tangent lines), each a whole block."""
+    instr = body.instr
+    op, n = int(instr[q, I_OP]), int(instr[q, I_N])
+    index, kinds = body.sources(q)
+    S, M = body.array(f"S{q}", index), body.array(f"M{q}", kinds)
+    mixed = len(set(kinds.tolist())) > 1
+    pick = ["s = " + S + "[k]"] + ([f"m = {M}[k]"] if mixed else [])
+    each = ["for j in range(C):"] if points else []
+
+    def out(k, which=False):
+        return body.ref(q, I_OUT, k, which is True, points, which == "tangent")
+
+    def lanes(lines):
+        return ["for l in range(K):"] + ["    " + line for line in lines]
+
+    def nest(headers, lines):
+        return _block(headers, lines)
+    value, grad, tan = (_by_kind(kinds, points), _by_kind(kinds, points, True),
+                        _by_kind(kinds, points, "tangent"))
+    if op == GATHER:
+        forward = nest([f"for k in range({n}):"], pick + nest(each, [f"{out(' + k')} = {value}"
+                                                                      "  # GATHER"]))
+        reverse = nest([f"for k in range({n}):"], pick + nest(each, [
+            f"g = {out(' + k', True)}"] + _scatter_to(kinds, points, "g")))
+        tangent = nest([f"for k in range({n}):"], pick + nest(each, [
+            f"{out(' + k')} = {value}"] + lanes([f"{out(' + k', 'tangent')} = {tan}"])))
+        return forward, reverse, tangent
+    _, offsets = pool_reads(instr, body.pool, q)
+    F, d = body.array(f"F{q}", offsets), repr(float(body.divisor[q]))
+    pairs = offsets.size
+    pick = pick + [f"f = {F}[k]"]
+    zero = nest([f"for k in range({n}):"] + each, [f"{out(' + k')} = 0.0"])
+    add = nest([f"for k in range({pairs}):"], pick + nest(each, [f"{out(' + f')} += {value}"]))
+    divide = nest([f"for k in range({n}):"] + each, [f"{out(' + k')} = f64({out(' + k')}) / {d}"]) \
+        if float(body.divisor[q]) != 1.0 else []
+    forward = ["# SCATTER_ADD"] + zero + add + divide
+    reverse = nest([f"for k in range({pairs}):"], pick + nest(each, [
+        f"g = f64({out(' + f', True)}) / {d}"] + _scatter_to(kinds, points, "g")))
+    tangent = forward + \
+        nest([f"for k in range({n}):"] + each, lanes([f"{out(' + k', 'tangent')} = 0.0"])) + \
+        nest([f"for k in range({pairs}):"], pick + nest(each, lanes(
+            [f"{out(' + f', 'tangent')} += {tan}"]))) + \
+        (nest([f"for k in range({n}):"] + each, lanes([
+            f"{out(' + k', 'tangent')} = f64({out(' + k', 'tangent')}) / {d}"]))
+         if float(body.divisor[q]) != 1.0 else [])
+    return forward, reverse, tangent
+
+
+def _scatter_to(kinds, points, g):
+    """Lines adding ``g`` to the adjoint of element k's source, by its kind."""
+    present = sorted(set(int(k) for k in kinds))
+    if len(present) == 1:
+        return [f"{_source(present[0], points, True)} += {g}"]
+    lines = []
+    for i, kind in enumerate(present):
+        lines += [("if" if i == 0 else "elif") + f" m == {kind}:",
+                  f"    {_source(kind, points, True)} += {g}"]
+    return lines
 
 
 def _block(loops, statements):
@@ -287,6 +453,9 @@ def _instruction(body, q, points):
     the reverse lines' writes to operand adjoints as (line, column, conditional))."""
     instr = body.instr
     op, n = int(instr[q, I_OP]), int(instr[q, I_N])
+    if _pooled(op):
+        forward, reverse, _ = _pooled_code(body, q, points)
+        return [], forward, reverse, []
     sa = int(instr[q, I_SA]) if op != COPY else 1
     writes = []
     loops = ([f"for k in range({n}):"] if n > 1 else []) + \
@@ -398,6 +567,10 @@ def _tangent_body(body, points):
     lines, hoisted = [], []
     invariant = _invariant(body)
     for q in range(body.start, body.start + body.period):
+        if _pooled(int(body.instr[q, I_OP])):
+            block = _pooled_code(body, q, points)[2]
+            (hoisted if q in invariant else lines).extend(block)
+            continue
         loops, forward, _, _ = _instruction(body, q, points)
         setup, per_lane = _tangent_lines(body, q, points)
         block = _block(loops, forward + setup + ["for l in range(K):"]
@@ -441,6 +614,11 @@ def _invariant(body):
         if q not in body.temporary:
             continue
         ok = True
+        if _pooled(int(instr[q, I_OP])):
+            owners = {body._owner(e) for e in body.moved_reads(q)}
+            if owners <= found:
+                found.add(q)
+            continue
         for col in (I_A, I_A + 1, I_A + 2):
             c = int(instr[q, col])
             if (q, col) in body.table[2]:
@@ -475,6 +653,10 @@ def _first_writes_assign(body, steps, points):
     for q, loops, backward, writes in steps:
         if q in body.temporary:                 # its own adjoint is read first
             start(q)
+        if _pooled(int(instr[q, I_OP])):        # (adds to its sources' adjoints, element
+            for e in body.moved_reads(q):       # by element)
+                if e in temps:
+                    start(temps[e])
         backward = list(backward)
         for line, col, conditional in writes:
             c, n = int(instr[q, col]), int(instr[q, I_N])
@@ -591,7 +773,7 @@ def signatures(dtype):
     return sigs
 
 
-def loop_source(instr, loop, constants, read_after, table=None):
+def loop_source(instr, loop, constants, read_after, table=None, pool=None, divisor=None):
     """(key, source): the numba module of the body of ``loop`` (find_loop's), keyed by
     its hash. Its functions are (forward, reverse, clear, tangent) for one point and the
     same for a chunk of C points (slot-major; each takes C last): forward(V, delta,
@@ -599,11 +781,15 @@ def loop_source(instr, loop, constants, read_after, table=None):
     backwards (G the adjoints), clear zeroes the adjoints of the slots the loop keeps,
     tangent carries K lanes. ``constants``: slots whose adjoints nobody reads;
     ``read_after``: the slots read after the loop; ``table``: (first slot, width,
-    entries) of the per-repetition constants (constant_table), slots of V."""
+    entries) of the per-repetition constants (constant_table), slots of V; ``pool``
+    and ``divisor``: the program's, for its gathers and scatters."""
     start, period, repeats, delta = loop
     body = _Body(instr, start, period, repeats, delta, set(int(c) for c in constants),
-                 set(int(r) for r in read_after), table)
-    source = _HEADER + _functions(body, False) + _functions(body, True)
+                 set(int(r) for r in read_after), table, pool, divisor)
+    functions = _functions(body, False) + _functions(body, True)
+    arrays = "".join(f"{name} = np.array({values}, np.int64)\n"
+                     for name, values in sorted(body.arrays.items()))
+    source = _HEADER + arrays + functions
     return hashlib.sha256(source.encode()).hexdigest()[:24], source
 
 

@@ -81,10 +81,20 @@ def lower(rows, ipool, shape_ndim, shape_start, shape_dims, shape_size, arena_ad
         if needed[i] and rows[i, OP] <= SOURCE_LAST:
             slot[i] = ns
             ns += size_of(real, i)
+    # A broadcast operand of an elementwise row is first gathered into slots of its own,
+    # just before the row's: so every repetition of a loop has its slots in one stretch.
+    spread = np.full((n, 3), -1, np.int64)
     for i in range(n):
         if needed[i] and rows[i, OP] > SOURCE_LAST:
+            op, sz = rows[i, OP], size_of(real, i)
+            if op <= BINARY_LAST or op == WHERE:
+                for t in range(3):
+                    r = _elementwise_operand(rows, ipool, i, t)
+                    if r >= 0 and size_of(real, r) != sz and size_of(real, r) != 1:
+                        spread[i, t] = ns
+                        ns += sz
             slot[i] = ns
-            ns += size_of(real, i)
+            ns += sz
     # Slot numbers as values: a row's own forward then says where each of its elements
     # comes from (a gather of a gather reads the first source directly).
     track = np.empty(max(ns, 1))
@@ -124,11 +134,8 @@ def lower(rows, ipool, shape_ndim, shape_start, shape_dims, shape_size, arena_ad
         if op <= BINARY_LAST or op == WHERE:
             ops = np.full(3, -1, np.int64)
             strides = np.zeros(3, np.int64)
-            ops[0] = rows[i, A]
-            if op > UNARY_LAST:
-                ops[1] = rows[i, B]
-            if op == WHERE:
-                ops[2] = where_condition(ipool, rows[i, AUX])
+            for t in range(3):
+                ops[t] = _elementwise_operand(rows, ipool, i, t)
             at = np.full(3, -1, np.int64)
             for t in range(3):
                 r = ops[t]
@@ -139,9 +146,8 @@ def lower(rows, ipool, shape_ndim, shape_start, shape_dims, shape_size, arena_ad
                     at[t], strides[t] = slot[r], (1 if m == sz else 0)
                     continue
                 src = operand_map(real, r, i) + slot[r]  # broadcast: gather it first
-                _emit_gather(code, pool, divisor, ns, src)
-                at[t], strides[t] = ns, 1
-                ns += sz
+                _emit_gather(code, pool, divisor, spread[i, t], src)
+                at[t], strides[t] = spread[i, t], 1
             _emit_split(code, divisor, op, out, sz, ops, at, strides, selected, slot, track)
         elif op == RESHAPE or op == STRIDED or op == SETITEM or op == CONCAT or op == TAKE:
             if op == TAKE:                      # its indices are values, not slots
@@ -369,6 +375,17 @@ def _emit_split(code, divisor, op, out, n, ops, at, strides, selected, slot, tra
                   k - first, strides[0], strides[1], strides[2], 0)
             divisor.append(1.0)
             first = k
+
+
+@register_jitable
+def _elementwise_operand(rows, ipool, i, t):
+    """Operand t (a, b, the condition) of an elementwise or WHERE row, or -1."""
+    op = rows[i, OP]
+    if t == 0:
+        return rows[i, A]
+    if t == 1:
+        return rows[i, B] if op > UNARY_LAST else -1
+    return where_condition(ipool, rows[i, AUX]) if op == WHERE else -1
 
 
 @register_jitable
