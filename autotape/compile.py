@@ -18,6 +18,7 @@ recordings. A new argument shape is recorded once and kept.
 >>> f.grad(np.array([1.0, 2.0]))
 tensor([ 3., 12.])
 """
+import itertools
 import math
 import pickle
 import sys
@@ -867,7 +868,7 @@ def _lean_jacobian(p, targets, jac, lead=()):
     """For every target, its derivative with respect to each argument (one Tensor, or
     a tuple for several), from a lean program's Jacobian (row targets' elements by the
     arguments' elements; a leading axis of points as in ``_lean_values``)."""
-    cols = np.cumsum([0] + p.sizes)
+    cols = list(itertools.accumulate(p.sizes, initial=0))
     out, start = [], 0
     for kind, _, shape in targets:
         n = math.prod(shape)
@@ -917,7 +918,7 @@ def _sweep(p, tape, targets, lanes, args):
         p.executor.replay_and_sweep(tape, p.input_rows, _joined(args), plan, lanes, out)
         if len(args) == 1:
             return [out.reshape(lead + p.shapes[0])]
-        cols = np.cumsum([0] + p.sizes)
+        cols = list(itertools.accumulate(p.sizes, initial=0))
         return [out[:, a:b].reshape(lead + s) for a, b, s in zip(cols, cols[1:], p.shapes)]
     # one lane: large inputs' gradients are written into arrays of their own (no copy)
     own, row_addr = engine.leaf_buffers(tape) if lanes == 1 else (None, NO_ROWS)

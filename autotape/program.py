@@ -168,7 +168,7 @@ class LeanProgram:
             if jacobian and live.size <= KEEP_LIVE_BYTES:
                 self.live = live            # (a race computes it twice, both right)
         chunk = 1 if B == 1 else chunk_size(self.nslots)
-        workers = min(for_numba(), (B + chunk - 1) // chunk)
+        workers = 1 if B == 1 else min(for_numba(), (B + chunk - 1) // chunk)
         if self.user_calls is not None:
             self._run_driver(X, values, jac, jacobian, live)
             return values, (jac if jacobian else None)
@@ -177,7 +177,7 @@ class LeanProgram:
             segments = self.segments if all(compiled) else None
             slots = segments.size if segments is not None else self.nslots
             chunk = 1 if B == 1 else chunk_size(slots)
-            workers = min(for_numba(), (B + chunk - 1) // chunk)
+            workers = 1 if B == 1 else min(for_numba(), (B + chunk - 1) // chunk)
 
             def work(V, G, p0, C):
                 if segments is not None:
