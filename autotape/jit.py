@@ -560,8 +560,8 @@ def _definition(statement, py):
 
 
 class _Rewrite(ast.NodeTransformer):
-    """Calls to np.zeros / np.empty / np.ones and to other numba functions, redirected
-    (resolved through fn's globals)."""
+    """Calls to np.zeros / np.empty / np.ones, ``x.copy()`` and other numba functions,
+    redirected (resolved through fn's globals)."""
 
     def __init__(self, namespace, done, py):
         self.namespace, self.done, self.py = namespace, done, py
@@ -584,6 +584,12 @@ class _Rewrite(ast.NodeTransformer):
 
     def visit_Call(self, node):
         self.generic_visit(node)
+        if isinstance(node.func, ast.Attribute) and node.func.attr == "copy" and \
+                not node.args and not node.keywords:    # x.copy(): a float array's holds
+            self.namespace["__autotape_copy"] = active.copy     # differentiable values
+            return ast.copy_location(ast.Call(func=ast.Name(id="__autotape_copy",
+                                                            ctx=ast.Load()),
+                                              args=[node.func.value], keywords=[]), node)
         target = _resolve(node.func, self.namespace)
         alias = None
         if any(target is k for k in ALLOCATORS):

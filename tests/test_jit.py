@@ -464,3 +464,51 @@ def test_argnums_errors():
     with pytest.raises(TypeError, match="argument 2 is an integer array, and it is "
                                         "differentiated; name the arguments"):
         at.jit(_misfit).grad(np.ones(2), np.ones(2), np.array([0]))
+
+
+X0 = np.array([1.0, 2.0, 3.0])
+
+
+@numba.njit
+def _updated_copy(k):
+    x = X0.copy()
+    for j in range(3):
+        x[j] = x[j] + k[j]
+    return (x * x).sum()
+
+
+@numba.njit
+def _swapped_buffers(k):
+    u = X0.copy()
+    un = np.empty_like(u)
+    for _ in range(4):
+        for j in range(3):
+            un[j] = u[j] * k[j] + 0.1 * u[(j + 1) % 3]
+        u, un = un, u
+    return u.sum()
+
+
+@pytest.mark.parametrize("fn", [_updated_copy, _swapped_buffers])
+def test_a_copied_array_takes_differentiable_values(fn):
+    """x = X0.copy(); x[j] = ... and two buffers swapped each step (u, un = un, u):
+    a float array's copy holds differentiable values (issue #27 found both refused)."""
+    k = np.array([0.5, 1.5, 2.0])
+    f = at.jit(fn)
+    for _ in range(3):                       # recorded, then replayed
+        value, g = f.value_and_grad(k)
+    np.testing.assert_allclose(value.item(), fn(k), rtol=1e-14)
+    step = 1e-6 * np.eye(3)
+    central = [(fn(k + e) - fn(k - e)) / 2e-6 for e in step]
+    np.testing.assert_allclose(g.numpy(), central, rtol=1e-7)
+
+
+@numba.njit
+def _reshaped(q):
+    x = q.reshape(2, 2)
+    y = q.reshape((2, 2)).copy()
+    return x[1, 0] * y[0, 1] + y.reshape(4)[3] ** 2
+
+
+def test_reshape_of_differentiable_arrays():
+    q = np.array([1.0, 2.0, 3.0, 4.0])
+    np.testing.assert_array_equal(at.jit(_reshaped).grad(q).numpy(), [0.0, 3.0, 2.0, 8.0])

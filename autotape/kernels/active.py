@@ -352,6 +352,25 @@ def _copy(a):
     return lambda a: ActiveArray(a.values.copy(), a.rows.copy(), a.cell.copy())
 
 
+@overload_method(ActiveArrayType, "reshape")
+def _reshape(a, s0, s1=None, s2=None):
+    """A view with another shape (a tuple, or up to three sizes), as ndarray.reshape:
+    values and rows alike."""
+    def given(s):
+        return s is not None and not isinstance(s, (types.NoneType, types.Omitted))
+    if isinstance(s0, types.BaseTuple):
+        return lambda a, s0, s1=None, s2=None: ActiveArray(
+            a.values.reshape(s0), a.rows.reshape(s0), a.cell)
+    if given(s2):
+        return lambda a, s0, s1=None, s2=None: ActiveArray(
+            a.values.reshape((s0, s1, s2)), a.rows.reshape((s0, s1, s2)), a.cell)
+    if given(s1):
+        return lambda a, s0, s1=None, s2=None: ActiveArray(
+            a.values.reshape((s0, s1)), a.rows.reshape((s0, s1)), a.cell)
+    return lambda a, s0, s1=None, s2=None: ActiveArray(
+        a.values.reshape((s0,)), a.rows.reshape((s0,)), a.cell)
+
+
 def _is_scalar_index(a, index):
     """Whether ``a[index]`` is one element: an integer per axis."""
     ndim = a.field_dict["values"].ndim
@@ -656,6 +675,21 @@ def _like(stub, fill, numpy_fn):
 _like(zeros_like, 0.0, np.zeros_like)
 _like(empty_like, math.nan, np.empty_like)
 _like(ones_like, 1.0, np.ones_like)
+
+
+def copy(a):
+    """``a.copy()``, where a float array becomes one of Actives (constants, until fn
+    stores differentiable values in it: ``x = X0.copy(); x[j] = x[j] + k[j]``)."""
+
+
+@overload(copy)
+def _copy_of(a):
+    if _is_active_array(a):
+        return lambda a: a.copy()
+    if isinstance(a, types.Array) and isinstance(a.dtype, types.Float):
+        return lambda a: ActiveArray(a.astype(np.float64), np.full(a.shape, -1, np.int64),
+                                     np.zeros(1, np.intp))
+    return lambda a: a.copy()
 
 
 def array(obj, dtype=None):
