@@ -36,7 +36,7 @@ from .kernels import active
 from .kernels.active import ActiveArray, ActiveType
 from .kernels.program import I_A, I_N, I_OP, I_OUT, I_SA, WIDTH
 from .opcodes import CONST, SOURCE_LAST
-from .program import LeanProgram
+from .program import LeanProgram, loop_of
 from .tensor import F64, new_leaf
 from .thread_state import here
 
@@ -219,8 +219,10 @@ class Jit:
             if program is None:
                 if len(self._programs) >= KEEP_PROGRAMS:
                     self._programs.clear()     # (data arguments seen once each)
-                self._programs[key] = False if decisions else (
-                    _lean_program(tape, total, rows, values), shape)
+                lean = None if decisions else _lean_program(tape, total, rows, values)
+                if lean is not None:
+                    lean.what = loop_of(self.fn)
+                self._programs[key] = False if decisions else (lean, shape)
         finally:
             _drop_large_buffers()
         return values, jac, shape, wrt

@@ -432,3 +432,16 @@ def test_loops_with_gathers_and_sums_in_segments(f, x):
     assert segmented._lean("value", [x]).lean.segments is not None
     np.testing.assert_array_equal(segmented.grad(x).numpy(), g.numpy())
     np.testing.assert_array_equal(segmented.jacfwd(x).numpy(), c.jacfwd(x).numpy())
+
+
+def test_a_body_too_long_to_compile_stays_with_the_interpreter(monkeypatch):
+    """at.jit of array code written element by element repeats ~15,000 instructions a
+    step; such a body would take minutes to compile, so no loop is made of it."""
+    loops = importlib.import_module("autotape.kernels.loops")
+    x = np.array([1.0, 0.3, 9.8, 0.1])
+    assert at.compile(_long_pendulum, x)._lean("value", [x]).lean.loop is not None
+    monkeypatch.setattr(loops, "MAX_PERIOD", 3)
+    c = at.compile(_long_pendulum, x)
+    assert c._lean("value", [x]).lean.loop is None
+    np.testing.assert_allclose(c.grad(x).numpy(), at.compile(_long_pendulum, x).grad(x)
+                               .numpy(), rtol=1e-14)

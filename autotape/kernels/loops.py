@@ -37,6 +37,8 @@ from .program import (COPY, GATHER, I_A, I_N, I_OP, I_OUT, I_P, I_SA, SCATTER_AD
 MIN_REPEATS = 4
 MIN_COVERED = 256            # instructions a loop must cover to be worth compiling
 CANDIDATES = 64              # periods tried
+MAX_PERIOD = 512             # instructions in a body: longer ones (at.jit of array code
+                             # written element by element) take minutes to compile
 
 
 def _signatures(instr):
@@ -140,7 +142,7 @@ def find_loop(instr, constant=None, pool=None):
     best = None
     for period in later:
         period = int(period)
-        if period * MIN_REPEATS > count:
+        if period * MIN_REPEATS > count or period > MAX_PERIOD:
             break
         if best is not None and period % best[1] == 0:
             continue          # (a multiple of a period found repeats the same stretch)
