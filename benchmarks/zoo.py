@@ -17,29 +17,20 @@ import math
 import numba
 import numpy as np
 
-from workloads import AMP, OMEGA, driven_rk4_step
+from workloads import AMP, DT as H, OMEGA, driven_pendulum_at
+from workloads import driven_pendulum_jax as _driven_pendulum_jax
 
 # ---- 1. driven pendulum: forcing from the loop index (t = i * h); workloads.py's step ----------
 
-PENDULUM_STEPS, H = 1000, 0.01
+PENDULUM_STEPS = 1000
 
 
 def driven_pendulum(p):
-    x, v = p[0], p[1]
-    for i in range(PENDULUM_STEPS):
-        x, v = driven_rk4_step(p, x, v, i * H, H, np.sin, math.cos)
-    return x * x + v * v
+    return driven_pendulum_at(p, PENDULUM_STEPS)
 
 
 def driven_pendulum_jax(jax):
-    jnp = jax.numpy
-
-    def f(p):
-        def body(i, s):
-            return driven_rk4_step(p, s[0], s[1], i * H, H, jnp.sin, jnp.cos)
-        x, v = jax.lax.fori_loop(0, PENDULUM_STEPS, body, (p[0], p[1]))
-        return x * x + v * v
-    return f
+    return _driven_pendulum_jax(jax, PENDULUM_STEPS)
 
 
 @numba.njit(cache=True)
