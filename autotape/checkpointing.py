@@ -183,7 +183,7 @@ class Segments:
             if o:                              # (the window holds the first segment now)
                 self._recompute(last, V, C, saved, carried, forward, extra)
             seed_adjoints(G, C, self.size, self.size, self.out_slots[o])
-            _sweep(self.instr, self.pool, lean.divisor, live[o], V, G, C, self.end,
+            _interpret_reverse(self.instr, self.pool, lean.divisor, live[o], V, G, C, self.end,
                    self.instr.shape[0])
             for k in range(last, -1, -1):
                 t0, t1 = self.bounds[k]
@@ -196,7 +196,7 @@ class Segments:
                     G[(keep0 + self.back * delta) * C:(self.base + (t1 - self.lows[k])
                                                        * delta) * C] = 0.0
                 reverse(V, G, delta, t0, t1, self.lows[k] * delta, self.table_base, *extra)
-            _sweep(lean.instr, lean.pool, lean.divisor, live[o], V, G, C, 0, self.start)
+            _interpret_reverse(lean.instr, lean.pool, lean.divisor, live[o], V, G, C, 0, self.start)
             store_adjoints(G, C, lean.in_slots, jac, p0, o)
 
     def _recompute(self, k, V, C, saved, carried, forward, extra):
@@ -244,7 +244,7 @@ def _interpret(instr, pool, divisor, V, C, q0, q1):
         forward_range_points(instr, pool, divisor, V, C, q0, q1)
 
 
-def _sweep(instr, pool, divisor, live, V, G, C, q0, q1):
+def _interpret_reverse(instr, pool, divisor, live, V, G, C, q0, q1):
     if C == 1:
         reverse_range(instr, pool, divisor, live, V, G, q0, q1)
     else:

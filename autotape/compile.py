@@ -173,7 +173,7 @@ class Compiled:
         self.traces = state["traces"]
         self.checkpoint = state["checkpoint"]
         self._guard_failures = 0
-        self._programs = {key: _lean_program(fields) for key, fields in
+        self._programs = {key: _unpickled_program(fields) for key, fields in
                           state["programs"].items()}
 
     # -- the public calls -----------------------------------------------------------------
@@ -206,7 +206,7 @@ class Compiled:
         try:
             out = _scalar_output(p, "value_and_grad")
             g = [new_leaf(g if g.ndim else float(g), g.shape, F64)
-                 for g in _sweep(p, tape, [out], 1, args)]
+                 for g in _sweep_replayed(p, tape, [out], 1, args)]
             return _plain_copy(tape, out), (g[0] if len(g) == 1 else tuple(g))
         finally:
             p.release(tape)
@@ -784,7 +784,7 @@ def _lean_state(p):
     return {name: getattr(p, name) for name in _LEAN_FIELDS}
 
 
-def _lean_program(fields):
+def _unpickled_program(fields):
     """A program that runs only as its lean form (unpickled: no tape, no guards)."""
     p = _Program()
     p.tape, p.twins, p.executor, p.guards, p.plans, p.fused = None, [], None, [], {}, False
@@ -897,7 +897,7 @@ def _scalar_output(p, name):
     return p.outputs[0]
 
 
-def _sweep(p, tape, targets, lanes, args):
+def _sweep_replayed(p, tape, targets, lanes, args):
     """One compiled sweep of the program's tape seeded on the target rows: with one
     lane, ones; with ``lanes`` = the targets' total size, the identity (lane k seeds
     element k). Returns each argument's adjoint, ``(lanes, *shape)`` or ``shape``. A
@@ -969,7 +969,7 @@ def _jacobian(p, tape, targets, args):
     total = sum(sizes)
     if not total and p.fused:
         _replay(p, tape, args)
-    rows = _sweep(p, tape, targets, total, args) if total else [np.zeros((0,) + s)
+    rows = _sweep_replayed(p, tape, targets, total, args) if total else [np.zeros((0,) + s)
                                                           for s in p.shapes]
     if len(targets) == 1 and len(rows) == 1:   # the common case, without the slicing
         g = rows[0].reshape(targets[0][2] + p.shapes[0])

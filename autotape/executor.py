@@ -37,7 +37,7 @@ NO_ROWS = np.zeros(0, np.int64)
 FRESH_STATE = np.full(SPLIT_STATE, -1, np.int64)
 NO_MARKS = np.zeros((0, 0), np.bool_)
 NO_STOPS = np.zeros(0, np.uint8)
-KEEP_SCRATCH_BYTES = 16 << 20       # scratch kept between sweeps; a larger one is given back
+KEEP_SWEEP_SCRATCH_BYTES = 16 << 20       # scratch kept between sweeps; a larger one is given back
 # elements: a run of elementwise rows this large is swept tile by tile (kernels/sweep.py
 # segment_vjp): below it the adjoints already stay in cache, and the stop costs more
 FUSE_MIN = 1 << 16
@@ -89,7 +89,7 @@ class CpuExecutor(Executor):
         """Adjoint space for a sweep, the calling thread's own (the kernels run without
         the GIL, so threads sweep at once), reused from call to call (fresh pages cost
         more to touch than a sweep's arithmetic, and two threads faulting them in at
-        once cost ten times more). Up to KEEP_SCRATCH_BYTES it is kept for good; a
+        once cost ten times more). Up to KEEP_SWEEP_SCRATCH_BYTES it is kept for good; a
         larger one (memory.KEPT) until the program goes idle, or, without that policy,
         only for its own sweep."""
         state = here()
@@ -97,9 +97,9 @@ class CpuExecutor(Executor):
         if buf is None or buf.size < size:
             old = 0 if buf is None else buf.size
             buf = np.empty(max(size, int(old * 1.5)))
-            if buf.nbytes <= KEEP_SCRATCH_BYTES or KEPT:
+            if buf.nbytes <= KEEP_SWEEP_SCRATCH_BYTES or KEPT:
                 state.scratch = buf
-                if buf.nbytes > KEEP_SCRATCH_BYTES:
+                if buf.nbytes > KEEP_SWEEP_SCRATCH_BYTES:
                     _LARGE_SCRATCH.add(state)
         return buf
 
@@ -242,7 +242,7 @@ _LARGE_SCRATCH = weakref.WeakSet()     # thread states keeping a large scratch
 def _drop_large_scratch():
     for state in list(_LARGE_SCRATCH):
         buf = state.scratch
-        if buf is not None and buf.nbytes > KEEP_SCRATCH_BYTES:
+        if buf is not None and buf.nbytes > KEEP_SWEEP_SCRATCH_BYTES:
             state.scratch = None               # (a sweep running holds its own reference)
     _LARGE_SCRATCH.clear()
 

@@ -219,7 +219,7 @@ class Jit:
             if program is None:
                 if len(self._programs) >= KEEP_PROGRAMS:
                     self._programs.clear()     # (data arguments seen once each)
-                lean = None if decisions else _lean_program(tape, total, rows, values)
+                lean = None if decisions else _recording_as_program(tape, total, rows, values)
                 if lean is not None:
                     lean.what = loop_of(self.fn)
                 self._programs[key] = False if decisions else (lean, shape)
@@ -320,7 +320,7 @@ def _split(jac, arrays, shape, lead=()):
     return out
 
 
-def _lean_program(tape, total, out_rows, out_values):
+def _recording_as_program(tape, total, out_rows, out_values):
     """The recording as a lean program (program.py): one slot per row, one instruction
     per op row; constants one slot per distinct value (fn pushes a constant at every
     op that meets a number, and the same slot in every repetition lets the loop finder

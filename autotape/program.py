@@ -27,7 +27,7 @@ from .checkpointing import NotCheckpointable, Segments
 
 
 KEEP_LIVE_BYTES = 16 << 20   # reach marks (outputs x instructions) kept between calls
-KEEP_SCRATCH_BYTES = 64 << 20
+KEEP_PROGRAM_SCRATCH_BYTES = 64 << 20
 # A loop's body is compiled (a few seconds, beside the calls; then cached on disk) once a
 # program has run this many times: a function called once needs no compiler.
 COMPILE_LOOP_AFTER = 2
@@ -465,12 +465,12 @@ def _read_slots(instr, pool, first):
 
 def _scratch(size, dtype):
     """The calling thread's scratch for one-thread runs, reused from call to call (fresh
-    pages cost more to touch than a small program's arithmetic) up to KEEP_SCRATCH_BYTES."""
+    pages cost more to touch than a small program's arithmetic) up to KEEP_PROGRAM_SCRATCH_BYTES."""
     state = here()
     buf = state.program_scratch
     if buf is None or buf.size < size or buf.dtype != dtype:
         buf = np.empty(size, dtype)
-        state.program_scratch = buf if buf.nbytes <= KEEP_SCRATCH_BYTES else None
+        state.program_scratch = buf if buf.nbytes <= KEEP_PROGRAM_SCRATCH_BYTES else None
     if POISON_SCRATCH:
         buf.fill(np.nan)                   # (tests: a value read before written is nan)
     return buf

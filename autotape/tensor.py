@@ -20,7 +20,7 @@ import weakref
 import numpy as np
 
 from .guards import Traced, current_trace, observe_value, warn_scalar_conversion
-from .kernels.elementwise import COPY, unary_parallel
+from .kernels.elementwise import PLAIN_COPY, unary_parallel
 from .parallel import for_numba, parallel_launch, pieces
 
 F64 = np.dtype(np.float64)
@@ -531,7 +531,7 @@ def _copy_in_threads(a):
     out = np.empty(a.shape)
     for_numba()
     with parallel_launch():
-        unary_parallel(COPY, a.reshape(-1), out.reshape(-1), pieces(a.size))
+        unary_parallel(PLAIN_COPY, a.reshape(-1), out.reshape(-1), pieces(a.size))
     return out
 
 

@@ -42,8 +42,8 @@ def programs():
 
 
 def _peak(benchmark, c):
-    saved = program.KEEP_SCRATCH_BYTES
-    program.KEEP_SCRATCH_BYTES = 0             # (the call allocates its scratch afresh)
+    saved = program.KEEP_PROGRAM_SCRATCH_BYTES
+    program.KEEP_PROGRAM_SCRATCH_BYTES = 0             # (the call allocates its scratch afresh)
     here().program_scratch = None
     try:
         tracemalloc.start()
@@ -51,7 +51,7 @@ def _peak(benchmark, c):
         peak = tracemalloc.get_traced_memory()[1]
         tracemalloc.stop()
     finally:
-        program.KEEP_SCRATCH_BYTES = saved
+        program.KEEP_PROGRAM_SCRATCH_BYTES = saved
     delta = c._lean("value", [THETA]).lean.loop[3]
     benchmark.extra_info["peak_bytes"] = peak
     benchmark.extra_info["peak_repetitions"] = round(peak / (8 * delta), 1)

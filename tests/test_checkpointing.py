@@ -101,7 +101,7 @@ def test_memory_grows_like_the_square_root_of_the_steps(monkeypatch):
     """The issue's bar: a 10^4-step gradient within 3 sqrt(steps) repetitions' worth
     (every allocation of the call counted, the adjoints too); 4x the steps, 2x the
     memory."""
-    monkeypatch.setattr(program, "KEEP_SCRATCH_BYTES", 0)
+    monkeypatch.setattr(program, "KEEP_PROGRAM_SCRATCH_BYTES", 0)
     peaks, plain = {}, at.compile(lambda t: rk4_pendulum(t, 2500), THETA)
     for steps in (2500, 10000):
         c = at.compile(lambda t: rk4_pendulum(t, steps), THETA, checkpoint="sqrt")

@@ -52,7 +52,7 @@ def test_small_scratch_is_kept_between_sweeps():
     large_backward(1000)                   # the idle trim may drop at any moment)
     kept = here().scratch
     large_backward(1000)
-    assert here().scratch is kept and kept.nbytes <= executor.KEEP_SCRATCH_BYTES
+    assert here().scratch is kept and kept.nbytes <= executor.KEEP_SWEEP_SCRATCH_BYTES
 
 
 def test_an_expression_on_large_arrays_stays_on_one_tape(monkeypatch):

@@ -718,12 +718,12 @@ def unary_into(op, x, out):
 # +, -, *, / and x ** 2 are exact in IEEE arithmetic, so these give numpy's values bit
 # for bit; ops.elementwise calls them on large arrays when more than one thread is set.
 
-COPY = -1     # unary_parallel's copy
+PLAIN_COPY = -1     # unary_parallel's copy
 
 
 @cached_njit(parallel=True)
 def unary_parallel(op, x, out, chunks):
-    """out = -x (op NEG: the sign bit flipped, as numpy) or a copy of x (op COPY), over
+    """out = -x (op NEG: the sign bit flipped, as numpy) or a copy of x (op PLAIN_COPY), over
     ``chunks`` pieces on numba's threads."""
     n = out.size
     for c in numba.prange(chunks):
