@@ -18,6 +18,7 @@ where / clip / masks read that row. Its guard is taken but kept only if the resu
 read from Python too (``decide`` and ``Pending``).
 """
 import contextlib
+import dis
 import os
 import sys
 import warnings
@@ -147,10 +148,19 @@ LEFT_GRAPH_MSG = (
 _TENSOR_FILE = os.path.join(_PACKAGE_DIR, "tensor.py")
 
 
+STORED_MSG = (
+    "{who}a tensor that requires grad, stored into a numpy array (x[i] = t), leaves only "
+    "its number there: the gradient is lost at this line. Build the array with autotape "
+    "ops instead (at.stack or at.concatenate of the values, or x = at.zeros(n) and "
+    "x[i] = t on a Tensor).{after}")
+
+
 def _warn_left_graph():
     found = _conversion_site()
     if found is not None:
-        _warn_at(LEFT_GRAPH_MSG.format(what=found[1]), found[0])
+        _warn_at(STORED_MSG.format(who="at.compile: ", after=" f is also recorded again "
+                                   "whenever that number changes.") if _stores(found[0]) else
+                 LEFT_GRAPH_MSG.format(what=found[1]), found[0])
 
 
 SCALAR_MSG = ("Converting a tensor with requires_grad=True to a scalar may lead to "
@@ -159,10 +169,22 @@ SCALAR_MSG = ("Converting a tensor with requires_grad=True to a scalar may lead 
 
 def warn_scalar_conversion():
     """torch's warning for ``float(t)`` of a tensor that requires grad (eager: the
-    number carries no gradient), at the user's line."""
+    number carries no gradient), at the user's line; one that says the gradient is lost
+    where the number is being stored into an array."""
     found = _conversion_site()
     if found is not None:
-        _warn_at(SCALAR_MSG, found[0])
+        _warn_at(STORED_MSG.format(who="", after="") if _stores(found[0]) else SCALAR_MSG,
+                 found[0])
+
+
+_STORE_SUBSCR = dis.opmap["STORE_SUBSCR"]
+
+
+def _stores(frame):
+    """Whether the user's line is at a store into an element (``x[i] = t``: numpy
+    converts t with float())."""
+    code, at = frame.f_code.co_code, frame.f_lasti
+    return 0 <= at < len(code) and code[at] == _STORE_SUBSCR
 
 
 def _conversion_site():

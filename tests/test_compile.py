@@ -535,3 +535,25 @@ def test_lists_and_int_arrays_are_arguments_as_in_autotape_func():
     assert c.grad([1.0, 2.0, 3.0]).tolist() == [2.0, 4.0, 6.0]
     assert c.grad(np.array([1, 2, 3])).tolist() == [2.0, 4.0, 6.0]
     assert at.func.grad(f)(np.array([1, 2, 3])).tolist() == [2.0, 4.0, 6.0]
+
+
+def test_a_traced_value_stored_into_a_numpy_array_says_the_gradient_is_lost_there():
+    start = np.array([1.0, 2.0])
+
+    def f(k):
+        x = start.copy()
+        x[0] = x[0] + k[0]                     # (numpy keeps the number only)
+        return (x * x).sum() + (k * k).sum()
+    with pytest.warns(UserWarning, match=r"at.compile: a tensor that requires grad, stored "
+                                         r"into a numpy array \(x\[i\] = t\), leaves only its "
+                                         "number there: the gradient is lost at this line"):
+        at.compile(f, np.ones(2))
+
+
+def test_eager_storing_into_a_numpy_array_says_the_gradient_is_lost_there():
+    x, t = np.zeros(2), at.tensor(1.0, requires_grad=True) * 2
+    with pytest.warns(UserWarning, match="stored into a numpy array") as caught:
+        x[0] = t
+    assert caught[0].filename == __file__
+    with pytest.warns(UserWarning, match="to a scalar may lead to unexpected behavior"):
+        float(t)                               # (a plain conversion: torch's words)
