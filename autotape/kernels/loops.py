@@ -30,9 +30,9 @@ from . import background
 from .cache import cache_dir
 from .elementwise import passes_nothing
 from .program import (COPY, GATHER, I_A, I_N, I_OP, I_OUT, I_P, I_SA, SCATTER_ADD,
-                      forward_range, forward_range_points, load_chunk, load_tangent_chunk, reverse_range, reverse_range_points,
-                      seed_adjoints, store_adjoints, store_tangents, store_values,
-                      tangent_range, tangent_range_points)
+                      forward_range, forward_range_points, load_chunk, load_tangent_chunk,
+                      reverse_range, reverse_range_points, seed_adjoints, store_adjoints,
+                      store_tangents, store_values, tangent_range, tangent_range_points)
 
 MIN_REPEATS = 4
 MIN_COVERED = 256            # instructions a loop must cover to be worth compiling
@@ -78,7 +78,8 @@ def _matches(instr, sig, period, constant=None, pool=None, lowest=0):
             both = (a >= 0) & (b >= 0) & constant[np.maximum(a, 0)] & \
                 constant[np.maximum(b, 0)]
             ok &= (regular & same) | both
-    pooled = np.nonzero(ok & ((instr[:n, I_OP] == GATHER) | (instr[:n, I_OP] == SCATTER_ADD)))[0]
+    pooled = np.nonzero(ok & ((instr[:n, I_OP] == GATHER) |
+                              (instr[:n, I_OP] == SCATTER_ADD)))[0]
     if pooled.size:
         for q in pooled:
             ok[q] = pool is not None and _pool_repeats(instr, pool, q, period, delta, lowest)
@@ -383,46 +384,38 @@ def _pooled_code(body, q, points):
     op, n = int(instr[q, I_OP]), int(instr[q, I_N])
     index, kinds = body.sources(q)
     S, M = body.array(f"S{q}", index), body.array(f"M{q}", kinds)
-    mixed = len(set(kinds.tolist())) > 1
-    pick = ["s = " + S + "[k]"] + ([f"m = {M}[k]"] if mixed else [])
+    pick = [f"s = {S}[k]"] + ([f"m = {M}[k]"] if len(set(kinds.tolist())) > 1 else [])
     each = ["for j in range(C):"] if points else []
+    elements = [f"for k in range({n}):"]
 
     def out(k, which=False):
         return body.ref(q, I_OUT, k, which is True, points, which == "tangent")
 
     def lanes(lines):
         return ["for l in range(K):"] + ["    " + line for line in lines]
-
-    def nest(headers, lines):
-        return _block(headers, lines)
-    value, grad, tan = (_by_kind(kinds, points), _by_kind(kinds, points, True),
-                        _by_kind(kinds, points, "tangent"))
+    value, tan = _by_kind(kinds, points), _by_kind(kinds, points, "tangent")
     if op == GATHER:
-        forward = nest([f"for k in range({n}):"], pick + nest(each, [f"{out(' + k')} = {value}"
-                                                                      "  # GATHER"]))
-        reverse = nest([f"for k in range({n}):"], pick + nest(each, [
-            f"g = {out(' + k', True)}"] + _scatter_to(kinds, points, "g")))
-        tangent = nest([f"for k in range({n}):"], pick + nest(each, [
-            f"{out(' + k')} = {value}"] + lanes([f"{out(' + k', 'tangent')} = {tan}"])))
+        forward = _block(elements, pick + _block(each, [f"{out(' + k')} = {value}  # GATHER"]))
+        reverse = _block(elements, pick + _block(each, [f"g = {out(' + k', True)}"] +
+                                                 _scatter_to(kinds, points, "g")))
+        tangent = _block(elements, pick + _block(each, [f"{out(' + k')} = {value}"] + lanes(
+            [f"{out(' + k', 'tangent')} = {tan}"])))
         return forward, reverse, tangent
     _, offsets = pool_reads(instr, body.pool, q)
     F, d = body.array(f"F{q}", offsets), repr(float(body.divisor[q]))
-    pairs = offsets.size
+    divided = float(body.divisor[q]) != 1.0
     pick = pick + [f"f = {F}[k]"]
-    zero = nest([f"for k in range({n}):"] + each, [f"{out(' + k')} = 0.0"])
-    add = nest([f"for k in range({pairs}):"], pick + nest(each, [f"{out(' + f')} += {value}"]))
-    divide = nest([f"for k in range({n}):"] + each, [f"{out(' + k')} = f64({out(' + k')}) / {d}"]) \
-        if float(body.divisor[q]) != 1.0 else []
-    forward = ["# SCATTER_ADD"] + zero + add + divide
-    reverse = nest([f"for k in range({pairs}):"], pick + nest(each, [
-        f"g = f64({out(' + f', True)}) / {d}"] + _scatter_to(kinds, points, "g")))
-    tangent = forward + \
-        nest([f"for k in range({n}):"] + each, lanes([f"{out(' + k', 'tangent')} = 0.0"])) + \
-        nest([f"for k in range({pairs}):"], pick + nest(each, lanes(
-            [f"{out(' + f', 'tangent')} += {tan}"]))) + \
-        (nest([f"for k in range({n}):"] + each, lanes([
-            f"{out(' + k', 'tangent')} = f64({out(' + k', 'tangent')}) / {d}"]))
-         if float(body.divisor[q]) != 1.0 else [])
+    pairs = [f"for k in range({offsets.size}):"]
+    forward = ["# SCATTER_ADD"] + _block(elements + each, [f"{out(' + k')} = 0.0"]) + \
+        _block(pairs, pick + _block(each, [f"{out(' + f')} += {value}"])) + \
+        (_block(elements + each, [f"{out(' + k')} = f64({out(' + k')}) / {d}"])
+         if divided else [])
+    reverse = _block(pairs, pick + _block(each, [f"g = f64({out(' + f', True)}) / {d}"] +
+                                          _scatter_to(kinds, points, "g")))
+    dz = out(" + k", "tangent")
+    tangent = forward + _block(elements + each, lanes([f"{dz} = 0.0"])) + \
+        _block(pairs, pick + _block(each, lanes([f"{out(' + f', 'tangent')} += {tan}"]))) + \
+        (_block(elements + each, lanes([f"{dz} = f64({dz}) / {d}"])) if divided else [])
     return forward, reverse, tangent
 
 
