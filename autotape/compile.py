@@ -378,23 +378,25 @@ class Compiled:
         (one argument) give device arrays, (B,) + each result's shape."""
         if device != "cuda":
             raise ValueError(f"vmap: device must be None or 'cuda', not {device!r}")
-        if method not in ("__call__", "grad", "value_and_grad", "jacobian"):
-            raise ValueError(f"vmap on the GPU maps __call__, grad, value_and_grad or "
-                             f"jacobian, not {method!r}")
+        if method not in _METHOD_KINDS:
+            raise ValueError(f"vmap on the GPU maps __call__, grad, value_and_grad, "
+                             f"jacobian, jacfwd, jacrev or hessian, not {method!r}")
         if any(gpu.is_device_array(a) for a in args):
             return self._map_device_points(method, args)
         batch = _arguments(args)
         B = batch[0].shape[0] if batch and batch[0].ndim else 0
         if not B or any(a.ndim == 0 or a.shape[0] != B for a in batch):
             raise ValueError("vmap: every argument needs the same leading axis of points")
-        p = self._gpu_program([a[0] for a in batch])
+        p = self._gpu_program(_METHOD_KINDS[method], [a[0] for a in batch])
         X = np.concatenate([a.reshape(B, -1) for a in batch], axis=1)
-        values, jac = gpu.run_points(p.lean, X, method != "__call__")
+        values, jac = _gpu_run(p, X, method)
         lead = (B,)
         if method == "__call__":
             return p.rebuild(_lean_values(p.outputs, values, lead))
-        if method == "jacobian":
+        if method in ("jacobian", "jacfwd", "jacrev"):
             return p.rebuild(_lean_jacobian(p, p.outputs, jac, lead))
+        if method == "hessian":
+            return _per_argument(_lean_jacobian(p, p.grads, jac, lead))
         _scalar_output(p, method)
         (value,), (grads,) = (_lean_values(p.outputs, values, lead),
                               _lean_jacobian(p, p.outputs, jac, lead))
@@ -409,26 +411,34 @@ class Compiled:
         if not shape:
             raise ValueError("vmap: every argument needs a leading axis of points")
         B = shape[0]
-        p = self._gpu_program([np.zeros(shape[1:])])
+        p = self._gpu_program(_METHOD_KINDS[method], [np.zeros(shape[1:])])
+        if method == "hessian":
+            _scalar_output(p, method)
         if len(p.outputs) != 1 or p.outputs[0][0] != "row":
             raise ValueError("vmap on the GPU: with device points f must return one "
                              "recorded Tensor")
         out_shape = p.outputs[0][2]
         X = gpu.as_device(points).reshape(B, -1)
-        values, jac = gpu.run_points(p.lean, X, method != "__call__")
+        values, jac = _gpu_run(p, X, method)
+        if method == "hessian":
+            if jac.shape[1] != p.total_in:
+                raise ValueError("vmap on the GPU: with device points, the hessian of an f "
+                                 "whose gradient is constant in some input; pass host "
+                                 "points")
+            return jac.reshape((B,) + shape[1:] * 2)
         value = values.reshape((B,) + out_shape)
         if method == "__call__":
             return value
-        if method == "jacobian":
+        if method in ("jacobian", "jacfwd", "jacrev"):
             return jac.reshape((B,) + out_shape + shape[1:])
         if math.prod(out_shape) != 1:
             raise RuntimeError(f"{method}: f must return a single scalar Tensor")
         grads = jac.reshape((B,) + shape[1:])
         return grads if method == "grad" else (value, grads)
 
-    def _gpu_program(self, args):
+    def _gpu_program(self, kind, args):
         """The lean program for these arguments' shapes, which the GPU runs."""
-        p = self._lean("value", _arguments(args))
+        p = self._lean(kind, _arguments(args))
         if p is None:
             raise ValueError(
                 "vmap on the GPU: f's recording does not run as a lean program (it takes "
@@ -819,6 +829,24 @@ def _forward_jacobian(p, X):
     if p.lean.user_calls is not None:
         return p.lean.run(X, jacobian=True)
     return p.lean.tangents(X, np.eye(p.total_in, dtype=X.dtype)[None])
+
+
+def _gpu_run(p, X, method):
+    """Values and, but for ``__call__``, the Jacobian of the program's outputs at the
+    points X on the GPU: forward mode (a tangent lane per input, in registers) for
+    jacfwd and hessian, and for jacobian where inputs are fewer than outputs; else a
+    reverse sweep per output. Forward mode where the GPU cannot run it (a program
+    written for the interpreter kernel, too many lanes) is done in reverse."""
+    if method == "__call__":
+        return gpu.run_points(p.lean, X, False)
+    forward = method in ("jacfwd", "hessian") or (
+        method == "jacobian" and p.total_in < p.lean.out_slots.size)
+    if forward:
+        try:
+            return gpu.run_tangents(p.lean, X, np.eye(p.total_in))
+        except gpu.Unsupported:
+            pass
+    return gpu.run_points(p.lean, X, True)
 
 
 def _lean_jacobian_at(p, X):

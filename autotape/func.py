@@ -479,11 +479,12 @@ def vmap(f, in_axes=0, device=None):
     gains that axis too.
 
     For a compiled function or one of its methods (``c``, ``c.grad``,
-    ``c.value_and_grad``, ``c.jacobian``, ``c.hessian`` of ``c = at.compile(...)``) the
-    B points run as one compiled program, B points per instruction, on every core;
-    with ``device="cuda"`` as one kernel launch on the GPU, one thread per point
-    (points given as a device array stay on the device, results too: gpu.py). Any
-    other f is called once per point and its results stacked.
+    ``c.value_and_grad``, ``c.jacobian``, ``c.jacfwd``, ``c.jacrev``, ``c.hessian`` of
+    ``c = at.compile(...)``) the B points run as one compiled program, B points per
+    instruction, on every core; with ``device="cuda"`` as one kernel launch on the GPU,
+    one thread per point, in a kernel written for the program (gpu_codegen.py; points
+    given as a device array stay on the device, results too). Any other f is called
+    once per point and its results stacked.
 
     >>> c = at.compile(lambda t: (t ** 3).sum(), np.ones(2))
     >>> at.func.vmap(c.grad)(np.array([[1.0, 2.0], [3.0, 4.0]]))

@@ -18,9 +18,11 @@ import os
 
 import numpy as np
 
+from . import gpu_codegen
 from .kernels.program import live_sets
 
-__all__ = ["run_points", "is_device_array", "as_device", "cuda_module"]
+__all__ = ["run_points", "run_tangents", "explain_gpu", "is_device_array", "as_device",
+           "cuda_module"]
 
 SCRATCH_BYTES = 4 << 30     # device memory for the points' slots, per launch
 
@@ -33,6 +35,11 @@ def cuda_module():
         raise RuntimeError("autotape: the GPU needs numba.cuda: pip install "
                            "'autotape[cuda]' (NVIDIA's numba-cuda with the CUDA 12 "
                            f"wheels) ({e})") from None
+    except Exception as e:                     # (numba-cuda 0.30 with numpy 2.5: no
+        raise RuntimeError(                    #  np.row_stack)
+            f"autotape: numba.cuda failed to import ({type(e).__name__}: {e}): a "
+            f"numba-cuda release older than this numpy ({np.__version__})? Install a "
+            f"numba-cuda that supports it, or a numpy it supports") from e
     simulated = os.environ.get("NUMBA_ENABLE_CUDASIM") == "1"
     if not simulated and not cuda.is_available():
         raise RuntimeError("autotape: no CUDA GPU is available (numba.cuda.is_available() "
@@ -65,24 +72,126 @@ def as_device(a):
 def run_points(lean, X, jacobian):
     """Values (B, outputs) and, with ``jacobian``, d output / d input (B, outputs,
     inputs) of the lean program at the points X (B, inputs), on the GPU: host arrays
-    for a host X, device arrays for a device X."""
+    for a host X, device arrays for a device X. The program runs as a kernel written
+    for it (gpu_codegen.py); one it cannot write (``explain_gpu`` says why) runs on the
+    instruction interpreter kernel."""
     cuda = cuda_module()
     if lean.user_calls is not None:
         raise ValueError("autotape: a program calling numba-compiled custom ops runs on "
                          "the CPU only (their functions are CPU code)")
-    kernels = importlib.import_module("autotape.kernels.gpu")   # (needs numba.cuda)
+    on_device, Xd = _points(cuda, X)
+    B, outs, ins = Xd.shape[0], lean.out_slots.size, lean.in_slots.size
+    values = cuda.device_array((B, outs))
+    jac = cuda.device_array((B, outs, ins) if jacobian else (1, 1, 1))
+    state = _state(lean)
+    try:
+        plan = gpu_codegen.plan(lean)
+    except gpu_codegen.Unsupported:
+        _interpret(lean, cuda, Xd, values, jac, jacobian)
+    else:
+        kind = "reverse" if jacobian else "values"
+        kernels = _generated(state, kind, lambda: gpu_codegen.reverse_source(plan))
+        tab = _table(state, cuda, plan)
+        per_point = plan.bytes_per_point() if jacobian else 0
+        step = max(1, min(B, SCRATCH_BYTES // max(per_point, 1)))
+        words = len(plan.carried) * max(step, 1)
+        CK = cuda.device_array(max(1, words * plan.segments))
+        SG = cuda.device_array(max(1, words * plan.stride))
+        for p0 in range(0, B, step):
+            p1 = min(B, p0 + step)
+            blocks = max(1, math.ceil((p1 - p0) / THREADS))
+            if jacobian:
+                kernels.run_reverse[blocks, THREADS](Xd[p0:p1], tab, values[p0:p1],
+                                                     jac[p0:p1], CK, SG)
+            else:
+                kernels.run_values[blocks, THREADS](Xd[p0:p1], tab, values[p0:p1])
+    if on_device:
+        return values, (jac if jacobian else None)
+    return values.copy_to_host(), (jac.copy_to_host() if jacobian else None)
+
+
+def run_tangents(lean, X, S):
+    """Forward mode on the GPU: values (B, outputs) and tangents (B, outputs, K) in
+    the K directions S (K, inputs), each thread carrying its K lanes in registers.
+    Host or device arrays as ``run_points``."""
+    cuda = cuda_module()
+    if lean.user_calls is not None:
+        raise ValueError("autotape: a program calling numba-compiled custom ops runs on "
+                         "the CPU only (their functions are CPU code)")
+    plan = gpu_codegen.plan(lean)             # (raises Unsupported: the caller reverses)
+    K = S.shape[0]
+    if K > gpu_codegen.MAX_LANES:
+        raise gpu_codegen.Unsupported(f"{K} forward-mode lanes (at most "
+                                      f"{gpu_codegen.MAX_LANES} fit in registers)")
+    on_device, Xd = _points(cuda, X)
+    B, outs = Xd.shape[0], lean.out_slots.size
+    state = _state(lean)
+    kernels = _generated(state, ("tangent", K), lambda: gpu_codegen.tangent_source(plan, K))
+    values, tangents = cuda.device_array((B, outs)), cuda.device_array((B, outs, K))
+    if B:
+        kernels.run_tangent[max(1, math.ceil(B / THREADS)), THREADS](
+            Xd, _table(state, cuda, plan), cuda.to_device(np.ascontiguousarray(S, np.float64)),
+            values, tangents)
+    if on_device:
+        return values, tangents
+    return values.copy_to_host(), tangents.copy_to_host()
+
+
+def explain_gpu(lean):
+    """How the GPU runs this lean program: as a kernel written for it (with the memory
+    a point's reverse sweep needs), or why it runs on the interpreter kernel."""
+    try:
+        plan = gpu_codegen.plan(lean)
+    except gpu_codegen.Unsupported as e:
+        return f"the instruction interpreter kernel, because {e}"
+    loop = "" if plan.loop is None else (
+        f", its loop of {plan.loop[2]} repetitions a loop in the kernel carrying "
+        f"{len(plan.carried)} values, checkpointed every {plan.stride}")
+    return (f"a kernel written for it{loop}; a point's reverse sweep keeps "
+            f"{plan.bytes_per_point()} bytes")
+
+
+THREADS = gpu_codegen.THREADS
+Unsupported = gpu_codegen.Unsupported
+
+
+def _points(cuda, X):
     on_device = is_device_array(X)
-    Xd = as_device(X) if on_device else cuda.to_device(
-        np.ascontiguousarray(X, np.float64))
+    Xd = as_device(X) if on_device else cuda.to_device(np.ascontiguousarray(X, np.float64))
     if Xd.dtype != np.float64 or Xd.ndim != 2:
         raise TypeError(f"autotape: GPU points must be a float64 (points, inputs) array, "
                         f"got {Xd.dtype} with shape {Xd.shape}")
-    B, outs, ins = Xd.shape[0], lean.out_slots.size, lean.in_slots.size
+    return on_device, Xd
+
+
+def _state(lean):
+    """What the GPU keeps with a lean program: generated modules, device arrays."""
+    if lean.gpu is None:
+        lean.gpu = {}
+    return lean.gpu
+
+
+def _generated(state, kind, source):
+    found = state.get(kind)
+    if found is None:
+        found = state[kind] = gpu_codegen.module(*source())
+    return found
+
+
+def _table(state, cuda, plan):
+    """The per-repetition constants on the device, copied once."""
+    found = state.get("table")
+    if found is None:
+        found = state["table"] = cuda.to_device(np.ascontiguousarray(plan.table, np.float64))
+    return found
+
+
+def _interpret(lean, cuda, Xd, values, jac, jacobian):
+    """The interpreter kernel (kernels/gpu.py): every slot of every point in global
+    memory, points in launches of at most SCRATCH_BYTES of them."""
+    kernels = importlib.import_module("autotape.kernels.gpu")   # (needs numba.cuda)
+    B = Xd.shape[0]
     arrays = _device_program(lean, cuda, jacobian)
-    values = cuda.device_array((B, outs))
-    jac = cuda.device_array((B, outs, ins) if jacobian else (1, 1, 1))
-    # every point keeps all its slots (values, adjoints): points go in launches of at
-    # most SCRATCH_BYTES of them
     per_point = 8 * max(lean.nslots, 1) * (2 if jacobian else 1)
     step = max(1, min(B, SCRATCH_BYTES // per_point))
     V = cuda.device_array(max(lean.nslots, 1) * step)
@@ -94,18 +203,16 @@ def run_points(lean, X, jacobian):
         kernels.run_points_cuda[blocks, kernels.THREADS](
             *arrays, Xd[p0:p1], values[p0:p1], jac[p0:p1] if jacobian else jac, jacobian,
             V[:max(lean.nslots, 1) * n], G[:max(lean.nslots, 1) * n] if jacobian else G)
-    if on_device:
-        return values, (jac if jacobian else None)
-    return values.copy_to_host(), (jac.copy_to_host() if jacobian else None)
 
 
 def _device_program(lean, cuda, jacobian):
     """The program's arrays on the device, copied once and kept with it."""
-    kept = lean.device_arrays                  # (arrays, whether they hold reach marks)
+    state = _state(lean)
+    kept = state.get("interpreter")            # (arrays, whether they hold reach marks)
     if kept is None or (jacobian and not kept[1]):
         live = live_sets(lean.instr, lean.pool, lean.nslots, lean.out_slots) if jacobian \
             else np.zeros((1, 1), np.uint8)
-        kept = lean.device_arrays = (tuple(cuda.to_device(a) for a in (
+        kept = state["interpreter"] = (tuple(cuda.to_device(a) for a in (
             lean.instr, lean.pool, lean.divisor, live, lean.const_slots, lean.const_vals,
             lean.in_slots, lean.out_slots)), jacobian)
     return kept[0]

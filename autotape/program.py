@@ -61,7 +61,7 @@ class LeanProgram:
     __slots__ = ("instr", "pool", "divisor", "live", "const_slots", "const_vals",
                  "in_slots", "out_slots", "nslots", "loop", "loop_kernels", "loop_slots",
                  "loop_table", "loop_code", "loop_ready", "what",
-                 "calls", "segments", "reached", "user_calls", "driver", "device_arrays")
+                 "calls", "segments", "reached", "user_calls", "driver", "gpu")
 
     @classmethod
     def lower(cls, tape, in_rows, out_rows, loops=True):
@@ -89,7 +89,7 @@ class LeanProgram:
         """The program made of these instructions (``lower``'s, or at.jit's tape, which
         jit.py writes as instructions directly)."""
         p = cls.__new__(cls)
-        p.user_calls, p.driver, p.device_arrays = user_calls, None, None
+        p.user_calls, p.driver, p.gpu = user_calls, None, None
         p.instr, p.pool, p.divisor, p.nslots = instr, pool, divisor, nslots
         p.const_slots, p.const_vals = const_slots, const_vals
         p.in_slots, p.out_slots = in_slots, out_slots
@@ -140,7 +140,7 @@ class LeanProgram:
     def __getstate__(self):
         state = {name: getattr(self, name) for name in self.__slots__
                  if name not in ("loop_kernels", "calls", "segments", "reached", "driver",
-                                 "device_arrays", "loop_code", "loop_ready")}
+                                 "gpu", "loop_code", "loop_ready")}
         state["budget"] = self.segments.budget if self.segments is not None else False
         return state
 
@@ -149,7 +149,7 @@ class LeanProgram:
         for name, value in state.items():
             setattr(self, name, value)
         self.loop_kernels = self.segments = self.reached = self.driver = None
-        self.device_arrays = self.loop_code = self.loop_ready = None
+        self.gpu = self.loop_code = self.loop_ready = None
         self.calls = 0
         if budget is not False:
             self.checkpoint(budget)

@@ -1,0 +1,660 @@
+"""CUDA kernels written out for one lean program: one thread per point, every slot a
+local variable (registers), the program's loop a loop in the kernel.
+
+The CPU runs a lean program on an interpreter (kernels/program.py) and compiles its
+loop body as code (kernels/loops.py). On a GPU an interpreter per thread re-reads every
+instruction and keeps every slot of every point in global memory; here the whole
+program is code instead:
+
+- the instructions before the loop (the prologue) and after it (the epilogue) as
+  straight-line statements, ``v{slot} = ...``;
+- the loop body once, inside ``for t in range(repeats)``: its slots are ``b{j}`` (j the
+  slot's place in the repetition), the values a repetition hands the next are carried
+  as ``s{j}``, the per-repetition constants (a forcing term's ``t = i * h``) read from
+  the table ``tab[t, k]``, constants are literals;
+- the reverse sweep per thread, checkpointed: the forward pass stores the carried
+  state every ``stride`` repetitions (``CK``), and the reverse re-runs each segment
+  from its checkpoint, keeping the segment's states (``SG``), then sweeps its
+  repetitions backwards, recomputing each one's values in registers. Memory per point
+  is ``(segments + stride) * carried`` doubles, ``stride ~ sqrt(repeats)``: it grows
+  with the state and sqrt(steps), not with the program;
+- forward mode with ``L`` tangent lanes per value, all in registers (``d{name}_{l}``).
+
+The op math is the op table's (kernels/elementwise.py: ``unary_value``, ``times``,
+``tangent_times``...), called with the opcode a literal, so each call folds to one
+op's code; the arithmetic is the CPU interpreter's, in the same order, so results
+equal the CPU's up to the GPU's libm (a few ulps in sin, exp...). Each output's reverse
+sweep visits only the instructions it reaches, as the CPU's live sets do (an unreached
+one would multiply its zero adjoint by an inf partial into nan).
+
+``plan(lean)`` says whether a program can be written so (``Unsupported`` says why not:
+a user's numba op, a body reading two repetitions back, a program too long to unroll
+without a loop); gpu.py then runs the interpreter kernel. The modules are written to
+the kernel cache (kernels/cache.py: its folder changes with the op math) and compiled
+by numba.cuda at their first launch, cached on disk.
+"""
+import hashlib
+import importlib.util
+import math
+import os
+import sys
+import threading
+
+import numpy as np
+
+from .kernels.cache import cache_dir
+from .kernels.elementwise import passes_nothing
+from .kernels.loops import pool_reads
+from .kernels.program import (COPY, GATHER, I_A, I_N, I_OP, I_OUT, I_SA, SCATTER_ADD,
+                              live_sets)
+from .opcodes import ADD, BINARY_LAST, DIV, MUL, SUB, UNARY_LAST, WHERE, opcode_name
+
+# Past these sizes a program runs on the interpreter kernel: numba's compile time grows
+# faster than the code (measured on 2 cores: a body of 207 element operations 19 s, of
+# ~1000 (n-body) 413 s, with spills), and a thread's values spill out of registers.
+MAX_STRAIGHT = 2000      # element operations outside a loop
+MAX_BODY = 600           # element operations in a loop body
+MAX_CARRIED = 128        # values a repetition hands the next
+MAX_LANES = 32           # forward-mode lanes kept in registers
+THREADS = 128
+
+
+class Unsupported(Exception):
+    """Why a lean program is not written as a CUDA kernel (gpu.py then interprets)."""
+
+
+def _literal(x):
+    x = float(x)
+    if math.isnan(x):
+        return "NAN"
+    if math.isinf(x):
+        return "INF" if x > 0 else "-INF"
+    return repr(x)
+
+
+class Plan:
+    """Where each slot of a lean program lives in the kernel, and the kernel's size.
+
+    ``loop`` is the program's (start, period, repeats, delta) or None; ``carried`` maps
+    a body slot j whose value the next repetition reads to the slot repetition 0 reads
+    instead (the prologue's); ``live_out`` the body slots read after the loop (of the
+    last repetition); ``stride`` the checkpoint spacing in repetitions."""
+
+    def __init__(self, lean):
+        if lean.user_calls is not None:
+            raise Unsupported("it calls numba-compiled custom ops (CPU code)")
+        self.lean = lean
+        instr = lean.instr
+        self.instr, self.pool, self.divisor = instr, lean.pool, lean.divisor
+        self.loop = lean.loop
+        table = lean.loop_table
+        count = instr.shape[0]
+        if table is not None:
+            first_table, width, self.entries = table
+            R = lean.loop[2]
+            values = lean.const_vals[lean.const_slots >= first_table]
+            self.table = values.reshape(R, width)
+            plain = lean.const_slots < first_table
+            self.const = dict(zip(lean.const_slots[plain].tolist(),
+                                  lean.const_vals[plain].tolist()))
+        else:
+            self.entries, self.table = {}, np.zeros((1, 1))
+            self.const = dict(zip(lean.const_slots.tolist(), lean.const_vals.tolist()))
+        if self.loop is not None:
+            start, period, repeats, delta = self.loop
+            self.first = int(instr[start:start + period, I_OUT].min())
+            self.end = self.first + repeats * delta
+            self.body = range(start, start + period)
+            self.outside = list(range(start)) + list(range(start + period * repeats, count))
+            self.stride = max(1, math.isqrt(repeats - 1) + 1)
+            self.segments = -(-repeats // self.stride)
+        else:
+            self.first = self.end = -1
+            self.body, self.outside = range(0), list(range(count))
+            self.stride = self.segments = 0
+        straight = sum(int(instr[q, I_N]) for q in self.outside)
+        if straight > MAX_STRAIGHT:
+            raise Unsupported(f"{straight} element operations outside a repeating loop "
+                              f"(more than {MAX_STRAIGHT} unroll too slowly)")
+        body = sum(int(instr[q, I_N]) for q in self.body)
+        if body > MAX_BODY:
+            raise Unsupported(f"its loop body has {body} element operations (more than "
+                              f"{MAX_BODY} do not fit a thread's registers)")
+        self.carried, self.live_out = {}, set()
+        self.written = set()                    # body slots written so far (in order)
+        self.checked = False
+        self.inputs = {int(s): e for e, s in enumerate(lean.in_slots)}
+        self._check()
+
+    # -- where a slot's value is ------------------------------------------------------
+
+    def operand(self, q, slot, moved, in_body):
+        """The value (an expression) and its name (None for a constant: no tangent, no
+        adjoint) of ``slot`` as instruction q reads it."""
+        if slot in self.const and not (in_body and moved):
+            return _literal(self.const[slot]), None
+        if in_body and moved:
+            rel = slot - self.first
+            if 0 <= rel < self.loop[3]:
+                if not self.checked and rel not in self.written:
+                    raise Unsupported("a loop body reads a slot before writing it")
+                return f"b{rel}", f"b{rel}"
+            j = rel + self.loop[3]
+            if not 0 <= j < self.loop[3] or j not in self.body_writes:
+                raise Unsupported("a loop body reads values from two repetitions back")
+            if j in self.carried and self.carried[j] != slot:
+                raise Unsupported("a carried value starts from two different slots")
+            self.carried[j] = slot
+            return f"s{j}", f"s{j}"
+        if self.first <= slot < self.end:
+            if in_body or (slot - self.first) // self.loop[3] != self.loop[2] - 1:
+                raise Unsupported("a value of the loop other than its last repetition's "
+                                  "is read outside it")
+            j = (slot - self.first) % self.loop[3]
+            self.live_out.add(j)
+            return f"o{j}", f"o{j}"
+        return f"v{slot}", f"v{slot}"
+
+    def elements(self, q, in_body):
+        """Per element k of instruction q: (output name, [(value, name) per operand
+        column used]) for elementwise kinds; GATHER: [source]; SCATTER_ADD: the pairs
+        as (offset, source)."""
+        instr = self.instr
+        op, out, n = int(instr[q, I_OP]), int(instr[q, I_OUT]), int(instr[q, I_N])
+        if op == GATHER or op == SCATTER_ADD:
+            here, offsets = pool_reads(instr, self.pool, q)
+            there = pool_reads(instr, self.pool, q + self.loop[1])[0] if in_body else here
+            srcs = [self.operand(q, int(s), int(s) != int(u), in_body)
+                    for s, u in zip(here, there)]
+            outs = [self._out(out + k, in_body) for k in range(n)]
+            if op == GATHER:
+                return outs, [[s] for s in srcs]
+            return outs, list(zip(offsets.tolist(), srcs))
+        cols = [I_A] if op == COPY or op <= UNARY_LAST else \
+            [I_A, I_A + 1] if op <= BINARY_LAST else [I_A, I_A + 1, I_A + 2]
+        per = []
+        for k in range(n):
+            row = []
+            for col in cols:
+                c = int(instr[q, col])
+                stride = 1 if op == COPY else int(instr[q, I_SA + col - I_A])
+                entry = self.entries.get((q, col)) if in_body else None
+                if entry is not None:
+                    row.append((f"tab[t, {entry[0] + (k if entry[1] > 1 else 0)}]", None))
+                    continue
+                moved = in_body and int(instr[q + self.loop[1], col]) != c
+                row.append(self.operand(q, c + k * stride, moved, in_body))
+            per.append(row)
+        return [self._out(out + k, in_body) for k in range(n)], per
+
+    def _out(self, slot, in_body):
+        if in_body:
+            rel = slot - self.first
+            self.written.add(rel)
+            return f"b{rel}"
+        return f"v{slot}"
+
+    def _check(self):
+        """Resolve every operand once, in program order (raising Unsupported), which
+        fills ``carried`` and ``live_out``."""
+        instr = self.instr
+        op = instr[:, I_OP]
+        if ((op < 0) & (op != COPY) & (op != GATHER) & (op != SCATTER_ADD)).any():
+            raise Unsupported("it has instructions other than elementwise ops, gathers "
+                              "and sums")
+        self.body_writes = {int(instr[q, I_OUT]) - self.first + k
+                            for q in self.body for k in range(int(instr[q, I_N]))}
+        self.checked = False
+        for q in self.before():
+            self.elements(q, False)
+        for q in self.body:
+            self.elements(q, True)
+        for q in self.after():
+            self.elements(q, False)
+        for s in self.lean.out_slots.tolist():
+            self.operand(-1, int(s), False, False)
+        self.checked = True
+        if len(self.carried) > MAX_CARRIED:
+            raise Unsupported(f"its loop carries {len(self.carried)} values from one "
+                              f"repetition to the next (more than {MAX_CARRIED} do not fit "
+                              f"a thread's registers)")
+
+    def before(self):
+        """The instructions before the loop (all of them without one)."""
+        return [q for q in self.outside if self.loop is None or q < self.body.start]
+
+    def after(self):
+        return [q for q in self.outside if self.loop is not None and q >= self.body.start]
+
+    def bytes_per_point(self):
+        """Device memory a point needs beyond its inputs and results: the checkpointed
+        states of the reverse sweep (the kernel's own accounting)."""
+        return 8 * len(self.carried) * (self.segments + self.stride)
+
+
+def plan(lean):
+    """The Plan of a lean program (kept with it, in ``lean.gpu``), or raise
+    Unsupported."""
+    if lean.gpu is None:
+        lean.gpu = {}
+    kept = lean.gpu.get("plan")
+    if kept is None:
+        try:
+            kept = Plan(lean)
+        except Unsupported as e:
+            kept = e
+        lean.gpu["plan"] = kept
+    if isinstance(kept, Unsupported):
+        raise kept
+    return kept
+
+
+# ---- the code ---------------------------------------------------------------------------
+
+class _Code:
+    """Lines of a kernel, indented."""
+
+    def __init__(self, depth=1):
+        self.lines, self.depth = [], depth
+
+    def add(self, line):
+        self.lines.append("    " * self.depth + line)
+
+    def block(self, header):
+        self.add(header)
+        return _Indent(self)
+
+
+class _Indent:
+    def __init__(self, code):
+        self.code = code
+
+    def __enter__(self):
+        self.code.depth += 1
+
+    def __exit__(self, *exc):
+        self.code.depth -= 1
+
+
+def _forward(code, plan, q, in_body):
+    """Instruction q's values."""
+    op = int(plan.instr[q, I_OP])
+    outs, per = plan.elements(q, in_body)
+    name = opcode_name(op) if op >= 0 else {COPY: "COPY", GATHER: "GATHER",
+                                            SCATTER_ADD: "SCATTER_ADD"}[op]
+    if op == SCATTER_ADD:
+        for z in outs:
+            code.add(f"{z} = 0.0")
+        for f, (x, _) in per:
+            code.add(f"{outs[f]} = {outs[f]} + {x}  # SCATTER_ADD")
+        d = float(plan.divisor[q])
+        if d != 1.0:
+            for z in outs:
+                code.add(f"{z} = {z} / {_literal(d)}")
+        return
+    for z, row in zip(outs, per):
+        x = row[0][0]
+        if op == COPY or op == GATHER:
+            code.add(f"{z} = {x}  # {name}")
+        elif op <= UNARY_LAST:
+            code.add(f"{z} = unary_value({op}, {x})  # {name}")
+        elif op <= BINARY_LAST:
+            y = row[1][0]
+            symbol = {ADD: "+", SUB: "-", MUL: "*", DIV: "/"}.get(op)
+            code.add(f"{z} = " + (f"{x} {symbol} {y}" if symbol else
+                                  f"binary_value({op}, {x}, {y})") + f"  # {name}")
+        else:
+            code.add(f"{z} = {x} if {row[2][0]} != 0 else {row[1][0]}  # WHERE")
+
+
+def _reverse(code, plan, q, in_body, adjoint):
+    """Instruction q's VJP: adds to its operands' adjoints (``adjoint(name)`` names a
+    value's adjoint; constants have none)."""
+    op = int(plan.instr[q, I_OP])
+    outs, per = plan.elements(q, in_body)
+    g = [adjoint(z) for z in outs]
+    if op == SCATTER_ADD:
+        d = float(plan.divisor[q])
+        for f, (_, x) in per:
+            if x is not None:
+                code.add(f"{adjoint(x)} += {g[f]}" + (f" / {_literal(d)}" if d != 1.0 else ""))
+        return
+    if op != COPY and op != GATHER and passes_nothing(op):
+        return
+    for z, gz, row in zip(outs, g, per):
+        (x, nx) = row[0]
+        gx = adjoint(nx) if nx is not None else None
+        if op == COPY or op == GATHER:
+            if gx:
+                code.add(f"{gx} += {gz}")
+        elif op <= UNARY_LAST:
+            if gx:
+                code.add(f"{gx} += times({op}, {gz}, unary_partial({op}, {x}, {z}))")
+        elif op <= BINARY_LAST:
+            (y, ny) = row[1]
+            gy = adjoint(ny) if ny is not None else None
+            if op == ADD or op == SUB:
+                dx, dy = gz, (gz if op == ADD else f"-{gz}")
+            elif op == MUL:
+                dx, dy = f"{gz} * {y}", f"{gz} * {x}"
+            else:
+                dx = f"times({op}, {gz}, binary_partial_x({op}, {x}, {y}, {z}))"
+                dy = f"times({op}, {gz}, binary_partial_y({op}, {x}, {y}, {z}))"
+            if gx:
+                code.add(f"{gx} += {dx}")
+            if gy:
+                code.add(f"{gy} += {dy}")
+        else:
+            (y, ny), (w, _) = row[1], row[2]
+            gy = adjoint(ny) if ny is not None else None
+            if gx or gy:
+                with code.block(f"if {w} != 0:"):
+                    code.add(f"{gx} += {gz}" if gx else "pass")
+                with code.block("else:"):
+                    code.add(f"{gy} += {gz}" if gy else "pass")
+
+
+def _tangent(code, plan, q, in_body, lanes):
+    """Instruction q's tangents, ``lanes`` of them per element (after its values)."""
+    op = int(plan.instr[q, I_OP])
+    outs, per = plan.elements(q, in_body)
+
+    def d(name, l):
+        return f"d{name}_{l}" if name is not None else None
+    if op == SCATTER_ADD:
+        dd = float(plan.divisor[q])
+        for l in range(lanes):
+            for z in outs:
+                code.add(f"d{z}_{l} = 0.0")
+            for f, (_, x) in per:
+                if x is not None:
+                    code.add(f"d{outs[f]}_{l} = d{outs[f]}_{l} + {d(x, l)}")
+            if dd != 1.0:
+                for z in outs:
+                    code.add(f"d{z}_{l} = d{z}_{l} / {_literal(dd)}")
+        return
+    for z, row in zip(outs, per):
+        (x, nx) = row[0]
+        if op == COPY or op == GATHER:
+            for l in range(lanes):
+                code.add(f"d{z}_{l} = {d(nx, l) or '0.0'}")
+        elif passes_nothing(op):
+            for l in range(lanes):
+                code.add(f"d{z}_{l} = 0.0")
+        elif op <= UNARY_LAST:
+            if nx is None:
+                for l in range(lanes):
+                    code.add(f"d{z}_{l} = 0.0")
+                continue
+            code.add(f"px = unary_partial({op}, {x}, {z})")
+            for l in range(lanes):
+                code.add(f"d{z}_{l} = tangent_times({op}, {d(nx, l)}, px)")
+        elif op <= BINARY_LAST:
+            (y, ny) = row[1]
+            if op == ADD or op == SUB:
+                for l in range(lanes):
+                    dx, dy = d(nx, l), d(ny, l)
+                    expr = f"{dx} {'+' if op == ADD else '-'} {dy}" if dx and dy else \
+                        dx if dx else (dy if op == ADD else f"-{dy}") if dy else "0.0"
+                    code.add(f"d{z}_{l} = {expr}")
+                continue
+            if op == MUL:
+                px, py = y, x
+            else:
+                code.add(f"px = binary_partial_x({op}, {x}, {y}, {z})")
+                code.add(f"py = binary_partial_y({op}, {x}, {y}, {z})")
+                px, py = "px", "py"
+            for l in range(lanes):
+                terms = ([f"tangent_times({op}, {d(nx, l)}, {px})"] if nx else []) + \
+                    ([f"tangent_times({op}, {d(ny, l)}, {py})"] if ny else [])
+                code.add(f"d{z}_{l} = " + (" + ".join(terms) or "0.0"))
+        else:
+            (y, ny), (w, _) = row[1], row[2]
+            for l in range(lanes):
+                code.add(f"d{z}_{l} = {d(nx, l) or '0.0'} if {w} != 0 else "
+                         f"{d(ny, l) or '0.0'}")
+
+
+def _body_forward(code, plan, lanes=0, again=False):
+    """One repetition's values (and tangents), then the carried values handed on, and
+    the values read after the loop kept (not ``again``: the reverse sweep re-running
+    a segment leaves the last repetition's in place)."""
+    for q in plan.body:
+        _forward(code, plan, q, True)
+        if lanes:
+            _tangent(code, plan, q, True, lanes)
+    for j in sorted(plan.live_out) if not again else ():
+        code.add(f"o{j} = b{j}")
+        for l in range(lanes):
+            code.add(f"do{j}_{l} = db{j}_{l}")
+    for j in sorted(plan.carried):
+        code.add(f"s{j} = b{j}")
+        for l in range(lanes):
+            code.add(f"ds{j}_{l} = db{j}_{l}")
+
+
+def _load_inputs(code, plan, lanes=0):
+    for s, e in plan.inputs.items():
+        code.add(f"v{s} = X[p, {e}]")
+        for l in range(lanes):
+            code.add(f"dv{s}_{l} = S[{l}, {e}]")
+
+
+def _prologue(code, plan, lanes=0):
+    """The instructions before the loop, and the carried values' first ones."""
+    for q in plan.before():
+        _forward(code, plan, q, False)
+        if lanes:
+            _tangent(code, plan, q, False, lanes)
+    for j, slot in sorted(plan.carried.items()):
+        value, name = plan.operand(-1, slot, False, False)
+        code.add(f"s{j} = {value}")
+        for l in range(lanes):
+            code.add(f"ds{j}_{l} = d{name}_{l}" if name else f"ds{j}_{l} = 0.0")
+    for j in sorted(plan.live_out):            # (defined before the loop for numba)
+        code.add(f"o{j} = 0.0")
+        for l in range(lanes):
+            code.add(f"do{j}_{l} = 0.0")
+
+
+def _epilogue(code, plan, lanes=0):
+    for q in plan.after():
+        _forward(code, plan, q, False)
+        if lanes:
+            _tangent(code, plan, q, False, lanes)
+
+
+def _outputs(plan):
+    return [plan.operand(-1, int(s), False, False) for s in plan.lean.out_slots]
+
+
+def _state(plan, array, index):
+    """Lines storing or loading the carried values at checkpoint ``index``."""
+    n = len(plan.carried)
+    return [(f"{array}[(({index}) * {n} + {k}) * B + p]", f"s{j}")
+            for k, j in enumerate(sorted(plan.carried))]
+
+
+def _reverse_for_output(code, plan, o, live):
+    """Output o's reverse sweep (its Jacobian row), over the instructions it reaches."""
+    start, period, repeats, delta = plan.loop or (0, 0, 0, 0)
+    names = _adjoint_names(plan)
+    for name in names:
+        code.add(f"g{name} = 0.0")
+    value, name = _outputs(plan)[o]
+    if name is not None:
+        code.add(f"g{name} += 1.0")
+
+    def adjoint(name):
+        return f"g{name}"
+    for q in reversed(plan.after()):
+        if live[q]:
+            _reverse(code, plan, q, False, adjoint)
+    if plan.loop is not None:
+        marks = live[start:start + period * repeats].reshape(repeats, period)
+        guards = {}
+        for i in range(period):
+            reps = np.nonzero(marks[:, i])[0]
+            if reps.size == 0:
+                guards[i] = False
+            elif reps.size == repeats:
+                guards[i] = True
+            elif reps[-1] - reps[0] + 1 == reps.size:
+                guards[i] = f"{int(reps[0])} <= t <= {int(reps[-1])}"
+            else:
+                raise Unsupported("a loop body whose instructions one output reaches in "
+                                  "scattered repetitions")
+        carried = sorted(plan.carried)
+        handed = sorted(set(carried) | plan.live_out)
+        for j in handed:                        # adjoints handed to the repetition
+            code.add(f"ga{j} = go{j}" if j in plan.live_out else f"ga{j} = 0.0")
+        with code.block(f"for seg in range({plan.segments - 1}, -1, -1):"):
+            code.add(f"t0 = seg * {plan.stride}")
+            code.add(f"t1 = min(t0 + {plan.stride}, {repeats})")
+            for where, s in _state(plan, "CK", "seg"):
+                code.add(f"{s} = {where}")
+            with code.block("for t in range(t0, t1):"):
+                for where, s in _state(plan, "SG", "t - t0"):
+                    code.add(f"{where} = {s}")
+                _body_forward(code, plan, again=True)
+            with code.block("for t in range(t1 - 1, t0 - 1, -1):"):
+                for where, s in _state(plan, "SG", "t - t0"):
+                    code.add(f"{s} = {where}")
+                for q in plan.body:
+                    _forward(code, plan, q, True)
+                for j in range(delta):
+                    code.add(f"gb{j} = ga{j}" if j in handed else f"gb{j} = 0.0")
+                for j in carried:
+                    code.add(f"gs{j} = 0.0")
+                for q in reversed(plan.body):
+                    guard = guards[q - start]
+                    if guard is False:
+                        continue
+                    if guard is True:
+                        _reverse(code, plan, q, True, adjoint)
+                    else:
+                        with code.block(f"if {guard}:"):
+                            _reverse(code, plan, q, True, adjoint)
+                for j in handed:
+                    code.add(f"ga{j} = gs{j}" if j in plan.carried else f"ga{j} = 0.0")
+        for j, slot in sorted(plan.carried.items()):
+            _, name = plan.operand(-1, slot, False, False)
+            if name is not None:
+                code.add(f"g{name} += ga{j}")
+    for q in reversed(plan.before()):
+        if live[q]:
+            _reverse(code, plan, q, False, adjoint)
+    for s, e in plan.inputs.items():
+        code.add(f"jac[p, {o}, {e}] = gv{s}")
+
+
+def _adjoint_names(plan):
+    """Every value name whose adjoint the sweep keeps across instructions."""
+    names = {f"v{s}" for s in plan.inputs}
+    for q in plan.outside:
+        names.update(f"v{int(plan.instr[q, I_OUT]) + k}" for k in range(int(plan.instr[q, I_N])))
+    names.update(f"o{j}" for j in plan.live_out)
+    return sorted(names)
+
+
+_HEADER = '''"""Generated by autotape.gpu_codegen for one lean program; do not edit."""
+import math
+
+from numba import config, cuda
+
+from autotape.kernels.elementwise import (binary_partial_x, binary_partial_y,
+                                          binary_value, tangent_times, times,
+                                          unary_partial, unary_value)
+
+NAN, INF = math.nan, math.inf
+if config.ENABLE_CUDASIM:   # (the simulator runs this as Python: numpy floats give the
+    import numpy as np      # compiled code's inf and nan where Python's raise)
+
+    def unary_value(op, x, _f=unary_value):
+        return np.float64(_f(op, x))
+
+    def binary_value(op, x, y, _f=binary_value):
+        return np.float64(_f(op, x, y))
+'''
+
+
+def _kernel(name, args, code):
+    return (f"\n\n@cuda.jit(cache=True)\ndef {name}({args}):\n    p = cuda.grid(1)\n"
+            f"    B = X.shape[0]\n    if p >= B:\n        return\n" + "\n".join(code.lines)
+            + "\n")
+
+
+def reverse_source(plan):
+    """(key, source): the module with ``values(X, tab, values)`` and ``reverse(X, tab,
+    values, jac, CK, SG)``, the latter a Jacobian row per output by reverse sweeps."""
+    lean = plan.lean
+    live = live_sets(lean.instr, lean.pool, lean.nslots, lean.out_slots)
+    parts = []
+    for with_jac in (False, True):
+        code = _Code()
+        _load_inputs(code, plan)
+        _prologue(code, plan)
+        if plan.loop is not None:
+            with code.block(f"for t in range({plan.loop[2]}):"):
+                if with_jac:
+                    with code.block(f"if t % {plan.stride} == 0:"):
+                        for where, s in _state(plan, "CK", f"t // {plan.stride}"):
+                            code.add(f"{where} = {s}")
+                _body_forward(code, plan)
+        _epilogue(code, plan)
+        for o, (value, _) in enumerate(_outputs(plan)):
+            code.add(f"values[p, {o}] = {value}")
+        if with_jac:
+            for o in range(lean.out_slots.size):
+                code.add(f"# output {o}")
+                _reverse_for_output(code, plan, o, live[o])
+            parts.append(_kernel("run_reverse", "X, tab, values, jac, CK, SG", code))
+        else:
+            parts.append(_kernel("run_values", "X, tab, values", code))
+    return _keyed(_HEADER + "".join(parts))
+
+
+def tangent_source(plan, lanes):
+    """(key, source): the module with ``tangent(X, tab, S, values, tangents)``, values
+    and ``lanes`` directional derivatives (S: lanes x inputs) by forward mode."""
+    code = _Code()
+    _load_inputs(code, plan, lanes)
+    _prologue(code, plan, lanes)
+    if plan.loop is not None:
+        with code.block(f"for t in range({plan.loop[2]}):"):
+            _body_forward(code, plan, lanes)
+    _epilogue(code, plan, lanes)
+    for o, (value, name) in enumerate(_outputs(plan)):
+        code.add(f"values[p, {o}] = {value}")
+        for l in range(lanes):
+            code.add(f"tangents[p, {o}, {l}] = {f'd{name}_{l}' if name else '0.0'}")
+    return _keyed(_HEADER + _kernel("run_tangent", "X, tab, S, values, tangents", code))
+
+
+def _keyed(source):
+    return hashlib.sha256(source.encode()).hexdigest()[:24], source
+
+
+_lock = threading.Lock()
+
+
+def module(key, source):
+    """The generated module, written once to the kernel cache and imported."""
+    name = f"autotape_gpu_{key}"
+    with _lock:
+        found = sys.modules.get(name)
+        if found is not None:
+            return found
+        folder = os.path.join(cache_dir(), "gpu")
+        path = os.path.join(folder, f"gpu_{key}.py")
+        if not os.path.exists(path):
+            os.makedirs(folder, exist_ok=True)
+            tmp = f"{path}.{os.getpid()}.tmp"
+            with open(tmp, "w") as f:
+                f.write(source)
+            os.replace(tmp, path)
+        spec = importlib.util.spec_from_file_location(name, path)
+        found = importlib.util.module_from_spec(spec)
+        sys.modules[name] = found
+        spec.loader.exec_module(found)
+        return found
