@@ -15,6 +15,7 @@ run the same kernels in numba's simulator (slow: for tests).
 import importlib
 import math
 import os
+import threading
 
 import numpy as np
 
@@ -95,8 +96,8 @@ def run_points(lean, X, jacobian):
         per_point = plan.bytes_per_point() if jacobian else 0
         step = max(1, min(B, SCRATCH_BYTES // max(per_point, 1)))
         words = len(plan.carried) * max(step, 1)
-        CK = cuda.device_array(max(1, words * plan.segments))
-        SG = cuda.device_array(max(1, words * plan.stride))
+        CK = _scratch(state, cuda, "checkpoints", max(1, words * plan.segments))
+        SG = _scratch(state, cuda, "segment", max(1, words * plan.stride))
         for p0 in range(0, B, step):
             p1 = min(B, p0 + step)
             blocks = max(1, math.ceil((p1 - p0) / THREADS))
@@ -130,8 +131,7 @@ def run_tangents(lean, X, S):
     values, tangents = cuda.device_array((B, outs)), cuda.device_array((B, outs, K))
     if B:
         kernels.run_tangent[max(1, math.ceil(B / THREADS)), THREADS](
-            Xd, _table(state, cuda, plan), cuda.to_device(np.ascontiguousarray(S, np.float64)),
-            values, tangents)
+            Xd, _table(state, cuda, plan), _directions(state, cuda, S), values, tangents)
     if on_device:
         return values, tangents
     return values.copy_to_host(), tangents.copy_to_host()
@@ -184,6 +184,27 @@ def _table(state, cuda, plan):
     if found is None:
         found = state["table"] = cuda.to_device(np.ascontiguousarray(plan.table, np.float64))
     return found
+
+
+def _scratch(state, cuda, name, size):
+    """A device buffer of at least ``size`` doubles, kept per program and per thread
+    (a call's allocations cost more than its kernel; a thread's launches run in its
+    order on its stream, so its next call may reuse what its last one used)."""
+    mine = state.setdefault("scratch", threading.local()).__dict__
+    found = mine.get(name)
+    if found is None or found.size < size:
+        found = mine[name] = cuda.device_array(size)
+    return found[:size]
+
+
+def _directions(state, cuda, S):
+    """The forward-mode directions on the device, kept while they stay the same (the
+    identity of jacfwd and hessian, every call)."""
+    S = np.ascontiguousarray(S, np.float64)
+    kept = state.get("directions")
+    if kept is None or kept[0].shape != S.shape or not np.array_equal(kept[0], S):
+        kept = state["directions"] = (S.copy(), cuda.to_device(S))
+    return kept[1]
 
 
 def _interpret(lean, cuda, Xd, values, jac, jacobian):

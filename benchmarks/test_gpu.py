@@ -189,6 +189,37 @@ def test_gpu_autotape(benchmark, cuda, thetas, cpu_result, kernel):
     benchmark.pedantic(run, rounds=20, warmup_rounds=2)
 
 
+def _launch_alone(cuda, c, d, points):
+    """The generated reverse kernel launched directly into kept arrays: the kernel's own
+    time, without vmap's host work (finding the program, allocating the results)."""
+    lean = c._lean("value", [np.zeros(d.shape[1])]).lean
+    F.vmap(c.value_and_grad, device="cuda")(d)      # (writes and compiles the kernel)
+    plan, kernels, tab = gpu.gpu_codegen.plan(lean), lean.gpu["reverse"], lean.gpu["table"]
+    values, jac = cuda.device_array((points, 1)), cuda.device_array((points, 1, d.shape[1]))
+    words = len(plan.carried) * points
+    CK, SG = cuda.device_array(words * plan.segments), cuda.device_array(words * plan.stride)
+    blocks = (points + gpu.THREADS - 1) // gpu.THREADS
+
+    def launch():
+        kernels.run_reverse[blocks, gpu.THREADS](d, tab, values, jac, CK, SG)
+    return launch, values, jac
+
+
+@GROUP
+def test_gpu_autotape_kernel_alone(benchmark, cuda, thetas, cpu_result):
+    c = at.compile(_pendulum, thetas[0])
+    d = cuda.to_device(thetas)
+    launch, values, jac = _launch_alone(cuda, c, d, POINTS)
+    launch()
+    np.testing.assert_allclose(jac.copy_to_host()[:, 0], cpu_result[1], rtol=1e-12,
+                               atol=1e-12)
+
+    def run():
+        launch()
+        cuda.synchronize()
+    benchmark.pedantic(run, rounds=20, warmup_rounds=2)
+
+
 @pytest.mark.parametrize("kernel", [hand_forward_mode, hand_adjoint],
                          ids=["forward_mode", "adjoint"])
 @GROUP

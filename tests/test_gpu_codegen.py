@@ -4,7 +4,9 @@ registers. Each answer is checked against the CPU's (kernels/program.py, loops.p
 against the interpreter kernel it replaces. Without a GPU these run in numba's CUDA
 simulator (CI sets NUMBA_ENABLE_CUDASIM=1); on a GPU: ``pytest -m cuda``."""
 import math
+import os
 import sys
+import threading
 from pathlib import Path
 
 import numpy as np
@@ -21,6 +23,7 @@ sys.path.insert(0, str(Path(__file__).resolve().parent.parent / "benchmarks"))
 import workloads as W  # noqa: E402
 
 pytestmark = pytest.mark.cuda
+SIMULATED = os.environ.get("NUMBA_ENABLE_CUDASIM") == "1"
 
 
 @pytest.fixture(autouse=True)
@@ -213,3 +216,40 @@ def test_device_points_for_every_method(cuda):
         got = F.vmap(getattr(c, method), device="cuda")(d)
         assert gpu.is_device_array(got)
         np.testing.assert_allclose(got.copy_to_host(), want.numpy(), rtol=1e-12, atol=1e-13)
+
+
+def test_kept_scratch_serves_other_sizes_and_threads(cuda):
+    # a call's checkpoint buffers are kept per program and thread: a larger call grows
+    # them, a smaller one uses part, and threads calling at once each have their own
+    import concurrent.futures
+    th = W.thetas(9)
+    c = at.compile(lambda t: W.driven_pendulum_at(t, 16), th[0])
+    want = F.vmap(c.grad)(th).numpy()
+    for n in (3, 9, 2):
+        np.testing.assert_allclose(F.vmap(c.grad, device="cuda")(th[:n]).numpy(), want[:n],
+                                   rtol=1e-12)
+
+    # each thread its own buffers (the simulator cannot launch from several threads at
+    # once: there the buffers are checked, on a GPU the calls run concurrently too)
+    lean = _lean(c, th[0])
+
+    def buffers(out):
+        gpu._scratch(lean.gpu, cuda, "checkpoints", 8)
+        out.append(lean.gpu["scratch"].checkpoints)       # (this thread's own)
+    kept = []
+    threads = [threading.Thread(target=buffers, args=(kept,)) for _ in range(2)]
+    for t in threads:
+        t.start()
+    for t in threads:
+        t.join()
+    buffers(kept)
+    assert len({id(b) for b in kept}) == 3
+    if SIMULATED:
+        return
+
+    def call(k):
+        return F.vmap(c.grad, device="cuda")(th[k:k + 4]).numpy()
+    with concurrent.futures.ThreadPoolExecutor(3) as pool:
+        results = list(pool.map(call, range(3)))
+    for k, got in enumerate(results):
+        np.testing.assert_allclose(got, want[k:k + 4], rtol=1e-12)
