@@ -17,3 +17,10 @@ import autotape  # noqa: E402
 def _doctest_names(doctest_namespace):
     doctest_namespace["at"] = autotape
     doctest_namespace["np"] = np
+
+
+@pytest.fixture
+def loop_bodies(monkeypatch):
+    """Compiled programs run their loop bodies (kernels/loops.py), not the whole program
+    as generated code (codegen.py, tested in tests/test_codegen_cpu.py)."""
+    monkeypatch.setenv("AUTOTAPE_GENERATED", "0")

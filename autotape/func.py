@@ -482,7 +482,7 @@ def vmap(f, in_axes=0, device=None):
     ``c.value_and_grad``, ``c.jacobian``, ``c.jacfwd``, ``c.jacrev``, ``c.hessian`` of
     ``c = at.compile(...)``) the B points run as one compiled program, B points per
     instruction, on every core; with ``device="cuda"`` as one kernel launch on the GPU,
-    one thread per point, in a kernel written for the program (gpu_codegen.py; points
+    one thread per point, in a kernel written for the program (codegen.py; points
     given as a device array stay on the device, results too). Any other f is called
     once per point and its results stacked.
 

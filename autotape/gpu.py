@@ -19,7 +19,7 @@ import threading
 
 import numpy as np
 
-from . import gpu_codegen
+from . import codegen
 from .kernels.program import live_sets
 
 __all__ = ["run_points", "run_tangents", "explain_gpu", "is_device_array", "as_device",
@@ -74,7 +74,7 @@ def run_points(lean, X, jacobian):
     """Values (B, outputs) and, with ``jacobian``, d output / d input (B, outputs,
     inputs) of the lean program at the points X (B, inputs), on the GPU: host arrays
     for a host X, device arrays for a device X. The program runs as a kernel written
-    for it (gpu_codegen.py); one it cannot write (``explain_gpu`` says why) runs on the
+    for it (codegen.py); one it cannot write (``explain_gpu`` says why) runs on the
     instruction interpreter kernel."""
     cuda = cuda_module()
     if lean.user_calls is not None:
@@ -86,18 +86,18 @@ def run_points(lean, X, jacobian):
     jac = cuda.device_array((B, outs, ins) if jacobian else (1, 1, 1))
     state = _state(lean)
     try:
-        plan = gpu_codegen.plan(lean)
-    except gpu_codegen.Unsupported:
+        plan = codegen.plan(lean)
+    except codegen.Unsupported:
         _interpret(lean, cuda, Xd, values, jac, jacobian)
     else:
         kind = "reverse" if jacobian else "values"
-        kernels = _generated(state, kind, lambda: gpu_codegen.reverse_source(plan))
+        kernels = _generated(state, ("cuda", kind), lambda: codegen.reverse_source(plan))
         tab = _table(state, cuda, plan)
         per_point = plan.bytes_per_point() if jacobian else 0
         step = max(1, min(B, SCRATCH_BYTES // max(per_point, 1)))
-        words = len(plan.carried) * max(step, 1)
-        CK = _scratch(state, cuda, "checkpoints", max(1, words * plan.segments))
-        SG = _scratch(state, cuda, "segment", max(1, words * plan.stride))
+        ck, sg = plan.scratch("cuda")
+        CK = _scratch(state, cuda, "checkpoints", max(1, ck * step))
+        SG = _scratch(state, cuda, "segment", max(1, sg * step))
         for p0 in range(0, B, step):
             p1 = min(B, p0 + step)
             blocks = max(1, math.ceil((p1 - p0) / THREADS))
@@ -119,15 +119,16 @@ def run_tangents(lean, X, S):
     if lean.user_calls is not None:
         raise ValueError("autotape: a program calling numba-compiled custom ops runs on "
                          "the CPU only (their functions are CPU code)")
-    plan = gpu_codegen.plan(lean)             # (raises Unsupported: the caller reverses)
+    plan = codegen.plan(lean)             # (raises Unsupported: the caller reverses)
     K = S.shape[0]
-    if K > gpu_codegen.MAX_LANES:
-        raise gpu_codegen.Unsupported(f"{K} forward-mode lanes (at most "
-                                      f"{gpu_codegen.MAX_LANES} fit in registers)")
+    if K > codegen.MAX_LANES:
+        raise codegen.Unsupported(f"{K} forward-mode lanes (at most "
+                                      f"{codegen.MAX_LANES} fit in registers)")
     on_device, Xd = _points(cuda, X)
     B, outs = Xd.shape[0], lean.out_slots.size
     state = _state(lean)
-    kernels = _generated(state, ("tangent", K), lambda: gpu_codegen.tangent_source(plan, K))
+    kernels = _generated(state, ("cuda", "tangent", K),
+                         lambda: codegen.tangent_source(plan, K))
     values, tangents = cuda.device_array((B, outs)), cuda.device_array((B, outs, K))
     if B:
         kernels.run_tangent[max(1, math.ceil(B / THREADS)), THREADS](
@@ -141,8 +142,8 @@ def explain_gpu(lean):
     """How the GPU runs this lean program: as a kernel written for it (with the memory
     a point's reverse sweep needs), or why it runs on the interpreter kernel."""
     try:
-        plan = gpu_codegen.plan(lean)
-    except gpu_codegen.Unsupported as e:
+        plan = codegen.plan(lean)
+    except codegen.Unsupported as e:
         return f"the instruction interpreter kernel, because {e}"
     loop = "" if plan.loop is None else (
         f", its loop of {plan.loop[2]} repetitions a loop in the kernel carrying "
@@ -151,8 +152,8 @@ def explain_gpu(lean):
             f"{plan.bytes_per_point()} bytes")
 
 
-THREADS = gpu_codegen.THREADS
-Unsupported = gpu_codegen.Unsupported
+THREADS = codegen.THREADS
+Unsupported = codegen.Unsupported
 
 
 def _points(cuda, X):
@@ -165,16 +166,17 @@ def _points(cuda, X):
 
 
 def _state(lean):
-    """What the GPU keeps with a lean program: generated modules, device arrays."""
-    if lean.gpu is None:
-        lean.gpu = {}
-    return lean.gpu
+    """What the GPU keeps with a lean program (beside codegen's plan): its generated
+    modules ("cuda", kind), device arrays."""
+    if lean.codegen is None:
+        lean.codegen = {}
+    return lean.codegen
 
 
 def _generated(state, kind, source):
     found = state.get(kind)
     if found is None:
-        found = state[kind] = gpu_codegen.module(*source())
+        found = state[kind] = codegen.module(*source())
     return found
 
 

@@ -7,6 +7,7 @@ import os
 import numba
 import numpy as np
 
+from . import codegen
 from .kernels import background
 from .kernels.blas import DGEMM
 from .kernels.cache import compile_notice
@@ -31,6 +32,9 @@ KEEP_PROGRAM_SCRATCH_BYTES = 64 << 20
 # A loop's body is compiled (a few seconds, beside the calls; then cached on disk) once a
 # program has run this many times: a function called once needs no compiler.
 COMPILE_LOOP_AFTER = 2
+GENERATED_ENV = "AUTOTAPE_GENERATED"   # =0: programs run without codegen.py's kernels
+GENERATED_SLICE = 64                   # points per thread, at least, in generated kernels
+GENERATED_SCRATCH_BYTES = 4 << 20      # states a thread keeps for a generated reverse sweep
 POISON_SCRATCH = False       # tests set it: scratch starts as nan, not as the last call's
 
 
@@ -61,7 +65,7 @@ class LeanProgram:
     __slots__ = ("instr", "pool", "divisor", "live", "const_slots", "const_vals",
                  "in_slots", "out_slots", "nslots", "loop", "loop_kernels", "loop_slots",
                  "loop_table", "loop_code", "loop_ready", "what",
-                 "calls", "segments", "reached", "user_calls", "driver", "gpu")
+                 "calls", "segments", "reached", "user_calls", "driver", "codegen")
 
     @classmethod
     def lower(cls, tape, in_rows, out_rows, loops=True):
@@ -89,7 +93,7 @@ class LeanProgram:
         """The program made of these instructions (``lower``'s, or at.jit's tape, which
         jit.py writes as instructions directly)."""
         p = cls.__new__(cls)
-        p.user_calls, p.driver, p.gpu = user_calls, None, None
+        p.user_calls, p.driver, p.codegen = user_calls, None, None
         p.instr, p.pool, p.divisor, p.nslots = instr, pool, divisor, nslots
         p.const_slots, p.const_vals = const_slots, const_vals
         p.in_slots, p.out_slots = in_slots, out_slots
@@ -140,7 +144,7 @@ class LeanProgram:
     def __getstate__(self):
         state = {name: getattr(self, name) for name in self.__slots__
                  if name not in ("loop_kernels", "calls", "segments", "reached", "driver",
-                                 "gpu", "loop_code", "loop_ready")}
+                                 "codegen", "loop_code", "loop_ready")}
         state["budget"] = self.segments.budget if self.segments is not None else False
         return state
 
@@ -149,7 +153,7 @@ class LeanProgram:
         for name, value in state.items():
             setattr(self, name, value)
         self.loop_kernels = self.segments = self.reached = self.driver = None
-        self.gpu = self.loop_code = self.loop_ready = None
+        self.codegen = self.loop_code = self.loop_ready = None
         self.calls = 0
         if budget is not False:
             self.checkpoint(budget)
@@ -172,7 +176,12 @@ class LeanProgram:
         if self.user_calls is not None:
             self._run_driver(X, values, jac, jacobian, live)
             return values, (jac if jacobian else None)
-        if self._loop_ready(X.dtype, "reverse" if B == 1 else "reverse_points"):
+        whole = self._generated(X.dtype)
+        if whole is not None:
+            self._run_generated(whole, X, values, jac, jacobian)
+            return values, (jac if jacobian else None)
+        if not self._generating(X.dtype) and \
+                self._loop_ready(X.dtype, "reverse" if B == 1 else "reverse_points"):
             compiled = self._loop_reached_by(live) if jacobian else []
             segments = self.segments if all(compiled) else None
             slots = segments.size if segments is not None else self.nslots
@@ -241,7 +250,15 @@ class LeanProgram:
         B, K = X.shape[0], S.shape[2]
         values = np.empty((B, self.out_slots.size), X.dtype)
         tangents = np.empty((B, self.out_slots.size, K), X.dtype)
-        if self._loop_ready(X.dtype, "tangent" if B == 1 else "tangent_points"):
+        shared = S.shape[0] == 1 and K <= codegen.MAX_LANES     # (one set for all points)
+        whole = self._generated(X.dtype, K) if shared else None
+        if whole is not None:
+            directions = np.ascontiguousarray(S[0].T, np.float64)
+            self._each_slice(B, lambda a, b: whole.run_tangent(
+                X[a:b], self._table(), directions, values[a:b], tangents[a:b]))
+            return values, tangents
+        if not (shared and self._generating(X.dtype)) and \
+                self._loop_ready(X.dtype, "tangent" if B == 1 else "tangent_points"):
             segments = self.segments
             slots = segments.size if segments is not None else self.nslots
             chunk = 1 if B == 1 else chunk_size(slots * (1 + K) // 2)
@@ -266,6 +283,83 @@ class LeanProgram:
             scratch = _scratch((1 + K) * n, X.dtype)
             run_tangents(*args, scratch[:n], scratch[n:(1 + K) * n])
         return values, tangents
+
+    # -- the whole program as generated code (codegen.py) ----------------------------------
+
+    def compiled_code(self):
+        """What compiled code the calls run now besides the interpreter: "generated"
+        (the whole program, codegen.py), "loop body" (kernels/loops.py) or None."""
+        if self.codegen and any(isinstance(k, tuple) and k[0] == "cpu" for k in self.codegen):
+            return "generated"
+        return "loop body" if self.loop_kernels is not None else None
+
+    def _generating(self, dtype):
+        """Whether this program runs as generated code once it is compiled (float64, a
+        loop found, codegen takes it, no segment budget asked for): its loop body alone
+        is then never compiled."""
+        if dtype != np.float64 or self.loop is None or self.segments is not None or \
+                os.environ.get(GENERATED_ENV) == "0":
+            return False
+        try:
+            codegen.plan(self)
+        except codegen.Unsupported:
+            return False
+        return True
+
+    def _generated(self, dtype, lanes=0):
+        """The generated module (reverse: run_values and run_reverse; with ``lanes``,
+        run_tangent), once compiled; None meanwhile. As ``_loop_ready``: from the
+        COMPILE_LOOP_AFTER-th call on it compiles beside the calls."""
+        if not self._generating(dtype):
+            return None
+        kind = ("cpu", "tangent", lanes) if lanes else ("cpu", "reverse")
+        found = self.codegen.get(kind)
+        if found is not None:
+            return found
+        self.calls += 1
+        wait = not background.enabled()
+        if self.calls < COMPILE_LOOP_AFTER and not wait:
+            return None
+        plan = codegen.plan(self)
+        key, source = codegen.tangent_source(plan, lanes, "cpu") if lanes else \
+            codegen.reverse_source(plan, "cpu")
+        found = codegen.cpu_module(key, source, wait=wait, what=self.what)
+        if found is not None:
+            self.codegen[kind] = found
+        return found
+
+    def _table(self):
+        return codegen.plan(self).table
+
+    def _run_generated(self, whole, X, values, jac, jacobian):
+        plan = codegen.plan(self)
+        tab = plan.table
+        ck, sg = plan.scratch("cpu")
+        # points in runs whose kept states fit GENERATED_SCRATCH_BYTES
+        run = max(1, GENERATED_SCRATCH_BYTES // max(8 * (ck + sg), 1))
+
+        def work(a, b):
+            if not jacobian:
+                whole.run_values(X[a:b], tab, values[a:b])
+                return
+            CK, SG = np.empty(max(1, ck * min(run, b - a))), np.empty(max(1, sg * min(run, b - a)))
+            for c in range(a, b, run):
+                d = min(b, c + run)
+                whole.run_reverse(X[c:d], tab, values[c:d], jac[c:d], CK[:max(1, ck * (d - c))],
+                                  SG[:max(1, sg * (d - c))])
+        self._each_slice(X.shape[0], work)
+
+    def _each_slice(self, B, work):
+        """``work(a, b)`` for slices of the B points, one per worker thread (the
+        generated kernels release the GIL)."""
+        workers = min(for_numba(), max(1, B // GENERATED_SLICE))
+        if workers <= 1:
+            work(0, B)
+            return
+        cuts = np.linspace(0, B, workers + 1).astype(int)
+        with concurrent.futures.ThreadPoolExecutor(workers) as pool:
+            for done in [pool.submit(work, a, b) for a, b in zip(cuts, cuts[1:])]:
+                done.result()
 
     def _loop_ready(self, dtype, group):
         """Whether this call runs the loop's compiled body (its kernels of ``group``:
@@ -299,7 +393,19 @@ class LeanProgram:
 
     def wait_compiled(self, dtype=np.float64):
         """Compile (or load) now what later calls would run interpreted until a compile
-        beside them finished: every variant of the loop body."""
+        beside them finished: the generated program (its reverse kernels and forward
+        mode with a lane per input), or every variant of the loop body."""
+        if self._generating(np.dtype(dtype)):
+            plan, sigs = codegen.plan(self), codegen.cpu_signatures()
+            for kind, (key, source) in ((("cpu", "reverse"), codegen.reverse_source(plan, "cpu")),
+                                        (("cpu", "tangent", self.in_slots.size),
+                                         codegen.tangent_source(plan, self.in_slots.size, "cpu"))):
+                found = codegen.cpu_module(key, source, wait=True, what=self.what)
+                for name, sig in sigs.items():
+                    if hasattr(found, name):
+                        getattr(found, name).compile(sig)
+                self.codegen[kind] = found
+            return
         if self.loop is not None and self.user_calls is None:
             for group in LOOP_GROUPS:
                 self._compile_loop(np.dtype(dtype), group, "every")

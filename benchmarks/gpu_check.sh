@@ -32,7 +32,7 @@ AUTOTAPE_BENCH_THREADS=all NUMBA_NUM_THREADS=2 timeout 60 taskset -c 0,1 $PY -m 
 echo "2-core CPU row: $((SECONDS - start)) s" | tee -a "$OUT/machine.txt"
 start=$SECONDS
 timeout ${TEST_TIMEOUT:-200} $PY -m pytest -q -p no:cacheprovider -m cuda -n 8 \
-  tests/test_gpu_codegen.py tests/test_gpu.py 2>&1 | tee "$OUT/tests.log"
+  tests/test_codegen.py tests/test_gpu.py 2>&1 | tee "$OUT/tests.log"
 echo "tests: $((SECONDS - start)) s" | tee -a "$OUT/machine.txt"
 start=$SECONDS
 timeout 60 $PY tests/ptx_report.py > "$OUT/ptx.json" 2> "$OUT/ptx.err"

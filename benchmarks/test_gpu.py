@@ -172,11 +172,11 @@ def cpu_result(thetas):
 def test_gpu_autotape(benchmark, cuda, thetas, cpu_result, kernel):
     c = at.compile(_pendulum, thetas[0])
     lean = c._lean("value", [thetas[0]]).lean
-    if kernel == "interpreter":                # (the kernel before gpu_codegen.py)
-        lean.gpu = {"plan": gpu.Unsupported("the benchmark's interpreter row")}
+    if kernel == "interpreter":                # (the kernel before codegen.py)
+        lean.codegen = {"plan": gpu.Unsupported("the benchmark's interpreter row")}
     benchmark.extra_info["kernel"] = gpu.explain_gpu(lean)
     if kernel == "generated":
-        benchmark.extra_info["device_bytes"] = gpu.gpu_codegen.plan(lean).bytes_per_point() \
+        benchmark.extra_info["device_bytes"] = gpu.codegen.plan(lean).bytes_per_point() \
             * POINTS
     d = cuda.to_device(thetas)
     values, grads = F.vmap(c.value_and_grad, device="cuda")(d)
@@ -194,10 +194,10 @@ def _launch_alone(cuda, c, d, points):
     time, without vmap's host work (finding the program, allocating the results)."""
     lean = c._lean("value", [np.zeros(d.shape[1])]).lean
     F.vmap(c.value_and_grad, device="cuda")(d)      # (writes and compiles the kernel)
-    plan, kernels, tab = gpu.gpu_codegen.plan(lean), lean.gpu["reverse"], lean.gpu["table"]
+    plan, kernels, tab = gpu.codegen.plan(lean), lean.codegen[("cuda", "reverse")], lean.codegen["table"]
     values, jac = cuda.device_array((points, 1)), cuda.device_array((points, 1, d.shape[1]))
-    words = len(plan.carried) * points
-    CK, SG = cuda.device_array(words * plan.segments), cuda.device_array(words * plan.stride)
+    ck, sg = plan.scratch("cuda")
+    CK, SG = cuda.device_array(ck * points), cuda.device_array(sg * points)
     blocks = (points + gpu.THREADS - 1) // gpu.THREADS
 
     def launch():

@@ -22,7 +22,7 @@ sys.path.insert(0, str(HERE.parent / "benchmarks"))
 
 import autotape as at  # noqa: E402
 import workloads as W  # noqa: E402
-from autotape import gpu_codegen  # noqa: E402
+from autotape import codegen  # noqa: E402
 
 ARCHES = ((8, 0), (9, 0))
 
@@ -102,11 +102,11 @@ def report():
     out = {"ptxas": tool, "kernels": {}}
     for name, (f, x) in programs().items():
         c = at.compile(f, x)
-        plan = gpu_codegen.plan(c._lean("value", [x]).lean)
+        plan = codegen.plan(c._lean("value", [x]).lean)
         lanes = x.size
-        for source in (gpu_codegen.reverse_source(plan),
-                       gpu_codegen.tangent_source(plan, lanes)):
-            module = gpu_codegen.module(*source)
+        for source in (codegen.reverse_source(plan),
+                       codegen.tangent_source(plan, lanes)):
+            module = codegen.module(*source)
             for kernel in ("run_values", "run_reverse", "run_tangent"):
                 if not hasattr(module, kernel):
                     continue

@@ -16,7 +16,7 @@ LAYERS = [
      "pytree"],
     ["kernels.*"],
     ["tape"],
-    ["parallel", "executor", "program", "checkpointing", "gpu_codegen", "gpu"],
+    ["parallel", "executor", "program", "checkpointing", "codegen", "gpu"],
     ["tensor"],
     ["creation", "ops.*", "hooks"],
     ["functions.*", "linalg"],

@@ -46,6 +46,12 @@ def _seed():
 THETA = np.array([0.4, -0.2, 1.3, 0.0])
 
 
+@pytest.fixture(autouse=True)
+def _bodies(loop_bodies):
+    """These tests are of loop bodies; the generated whole program's helper is
+    test_codegen_cpu.py's."""
+
+
 def _lean(c):
     return c._programs[next(iter(c._programs))].lean
 

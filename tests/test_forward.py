@@ -54,7 +54,7 @@ def test_trajectory_jacobian_forward_equals_reverse_and_finite_differences():
     np.testing.assert_array_equal(c.jacobian(THETA).numpy(), forward)
 
 
-def test_compiled_loop_body_gives_the_interpreters_tangents(monkeypatch):
+def test_compiled_loop_body_gives_the_interpreters_tangents(monkeypatch, loop_bodies):
     monkeypatch.setattr(program, "POISON_SCRATCH", True)   # (a value read unwritten: nan)
     c = at.compile(lambda t: trajectory(t, 300), THETA)
     lean = c._lean("value", [THETA]).lean

@@ -236,7 +236,7 @@ def test_without_decisions_later_calls_replay_the_lean_program(monkeypatch):
         value, g = f.value_and_grad(point)
         np.testing.assert_allclose(g.numpy(), at.compile(pendulum_at, THETA).grad(point)
                                    .numpy(), rtol=1e-12, atol=1e-13)
-    assert lean.loop is not None and lean.loop_kernels is not None   # the body compiled
+    assert lean.loop is not None and lean.compiled_code() is not None   # compiled
     assert value.item() == first[0].item()
     np.testing.assert_array_equal(g.numpy(), first[1].numpy())
     Js = F.vmap(f.jacobian)(np.stack([THETA, THETA * 1.1]))
@@ -403,7 +403,7 @@ def test_a_forcing_term_from_the_loop_index_is_a_loop():
     assert lean.loop is not None and lean.loop[2] >= 295
     for _ in range(6):                         # (the body compiled, then replayed)
         value, grad = g.value_and_grad(X)
-    assert lean.loop_kernels is not None
+    assert lean.compiled_code() is not None
     np.testing.assert_allclose(value.item(), first[0].item(), rtol=1e-14)
     np.testing.assert_allclose(grad.numpy(), first[1].numpy(), rtol=1e-13)
     np.testing.assert_allclose(grad.numpy(), central_jacobian(

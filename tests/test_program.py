@@ -312,7 +312,7 @@ def _on_interpreter(c):
     (_burgers, np.array([0.5])),
 ], ids=["pendulum", "driven", "heat", "2-D roll", "n-body", "burgers"])
 @pytest.mark.parametrize("dtype", [np.float64, np.float32])
-def test_compiled_loops_give_the_interpreters_answers(f, x, dtype, poisoned):
+def test_compiled_loops_give_the_interpreters_answers(f, x, dtype, poisoned, loop_bodies):
     x = x.astype(dtype)
     c, plain = at.compile(f, x), at.compile(f, x)
     lean = c._programs[next(iter(c._programs))].lean
@@ -386,7 +386,7 @@ def test_no_loop_in_short_or_irregular_programs():
     (_reaction_diffusion_2d, np.array([0.2, 0.5])),
     (_n_body, np.random.default_rng(0).normal(size=10)),
 ], ids=["pendulum", "driven", "heat", "2-D roll", "n-body"])
-def test_compiled_loops_at_many_points(f, x, poisoned):
+def test_compiled_loops_at_many_points(f, x, poisoned, loop_bodies):
     """vmap through a compiled loop body (chunks of points, threads): the interpreter's
     answers, for every point of an uneven last chunk too."""
     c, plain = at.compile(f, x), at.compile(f, x)

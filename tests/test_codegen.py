@@ -1,4 +1,4 @@
-"""The CUDA kernels written for a lean program (gpu_codegen.py): every slot a local, the
+"""The CUDA kernels written for a lean program (codegen.py): every slot a local, the
 loop a loop in the kernel, the reverse sweep checkpointed per thread, forward mode in
 registers. Each answer is checked against the CPU's (kernels/program.py, loops.py) and
 against the interpreter kernel it replaces. Without a GPU these run in numba's CUDA
@@ -16,7 +16,7 @@ from hypothesis import strategies as st
 
 import autotape as at
 import autotape.func as F
-from autotape import gpu, gpu_codegen
+from autotape import gpu, codegen
 from programs import OPS
 
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent / "benchmarks"))
@@ -41,7 +41,7 @@ def _lean(c, x, kind="value"):
 def _interpreted(c, x, kind="value"):
     """A twin of c whose programs run on the interpreter kernel."""
     twin = at.compile(c.f, x)
-    _lean(twin, x, kind).gpu = {"plan": gpu.Unsupported("the test's interpreter twin")}
+    _lean(twin, x, kind).codegen = {"plan": gpu.Unsupported("the test's interpreter twin")}
     return twin
 
 
@@ -71,7 +71,7 @@ def _same_everywhere(c, points, methods=METHODS, rtol=1e-12):
 def test_the_driven_pendulum_is_a_kernel_with_its_loop_and_table():
     th = W.thetas(5)
     c = at.compile(lambda t: W.driven_pendulum_at(t, 40), th[0])
-    plan = gpu_codegen.plan(_lean(c, th[0]))
+    plan = codegen.plan(_lean(c, th[0]))
     assert plan.loop is not None and plan.loop[2] >= 38
     assert plan.table.shape == (plan.loop[2], 4)          # the forcing, per repetition
     assert len(plan.carried) == 2                           # x and v
@@ -90,7 +90,7 @@ def test_the_memory_of_65536_pendulums_of_200_steps():
     # the issue's bound: under 1 GB of device memory by the kernel's own accounting
     th = W.thetas(1)
     c = at.compile(lambda t: W.driven_pendulum_at(t, 200), th[0])
-    plan = gpu_codegen.plan(_lean(c, th[0]))
+    plan = codegen.plan(_lean(c, th[0]))
     assert plan.stride * plan.stride >= plan.loop[2] > (plan.stride - 1) ** 2
     assert plan.bytes_per_point() * 65_536 < 1 << 30
     assert plan.bytes_per_point() == 8 * 2 * (plan.segments + plan.stride)
@@ -110,7 +110,7 @@ def _loss_in_the_loop(t):
 def test_a_loop_whose_loss_and_state_are_read_after_it():
     th = W.thetas(6)
     c = at.compile(_loss_in_the_loop, th[0])
-    plan = gpu_codegen.plan(_lean(c, th[0]))
+    plan = codegen.plan(_lean(c, th[0]))
     assert plan.loop is not None and plan.live_out
     _same_everywhere(c, th, VECTOR)
 
@@ -143,7 +143,7 @@ def test_arrays_in_the_loop_gathers_and_sums():
         return (x * x).sum() + v.mean()
     ks = np.array([1.0, 2.0, 0.5]) * np.random.default_rng(1).uniform(0.8, 1.2, (4, 3))
     c = at.compile(f, ks[0])
-    assert gpu_codegen.plan(_lean(c, ks[0])).loop is not None
+    assert codegen.plan(_lean(c, ks[0])).loop is not None
     _same_everywhere(c, ks, methods=("__call__", "value_and_grad", "jacfwd"))
 
 
@@ -187,7 +187,7 @@ def test_random_loop_bodies(ops, steps):
 
 
 def test_a_program_too_long_to_unroll_runs_on_the_interpreter(monkeypatch):
-    monkeypatch.setattr(gpu_codegen, "MAX_STRAIGHT", 10)
+    monkeypatch.setattr(codegen, "MAX_STRAIGHT", 10)
     c = at.compile(lambda t: (at.sin(t) * t).sum() * t[0] + at.cos(t[1]), np.ones(12))
     lean = _lean(c, np.ones(12))
     assert "interpreter kernel, because" in gpu.explain_gpu(lean)
@@ -200,7 +200,7 @@ def test_a_program_too_long_to_unroll_runs_on_the_interpreter(monkeypatch):
 
 
 def test_more_lanes_than_registers_take_the_reverse_sweep(monkeypatch):
-    monkeypatch.setattr(gpu_codegen, "MAX_LANES", 2)
+    monkeypatch.setattr(codegen, "MAX_LANES", 2)
     c = at.compile(lambda t: at.sin(t) * t[0], np.ones(3))
     points = np.random.default_rng(4).uniform(size=(2, 3))
     np.testing.assert_allclose(F.vmap(c.jacfwd, device="cuda")(points).numpy(),
@@ -234,8 +234,8 @@ def test_kept_scratch_serves_other_sizes_and_threads(cuda):
     lean = _lean(c, th[0])
 
     def buffers(out):
-        gpu._scratch(lean.gpu, cuda, "checkpoints", 8)
-        out.append(lean.gpu["scratch"].checkpoints)       # (this thread's own)
+        gpu._scratch(lean.codegen, cuda, "checkpoints", 8)
+        out.append(lean.codegen["scratch"].checkpoints)       # (this thread's own)
     kept = []
     threads = [threading.Thread(target=buffers, args=(kept,)) for _ in range(2)]
     for t in threads:

@@ -42,6 +42,7 @@ import threading
 
 import numpy as np
 
+from .kernels import background
 from .kernels.cache import cache_dir
 from .kernels.elementwise import passes_nothing
 from .kernels.loops import pool_reads
@@ -226,24 +227,38 @@ class Plan:
     def after(self):
         return [q for q in self.outside if self.loop is not None and q >= self.body.start]
 
-    def bytes_per_point(self):
-        """Device memory a point needs beyond its inputs and results: the checkpointed
-        states of the reverse sweep (the kernel's own accounting)."""
-        return 8 * len(self.carried) * (self.segments + self.stride)
+    def stride_for(self, target):
+        """Repetitions between checkpoints: ~sqrt(repeats) on the GPU, 1 on the CPU."""
+        return self.stride if target == "cuda" else 1
+
+    def scratch(self, target):
+        """(CK, SG): the doubles a point's reverse sweep keeps, checkpoints and a
+        segment's states."""
+        n = len(self.carried)
+        if self.loop is None:
+            return 0, 0
+        if target == "cuda":
+            return n * self.segments, n * self.stride
+        return n * self.loop[2], 0
+
+    def bytes_per_point(self, target="cuda"):
+        """Memory a point needs beyond its inputs and results: the checkpointed states
+        of the reverse sweep (the kernel's own accounting)."""
+        return 8 * sum(self.scratch(target))
 
 
 def plan(lean):
-    """The Plan of a lean program (kept with it, in ``lean.gpu``), or raise
+    """The Plan of a lean program (kept with it, in ``lean.codegen``), or raise
     Unsupported."""
-    if lean.gpu is None:
-        lean.gpu = {}
-    kept = lean.gpu.get("plan")
+    if lean.codegen is None:
+        lean.codegen = {}
+    kept = lean.codegen.get("plan")
     if kept is None:
         try:
             kept = Plan(lean)
         except Unsupported as e:
             kept = e
-        lean.gpu["plan"] = kept
+        lean.codegen["plan"] = kept
     if isinstance(kept, Unsupported):
         raise kept
     return kept
@@ -475,8 +490,9 @@ def _state(plan, array, index):
             for k, j in enumerate(sorted(plan.carried))]
 
 
-def _reverse_for_output(code, plan, o, live):
-    """Output o's reverse sweep (its Jacobian row), over the instructions it reaches."""
+def _reverse_for_output(code, plan, o, live, stride):
+    """Output o's reverse sweep (its Jacobian row), over the instructions it reaches;
+    the loop's state checkpointed every ``stride`` repetitions (1: every one kept)."""
     start, period, repeats, delta = plan.loop or (0, 0, 0, 0)
     names = _adjoint_names(plan)
     for name in names:
@@ -508,35 +524,44 @@ def _reverse_for_output(code, plan, o, live):
         handed = sorted(set(carried) | plan.live_out)
         for j in handed:                        # adjoints handed to the repetition
             code.add(f"ga{j} = go{j}" if j in plan.live_out else f"ga{j} = 0.0")
-        with code.block(f"for seg in range({plan.segments - 1}, -1, -1):"):
-            code.add(f"t0 = seg * {plan.stride}")
-            code.add(f"t1 = min(t0 + {plan.stride}, {repeats})")
-            for where, s in _state(plan, "CK", "seg"):
+
+        def step_back(array, index):
+            """Repetition t's reverse: its state loaded, its values recomputed, the
+            adjoints it hands back."""
+            for where, s in _state(plan, array, index):
                 code.add(f"{s} = {where}")
-            with code.block("for t in range(t0, t1):"):
-                for where, s in _state(plan, "SG", "t - t0"):
-                    code.add(f"{where} = {s}")
-                _body_forward(code, plan, again=True)
-            with code.block("for t in range(t1 - 1, t0 - 1, -1):"):
-                for where, s in _state(plan, "SG", "t - t0"):
-                    code.add(f"{s} = {where}")
-                for q in plan.body:
-                    _forward(code, plan, q, True)
-                for j in range(delta):
-                    code.add(f"gb{j} = ga{j}" if j in handed else f"gb{j} = 0.0")
-                for j in carried:
-                    code.add(f"gs{j} = 0.0")
-                for q in reversed(plan.body):
-                    guard = guards[q - start]
-                    if guard is False:
-                        continue
-                    if guard is True:
+            for q in plan.body:
+                _forward(code, plan, q, True)
+            for j in range(delta):
+                code.add(f"gb{j} = ga{j}" if j in handed else f"gb{j} = 0.0")
+            for j in carried:
+                code.add(f"gs{j} = 0.0")
+            for q in reversed(plan.body):
+                guard = guards[q - start]
+                if guard is False:
+                    continue
+                if guard is True:
+                    _reverse(code, plan, q, True, adjoint)
+                else:
+                    with code.block(f"if {guard}:"):
                         _reverse(code, plan, q, True, adjoint)
-                    else:
-                        with code.block(f"if {guard}:"):
-                            _reverse(code, plan, q, True, adjoint)
-                for j in handed:
-                    code.add(f"ga{j} = gs{j}" if j in plan.carried else f"ga{j} = 0.0")
+            for j in handed:
+                code.add(f"ga{j} = gs{j}" if j in plan.carried else f"ga{j} = 0.0")
+        if stride == 1:                         # every state kept: no segment re-run
+            with code.block(f"for t in range({repeats - 1}, -1, -1):"):
+                step_back("CK", "t")
+        else:
+            with code.block(f"for seg in range({-(-repeats // stride) - 1}, -1, -1):"):
+                code.add(f"t0 = seg * {stride}")
+                code.add(f"t1 = min(t0 + {stride}, {repeats})")
+                for where, s in _state(plan, "CK", "seg"):
+                    code.add(f"{s} = {where}")
+                with code.block("for t in range(t0, t1):"):
+                    for where, s in _state(plan, "SG", "t - t0"):
+                        code.add(f"{where} = {s}")
+                    _body_forward(code, plan, again=True)
+                with code.block("for t in range(t1 - 1, t0 - 1, -1):"):
+                    step_back("SG", "t - t0")
         for j, slot in sorted(plan.carried.items()):
             _, name = plan.operand(-1, slot, False, False)
             if name is not None:
@@ -557,17 +582,19 @@ def _adjoint_names(plan):
     return sorted(names)
 
 
-_HEADER = '''"""Generated by autotape.gpu_codegen for one lean program; do not edit."""
-import math
-
-from numba import config, cuda
-
+_IMPORTS = """
 from autotape.kernels.elementwise import (binary_partial_x, binary_partial_y,
                                           binary_value, tangent_times, times,
                                           unary_partial, unary_value)
 
 NAN, INF = math.nan, math.inf
-if config.ENABLE_CUDASIM:   # (the simulator runs this as Python: numpy floats give the
+"""
+_HEADERS = {
+    "cuda": '''"""Generated by autotape.codegen for one lean program (CUDA); do not edit."""
+import math
+
+from numba import config, cuda
+''' + _IMPORTS + '''if config.ENABLE_CUDASIM:   # (the simulator runs this as Python: numpy floats give the
     import numpy as np      # compiled code's inf and nan where Python's raise)
 
     def unary_value(op, x, _f=unary_value):
@@ -575,30 +602,50 @@ if config.ENABLE_CUDASIM:   # (the simulator runs this as Python: numpy floats g
 
     def binary_value(op, x, y, _f=binary_value):
         return np.float64(_f(op, x, y))
-'''
+''',
+    "cpu": '''"""Generated by autotape.codegen for one lean program (CPU); do not edit."""
+import math
+
+import numba
+''' + _IMPORTS}
+
+# a kernel's head: one CUDA thread per point, or (CPU) a loop over the points
+_HEADS = {
+    "cuda": ("\n\n@cuda.jit(cache=True)\ndef {name}({args}):\n    p = cuda.grid(1)\n"
+             "    B = X.shape[0]\n    if p >= B:\n        return\n"),
+    "cpu": ("\n\n@numba.njit(cache=True, error_model=\"numpy\", nogil=True)\n"
+            "def {name}({args}):\n    B = X.shape[0]\n    for p in range(B):\n"),
+}
+_DEPTH = {"cuda": 1, "cpu": 2}
 
 
-def _kernel(name, args, code):
-    return (f"\n\n@cuda.jit(cache=True)\ndef {name}({args}):\n    p = cuda.grid(1)\n"
-            f"    B = X.shape[0]\n    if p >= B:\n        return\n" + "\n".join(code.lines)
-            + "\n")
+def _kernel(name, args, code, target):
+    return _HEADS[target].format(name=name, args=args) + "\n".join(code.lines) + "\n"
 
 
-def reverse_source(plan):
-    """(key, source): the module with ``values(X, tab, values)`` and ``reverse(X, tab,
-    values, jac, CK, SG)``, the latter a Jacobian row per output by reverse sweeps."""
+def reverse_source(plan, target="cuda"):
+    """(key, source): the module with ``run_values(X, tab, values)`` and
+    ``run_reverse(X, tab, values, jac, CK, SG)``, the latter a Jacobian row per output
+    by reverse sweeps; ``target`` "cuda" (a thread per point, the state checkpointed
+    every ``plan.stride`` repetitions) or "cpu" (numba.njit, a loop over the points;
+    every repetition's state kept: memory is cheap there and recomputing is not). CK
+    and SG hold ``plan.scratch(target)`` doubles a point."""
     lean = plan.lean
+    stride = plan.stride_for(target)
     live = live_sets(lean.instr, lean.pool, lean.nslots, lean.out_slots)
     parts = []
     for with_jac in (False, True):
-        code = _Code()
+        code = _Code(_DEPTH[target])
         _load_inputs(code, plan)
         _prologue(code, plan)
         if plan.loop is not None:
             with code.block(f"for t in range({plan.loop[2]}):"):
-                if with_jac:
-                    with code.block(f"if t % {plan.stride} == 0:"):
-                        for where, s in _state(plan, "CK", f"t // {plan.stride}"):
+                if with_jac and stride == 1:
+                    for where, s in _state(plan, "CK", "t"):
+                        code.add(f"{where} = {s}")
+                elif with_jac:
+                    with code.block(f"if t % {stride} == 0:"):
+                        for where, s in _state(plan, "CK", f"t // {stride}"):
                             code.add(f"{where} = {s}")
                 _body_forward(code, plan)
         _epilogue(code, plan)
@@ -607,17 +654,17 @@ def reverse_source(plan):
         if with_jac:
             for o in range(lean.out_slots.size):
                 code.add(f"# output {o}")
-                _reverse_for_output(code, plan, o, live[o])
-            parts.append(_kernel("run_reverse", "X, tab, values, jac, CK, SG", code))
+                _reverse_for_output(code, plan, o, live[o], stride)
+            parts.append(_kernel("run_reverse", "X, tab, values, jac, CK, SG", code, target))
         else:
-            parts.append(_kernel("run_values", "X, tab, values", code))
-    return _keyed(_HEADER + "".join(parts))
+            parts.append(_kernel("run_values", "X, tab, values", code, target))
+    return _keyed(_HEADERS[target] + "".join(parts))
 
 
-def tangent_source(plan, lanes):
-    """(key, source): the module with ``tangent(X, tab, S, values, tangents)``, values
-    and ``lanes`` directional derivatives (S: lanes x inputs) by forward mode."""
-    code = _Code()
+def tangent_source(plan, lanes, target="cuda"):
+    """(key, source): the module with ``run_tangent(X, tab, S, values, tangents)``,
+    values and ``lanes`` directional derivatives (S: lanes x inputs) by forward mode."""
+    code = _Code(_DEPTH[target])
     _load_inputs(code, plan, lanes)
     _prologue(code, plan, lanes)
     if plan.loop is not None:
@@ -628,7 +675,8 @@ def tangent_source(plan, lanes):
         code.add(f"values[p, {o}] = {value}")
         for l in range(lanes):
             code.add(f"tangents[p, {o}, {l}] = {f'd{name}_{l}' if name else '0.0'}")
-    return _keyed(_HEADER + _kernel("run_tangent", "X, tab, S, values, tangents", code))
+    return _keyed(_HEADERS[target] + _kernel("run_tangent", "X, tab, S, values, tangents",
+                                             code, target))
 
 
 def _keyed(source):
@@ -638,23 +686,100 @@ def _keyed(source):
 _lock = threading.Lock()
 
 
-def module(key, source):
+def module(key, source, target="cuda"):
     """The generated module, written once to the kernel cache and imported."""
-    name = f"autotape_gpu_{key}"
+    name = f"autotape_{target}_{key}"
     with _lock:
         found = sys.modules.get(name)
         if found is not None:
             return found
-        folder = os.path.join(cache_dir(), "gpu")
-        path = os.path.join(folder, f"gpu_{key}.py")
-        if not os.path.exists(path):
-            os.makedirs(folder, exist_ok=True)
-            tmp = f"{path}.{os.getpid()}.tmp"
-            with open(tmp, "w") as f:
-                f.write(source)
-            os.replace(tmp, path)
-        spec = importlib.util.spec_from_file_location(name, path)
-        found = importlib.util.module_from_spec(spec)
-        sys.modules[name] = found
-        spec.loader.exec_module(found)
+        found = _import(name, _path(key, source, target))
         return found
+
+
+def _path(key, source, target):
+    folder = os.path.join(cache_dir(), "generated")
+    path = os.path.join(folder, f"{target}_{key}.py")
+    if not os.path.exists(path):
+        os.makedirs(folder, exist_ok=True)
+        tmp = f"{path}.{os.getpid()}.tmp"
+        with open(tmp, "w") as f:
+            f.write(source)
+        os.replace(tmp, path)               # (atomic: processes race)
+    return path
+
+
+def _import(name, path):
+    spec = importlib.util.spec_from_file_location(name, path)
+    found = importlib.util.module_from_spec(spec)
+    sys.modules[name] = found               # (numba's cache finds its globals by name)
+    spec.loader.exec_module(found)
+    return found
+
+
+# ---- on the CPU: compiled beside the calls ------------------------------------------------
+
+def cpu_signatures():
+    """The argument types of the CPU kernels, as numba types (a call's; numba's disk
+    cache is keyed on what ``compile`` gets)."""
+    import numba
+    f64 = numba.float64
+
+    def array(n):
+        return numba.types.Array(f64, n, "C")
+    return {"run_values": (array(2), array(2), array(2)),
+            "run_reverse": (array(2), array(2), array(2), array(3), array(1), array(1)),
+            "run_tangent": (array(2), array(2), array(2), array(2), array(3))}
+
+
+def _mark(path):
+    return f"{path[:-3]}.compiled"
+
+
+def compile_file(key, path):
+    """Compile a CPU module's kernels into numba's disk cache, then mark it compiled
+    (what the helper process runs)."""
+    found = _import(f"autotape_cpu_{key}", path)
+    sigs = cpu_signatures()
+    for name, sig in sigs.items():
+        if hasattr(found, name):
+            getattr(found, name).compile(sig)
+    with open(_mark(path), "w") as f:
+        f.write("compiled\n")
+
+
+_HELPER = "from autotape.codegen import compile_file\ncompile_file(*sys.argv[1:])\n"
+_said, _failed = set(), set()
+
+
+def cpu_module(key, source, wait=True, what="a compiled function"):
+    """The CPU module once its kernels are compiled. On disk already, it loads at once;
+    otherwise, with ``wait=False`` and background compiling on
+    (kernels/background.py), a helper process compiles it while the calls go on
+    without it (None) until a later call finds it ready; ``wait=True``: now, or once
+    the helper at it is done."""
+    name = f"autotape_cpu_{key}"
+    found = sys.modules.get(name)
+    if found is not None:
+        return found
+    with _lock:
+        path = _path(key, source, "cpu")
+        job = f"generated {key}"
+        state = background.state(job)
+        if background.enabled() and not os.path.exists(_mark(path)) and \
+                (state is not None or wait is not True):
+            if state is None:
+                background.submit(job, _HELPER, (key, path), what)
+                if job not in _said:
+                    _said.add(job)
+                    print(f"autotape: compiling {what} beside the calls, which run on the "
+                          f"interpreter until it is ready (once: later runs load it from "
+                          f"{cache_dir()})", file=sys.stderr, flush=True)
+            if not wait and state not in (background.DONE, background.FAILED):
+                return None
+            if background.wait(job) == background.FAILED and job not in _failed:
+                _failed.add(job)
+                print(f"autotape: compiling {what} beside the calls failed, so this "
+                      f"process compiles it. The helper said:\n{background.error(job)}",
+                      file=sys.stderr, flush=True)
+        return _import(name, path)

@@ -1,0 +1,162 @@
+"""The whole program as generated numba code on the CPU (codegen.py, target "cpu"): a
+compiled function whose recording has a loop runs, once the code is compiled, as one
+njit function per kind (values, reverse, forward mode): every slot a local, the loop a
+loop, every repetition's state kept for the reverse sweep. Its answers equal the
+interpreter's bit for bit (the same op functions in the same order, no contraction)."""
+import math
+import os
+import sys
+import time
+from pathlib import Path
+
+import numpy as np
+import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
+
+import autotape as at
+import autotape.func as F
+from autotape import codegen, program
+from autotape.kernels import background
+from programs import OPS
+from test_background import THETA, _model
+
+sys.path.insert(0, str(Path(__file__).resolve().parent.parent / "benchmarks"))
+import workloads as W  # noqa: E402
+
+
+def _lean(c, x):
+    return c._lean("value", [x]).lean
+
+
+def _twins(f, x):
+    """c runs generated code (compiled now), twin the interpreter and loop bodies."""
+    c, twin = at.compile(f, x), at.compile(f, x)
+    _lean(twin, x).codegen = {"plan": codegen.Unsupported("the test's interpreter twin")}
+    c.wait_compiled()
+    return c, twin
+
+
+def _identical(c, twin, points, methods):
+    for method in methods:
+        for k in range(len(points)):               # one point at a time
+            want = at.func.flatten(getattr(twin, method)(points[k]))[0]
+            got = at.func.flatten(getattr(c, method)(points[k]))[0]
+            for w, g in zip(want, got):
+                np.testing.assert_array_equal(g.numpy(), w.numpy(), err_msg=method)
+        want = at.func.flatten(F.vmap(getattr(twin, method))(points))[0]
+        got = at.func.flatten(F.vmap(getattr(c, method))(points))[0]
+        for w, g in zip(want, got):
+            np.testing.assert_array_equal(g.numpy(), w.numpy(), err_msg=f"vmap {method}")
+
+
+def _ran_generated(c, x, lanes=0):
+    kept = _lean(c, x).codegen or {}
+    return ("cpu", "reverse") in kept and (not lanes or ("cpu", "tangent", lanes) in kept)
+
+
+def test_the_driven_pendulum_bit_for_bit():
+    th = W.thetas(5)
+    c, twin = _twins(lambda t: W.driven_pendulum_at(t, 60), th[0])
+    _identical(c, twin, th, ("__call__", "value_and_grad", "jacfwd", "hessian"))
+    assert _ran_generated(c, th[0], 4)
+
+
+def _loss_in_the_loop(t):
+    x, v, loss = t[0], t[1], t[0] * 0.0
+    for i in range(30):
+        a = at.where(x > 0.3, -t[2] * at.sin(x), -t[2] * x) - t[3] * v + at.floor(x)
+        x, v = x + 0.01 * v, v + 0.01 * a
+        loss = loss + (x - math.cos(0.1 * i)) ** 2
+    return at.stack([loss, x * v, t[1] * 1.0, at.exp(v)])
+
+
+def test_several_outputs_a_loss_in_the_loop_and_nan():
+    th = W.thetas(4)
+    th[1, 0] = np.nan
+    c, twin = _twins(_loss_in_the_loop, th[0])
+    _identical(c, twin, th, ("__call__", "jacobian", "jacrev", "jacfwd"))
+    assert _ran_generated(c, th[0], 4)
+
+
+def test_arrays_in_the_loop():
+    def f(k):
+        x = at.tensor(np.linspace(0.0, 1.0, 6)) * k[0]
+        v = x * 0.0
+        for _ in range(25):
+            v = v + 0.01 * (at.concatenate([x[1:] - x[:-1], x[:1] * 0.0]) * k[1] - x * k[2])
+            x = x + 0.01 * v
+        return (x * x).sum() + v.mean()
+    ks = np.array([1.0, 2.0, 0.5]) * np.random.default_rng(1).uniform(0.8, 1.2, (3, 3))
+    c, twin = _twins(f, ks[0])
+    _identical(c, twin, ks, ("value_and_grad", "jacfwd"))
+    assert _ran_generated(c, ks[0], 3)
+
+
+@settings(max_examples=6, deadline=None)
+@given(st.lists(st.tuples(st.sampled_from(range(len(OPS))), st.integers(0, 5),
+                          st.integers(0, 5)), min_size=1, max_size=10),
+       st.integers(4, 9))
+def test_random_loop_bodies(ops, steps):
+    def f(t):
+        state = [t[0], t[1], t[2]]
+        for _ in range(steps * 8):
+            vals = list(state)
+            for k, a, b in ops:
+                name, arity, g = OPS[k]
+                args = (vals[a % len(vals)],) if arity == 1 else \
+                    (vals[a % len(vals)], vals[b % len(vals)])
+                vals.append(g(at, *args))
+            state = [vals[-1] * 0.3 + state[0] * 0.7, state[1] * 0.9 + vals[-2] * 0.05
+                     if len(vals) > 4 else state[1] * 0.9, state[2] * 0.99 + vals[-1] * 0.01]
+        return state[0] * state[1] + state[2]
+    points = np.random.default_rng(2).uniform(-1.0, 1.0, (3, 3))
+    c, twin = _twins(f, points[0])
+    _identical(c, twin, points, ("value_and_grad",))
+
+
+def test_compiled_beside_the_calls_then_switched_to(monkeypatch, capfd):
+    # a body no earlier run compiled: the calls run the interpreter (bit for bit the
+    # generated code's answers) while a helper process compiles it, then switch
+    monkeypatch.setenv(background.ENABLED_ENV, "1")
+    model = _model(int.from_bytes(os.urandom(6), "little"))
+    c = at.compile(model, THETA)
+    lean = _lean(c, THETA)
+    got = []
+    for s in (1.0, 1.1, 0.9):
+        start = time.perf_counter()
+        got.append(c.value_and_grad(THETA * s)[1].numpy())
+        assert time.perf_counter() - start < 1.0            # no call waits on numba
+    assert lean.compiled_code() is None                      # (the helper takes seconds)
+    assert "beside the calls" in capfd.readouterr().err
+    job = next(k for k in background._jobs if k.startswith("generated "))
+    assert background.wait(job) == background.DONE
+    again = [c.value_and_grad(THETA * s)[1].numpy() for s in (1.0, 1.1, 0.9)]
+    assert lean.compiled_code() == "generated"
+    np.testing.assert_array_equal(again, got)
+
+
+def test_autotape_generated_0_turns_it_off(monkeypatch):
+    monkeypatch.setenv(program.GENERATED_ENV, "0")
+    th = W.thetas(1)
+    c = at.compile(lambda t: W.driven_pendulum_at(t, 40), th[0]).wait_compiled()
+    c.value_and_grad(th[0])
+    assert not _ran_generated(c, th[0])
+    assert _lean(c, th[0]).loop_ready                     # (the loop body instead)
+
+
+def test_a_pickled_function_generates_again():
+    import pickle
+    th = W.thetas(2)
+    c = at.compile(lambda t: W.driven_pendulum_at(t, 30), th[0]).wait_compiled()
+    want = c.value_and_grad(th[1])[1].numpy()
+    twin = pickle.loads(pickle.dumps(c))
+    np.testing.assert_array_equal(twin.wait_compiled().value_and_grad(th[1])[1].numpy(), want)
+
+
+def test_points_in_runs_that_fit_the_scratch(monkeypatch):
+    monkeypatch.setattr(program, "GENERATED_SCRATCH_BYTES", 8 * 2 * 40 * 3)   # 3 points
+    monkeypatch.setattr(program, "GENERATED_SLICE", 4)
+    th = W.thetas(11)
+    c, twin = _twins(lambda t: W.driven_pendulum_at(t, 40), th[0])
+    np.testing.assert_array_equal(F.vmap(c.grad)(th).numpy(), F.vmap(twin.grad)(th).numpy())
