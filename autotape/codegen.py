@@ -1,10 +1,10 @@
-"""CUDA kernels written out for one lean program: one thread per point, every slot a
-local variable (registers), the program's loop a loop in the kernel.
+"""The whole lean program written out as code: every slot a local variable, the
+program's loop a loop; for a CUDA GPU (one thread per point) and for the CPU (a numba
+function looping over a run of points).
 
-The CPU runs a lean program on an interpreter (kernels/program.py) and compiles its
-loop body as code (kernels/loops.py). On a GPU an interpreter per thread re-reads every
-instruction and keeps every slot of every point in global memory; here the whole
-program is code instead:
+The CPU's instruction interpreter (kernels/program.py) re-reads every instruction and
+keeps every slot in memory; its loop bodies (kernels/loops.py) are code, but one loop
+per instruction over slot arrays. Here the program is straight code instead:
 
 - the instructions before the loop (the prologue) and after it (the epilogue) as
   straight-line statements, ``v{slot} = ...``;
@@ -12,26 +12,29 @@ program is code instead:
   slot's place in the repetition), the values a repetition hands the next are carried
   as ``s{j}``, the per-repetition constants (a forcing term's ``t = i * h``) read from
   the table ``tab[t, k]``, constants are literals;
-- the reverse sweep per thread, checkpointed: the forward pass stores the carried
-  state every ``stride`` repetitions (``CK``), and the reverse re-runs each segment
-  from its checkpoint, keeping the segment's states (``SG``), then sweeps its
-  repetitions backwards, recomputing each one's values in registers. Memory per point
-  is ``(segments + stride) * carried`` doubles, ``stride ~ sqrt(repeats)``: it grows
+- the reverse sweep per point: the forward pass stores the carried state every
+  ``stride`` repetitions (``CK``); the sweep steps back through the repetitions, each
+  one's values recomputed from its state. On the CPU every state is kept (stride 1:
+  memory is cheap there, recomputing is not); on the GPU every ~sqrt(repeats)-th, and
+  the sweep re-runs each segment from its checkpoint keeping the segment's states
+  (``SG``), so a point needs ``(segments + stride) * carried`` doubles: memory grows
   with the state and sqrt(steps), not with the program;
-- forward mode with ``L`` tangent lanes per value, all in registers (``d{name}_{l}``).
+- forward mode with ``L`` tangent lanes per value, all locals (``d{name}_{l}``).
 
 The op math is the op table's (kernels/elementwise.py: ``unary_value``, ``times``,
 ``tangent_times``...), called with the opcode a literal, so each call folds to one
-op's code; the arithmetic is the CPU interpreter's, in the same order, so results
-equal the CPU's up to the GPU's libm (a few ulps in sin, exp...). Each output's reverse
-sweep visits only the instructions it reaches, as the CPU's live sets do (an unreached
-one would multiply its zero adjoint by an inf partial into nan).
+op's code; the arithmetic is the interpreter's, in the same order: on the CPU the
+answers are the interpreter's bit for bit, on a GPU up to its libm (a few ulps in sin,
+exp...). Each output's reverse sweep visits only the instructions it reaches, as the
+interpreter's live sets do (an unreached one would multiply its zero adjoint by an inf
+partial into nan).
 
 ``plan(lean)`` says whether a program can be written so (``Unsupported`` says why not:
-a user's numba op, a body reading two repetitions back, a program too long to unroll
-without a loop); gpu.py then runs the interpreter kernel. The modules are written to
-the kernel cache (kernels/cache.py: its folder changes with the op math) and compiled
-by numba.cuda at their first launch, cached on disk.
+a user's numba op, a body reading two repetitions back, code too large to compile in
+reasonable time or to fit a thread's registers); the interpreter (and the loop bodies)
+then run it. The modules are written to the kernel cache (kernels/cache.py: its folder
+changes with the op math) and compiled by numba, cached on disk: CUDA modules at their
+first launch, CPU modules beside the calls (``cpu_module``, kernels/background.py).
 """
 import hashlib
 import importlib.util
