@@ -48,10 +48,10 @@ import numpy as np
 from .kernels import background
 from .kernels.cache import cache_dir
 from .kernels.elementwise import passes_nothing
-from .kernels.loops import pool_reads
+from .kernels.loops import binary_adjoints, pool_reads
 from .kernels.program import (COPY, GATHER, I_A, I_N, I_OP, I_OUT, I_SA, SCATTER_ADD,
                               live_sets)
-from .opcodes import ADD, BINARY_LAST, DIV, MUL, SUB, UNARY_LAST, WHERE, opcode_name
+from .opcodes import ADD, BINARY_LAST, DIV, MUL, SUB, UNARY_LAST, opcode_name
 
 # Past these sizes a program runs on the interpreter kernel: numba's compile time grows
 # faster than the code (measured on 2 cores: a body of 207 element operations 19 s, of
@@ -351,13 +351,7 @@ def _reverse(code, plan, q, in_body, adjoint):
         elif op <= BINARY_LAST:
             (y, ny) = row[1]
             gy = adjoint(ny) if ny is not None else None
-            if op == ADD or op == SUB:
-                dx, dy = gz, (gz if op == ADD else f"-{gz}")
-            elif op == MUL:
-                dx, dy = f"{gz} * {y}", f"{gz} * {x}"
-            else:
-                dx = f"times({op}, {gz}, binary_partial_x({op}, {x}, {y}, {z}))"
-                dy = f"times({op}, {gz}, binary_partial_y({op}, {x}, {y}, {z}))"
+            dx, dy = binary_adjoints(op, gz, x, y, z)
             if gx:
                 code.add(f"{gx} += {dx}")
             if gy:
@@ -458,12 +452,17 @@ def _load_inputs(code, plan, lanes=0):
             code.add(f"dv{s}_{l} = S[{l}, {e}]")
 
 
-def _prologue(code, plan, lanes=0):
-    """The instructions before the loop, and the carried values' first ones."""
-    for q in plan.before():
+def _straight(code, plan, instructions, lanes=0):
+    """Instructions outside the loop: their values (and tangents)."""
+    for q in instructions:
         _forward(code, plan, q, False)
         if lanes:
             _tangent(code, plan, q, False, lanes)
+
+
+def _prologue(code, plan, lanes=0):
+    """The instructions before the loop, and the carried values' first ones."""
+    _straight(code, plan, plan.before(), lanes)
     for j, slot in sorted(plan.carried.items()):
         value, name = plan.operand(-1, slot, False, False)
         code.add(f"s{j} = {value}")
@@ -473,13 +472,6 @@ def _prologue(code, plan, lanes=0):
         code.add(f"o{j} = 0.0")
         for l in range(lanes):
             code.add(f"do{j}_{l} = 0.0")
-
-
-def _epilogue(code, plan, lanes=0):
-    for q in plan.after():
-        _forward(code, plan, q, False)
-        if lanes:
-            _tangent(code, plan, q, False, lanes)
 
 
 def _outputs(plan):
@@ -651,7 +643,7 @@ def reverse_source(plan, target="cuda"):
                         for where, s in _state(plan, "CK", f"t // {stride}"):
                             code.add(f"{where} = {s}")
                 _body_forward(code, plan)
-        _epilogue(code, plan)
+        _straight(code, plan, plan.after())
         for o, (value, _) in enumerate(_outputs(plan)):
             code.add(f"values[p, {o}] = {value}")
         if with_jac:
@@ -673,7 +665,7 @@ def tangent_source(plan, lanes, target="cuda"):
     if plan.loop is not None:
         with code.block(f"for t in range({plan.loop[2]}):"):
             _body_forward(code, plan, lanes)
-    _epilogue(code, plan, lanes)
+    _straight(code, plan, plan.after(), lanes)
     for o, (value, name) in enumerate(_outputs(plan)):
         code.add(f"values[p, {o}] = {value}")
         for l in range(lanes):

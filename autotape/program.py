@@ -4,7 +4,6 @@ for every recording it can lower (``at.compile``, ``autotape.func.vmap``)."""
 import concurrent.futures
 import os
 
-import numba
 import numpy as np
 
 from . import codegen

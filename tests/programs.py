@@ -66,3 +66,29 @@ def run(lib, inputs, steps):
     for op, args in steps:
         pool.append(OPS[op][2](lib, *[pool[i] for i in args]))
     return pool[-1].sum()
+
+
+# A random loop body: a three-value state updated by a random sequence of OPS (each with
+# its operands picked among the values so far), repeated ``steps * 8`` times
+LOOP_BODIES = (st.lists(st.tuples(st.sampled_from(range(len(OPS))), st.integers(0, 5),
+                                  st.integers(0, 5)), min_size=1, max_size=12),
+               st.integers(4, 9))
+
+
+def loop_model(L, ops, steps):
+    """f(t) of three parameters, for library L (autotape, torch...), from a draw of
+    LOOP_BODIES."""
+    def f(t):
+        state = [t[0], t[1], t[2]]
+        for _ in range(steps * 8):
+            vals = list(state)
+            for k, a, b in ops:
+                _, arity, g = OPS[k]
+                args = (vals[a % len(vals)],) if arity == 1 else \
+                    (vals[a % len(vals)], vals[b % len(vals)])
+                vals.append(g(L, *args))
+            state = [vals[-1] * 0.3 + state[0] * 0.7,
+                     L.tanh(vals[-2] + state[1]) if len(vals) > 4 else state[1] * 0.9,
+                     state[2] * 0.99 + vals[-1] * 0.01]
+        return state[0] * state[1] + state[2]
+    return f

@@ -10,15 +10,13 @@ import time
 from pathlib import Path
 
 import numpy as np
-import pytest
 from hypothesis import given, settings
-from hypothesis import strategies as st
 
 import autotape as at
 import autotape.func as F
 from autotape import codegen, program
 from autotape.kernels import background
-from programs import OPS
+from programs import LOOP_BODIES, loop_model
 from test_background import THETA, _model
 
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent / "benchmarks"))
@@ -94,22 +92,11 @@ def test_arrays_in_the_loop():
 
 
 @settings(max_examples=6, deadline=None)
-@given(st.lists(st.tuples(st.sampled_from(range(len(OPS))), st.integers(0, 5),
-                          st.integers(0, 5)), min_size=1, max_size=10),
-       st.integers(4, 9))
+@given(*LOOP_BODIES)
 def test_random_loop_bodies(ops, steps):
-    def f(t):
-        state = [t[0], t[1], t[2]]
-        for _ in range(steps * 8):
-            vals = list(state)
-            for k, a, b in ops:
-                name, arity, g = OPS[k]
-                args = (vals[a % len(vals)],) if arity == 1 else \
-                    (vals[a % len(vals)], vals[b % len(vals)])
-                vals.append(g(at, *args))
-            state = [vals[-1] * 0.3 + state[0] * 0.7, state[1] * 0.9 + vals[-2] * 0.05
-                     if len(vals) > 4 else state[1] * 0.9, state[2] * 0.99 + vals[-1] * 0.01]
-        return state[0] * state[1] + state[2]
+    # a random update of a three-value state, repeated: the loop finder, the carried
+    # values and the sweep against the interpreter
+    f = loop_model(at, ops, steps)
     points = np.random.default_rng(2).uniform(-1.0, 1.0, (3, 3))
     c, twin = _twins(f, points[0])
     _identical(c, twin, points, ("value_and_grad",))

@@ -488,14 +488,7 @@ def _instruction(body, q, points):
             forward.append(f"{z} = " + (f"{X} {symbol} {Y}" if symbol else
                                         f"binary_value({op}, {X}, {Y})") + f"  # {name}")
             if not passes_nothing(op):
-                g = f"f64({gz})"
-                if op == ADD or op == SUB:
-                    dx, dy = g, (g if op == ADD else f"-{g}")
-                elif op == MUL:
-                    dx, dy = f"{g} * {Y}", f"{g} * {X}"
-                else:
-                    dx = f"times({op}, {g}, binary_partial_x({op}, {X}, {Y}, {Z}))"
-                    dy = f"times({op}, {g}, binary_partial_y({op}, {X}, {Y}, {Z}))"
+                dx, dy = binary_adjoints(op, f"f64({gz})", X, Y, Z)
                 cols = [c for c in (I_A, I_A + 1) if body.gets_adjoint(q, c)]
                 if len(cols) == 2:         # (both read before either is written)
                     backward += [f"gx, gy = {dx}, {dy}", f"{gx} += gx", f"{gy} += gy"]
@@ -505,6 +498,18 @@ def _instruction(body, q, points):
                     backward.append(f"{target} += {d}")
                     writes.append((0, cols[0], False))
     return loops, forward, backward, writes
+
+
+def binary_adjoints(op, g, x, y, z):
+    """The expressions a binary op's VJP adds to its operands' adjoints, given the
+    expressions of its output's adjoint and of its operands' and output's values (the
+    interpreter's arithmetic: codegen.py writes the same)."""
+    if op == ADD or op == SUB:
+        return g, (g if op == ADD else f"-{g}")
+    if op == MUL:
+        return f"{g} * {y}", f"{g} * {x}"
+    return (f"times({op}, {g}, binary_partial_x({op}, {x}, {y}, {z}))",
+            f"times({op}, {g}, binary_partial_y({op}, {x}, {y}, {z}))")
 
 
 def _tangent_lines(body, q, points):
