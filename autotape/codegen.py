@@ -59,6 +59,9 @@ from .opcodes import ADD, BINARY_LAST, DIV, MUL, SUB, UNARY_LAST, opcode_name
 MAX_STRAIGHT = 2000      # element operations outside a loop
 MAX_BODY = 600           # element operations in a loop body
 MAX_CARRIED = 128        # values a repetition hands the next
+MAX_LINES = 6000         # lines of one generated module (a reverse sweep per output and
+                         # forward mode's lanes multiply the code; numba takes ~3-5 ms a
+                         # line: Lorenz-96's 4700 lines 15-27 s, beside the calls)
 MAX_LANES = 32           # forward-mode lanes kept in registers
 THREADS = 128
 
@@ -675,6 +678,10 @@ def tangent_source(plan, lanes, target="cuda"):
 
 
 def _keyed(source):
+    lines = source.count("\n")
+    if lines > MAX_LINES:
+        raise Unsupported(f"its code would be {lines} lines (more than {MAX_LINES} take "
+                          f"numba minutes to compile)")
     return hashlib.sha256(source.encode()).hexdigest()[:24], source
 
 

@@ -87,11 +87,10 @@ def run_points(lean, X, jacobian):
     state = _state(lean)
     try:
         plan = codegen.plan(lean)
+        kernels = _generated(state, ("cuda", "reverse"), lambda: codegen.reverse_source(plan))
     except codegen.Unsupported:
         _interpret(lean, cuda, Xd, values, jac, jacobian)
     else:
-        kind = "reverse" if jacobian else "values"
-        kernels = _generated(state, ("cuda", kind), lambda: codegen.reverse_source(plan))
         tab = _table(state, cuda, plan)
         per_point = plan.bytes_per_point() if jacobian else 0
         step = max(1, min(B, SCRATCH_BYTES // max(per_point, 1)))
@@ -143,6 +142,7 @@ def explain_gpu(lean):
     a point's reverse sweep needs), or why it runs on the interpreter kernel."""
     try:
         plan = codegen.plan(lean)
+        codegen.reverse_source(plan)
     except codegen.Unsupported as e:
         return f"the instruction interpreter kernel, because {e}"
     loop = "" if plan.loop is None else (
@@ -174,9 +174,17 @@ def _state(lean):
 
 
 def _generated(state, kind, source):
+    """The CUDA module of ``kind``, written and imported once; raises Unsupported (kept:
+    a program's code too long to compile is not written again at every call)."""
     found = state.get(kind)
     if found is None:
-        found = state[kind] = codegen.module(*source())
+        try:
+            found = codegen.module(*source())
+        except codegen.Unsupported as e:
+            found = e
+        state[kind] = found
+    if isinstance(found, codegen.Unsupported):
+        raise found
     return found
 
 

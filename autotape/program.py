@@ -256,7 +256,7 @@ class LeanProgram:
             self._each_slice(B, lambda a, b: whole.run_tangent(
                 X[a:b], self._table(), directions, values[a:b], tangents[a:b]))
             return values, tangents
-        if not (shared and self._generating(X.dtype)) and \
+        if not (shared and self._generating(X.dtype, ("cpu", "tangent", K))) and \
                 self._loop_ready(X.dtype, "tangent" if B == 1 else "tangent_points"):
             segments = self.segments
             slots = segments.size if segments is not None else self.nslots
@@ -292,10 +292,10 @@ class LeanProgram:
             return "generated"
         return "loop body" if self.loop_kernels is not None else None
 
-    def _generating(self, dtype):
-        """Whether this program runs as generated code once it is compiled (float64, a
-        loop found, codegen takes it, no segment budget asked for): its loop body alone
-        is then never compiled."""
+    def _generating(self, dtype, kind=("cpu", "reverse")):
+        """Whether this program runs as generated code of ``kind`` once it is compiled
+        (float64, a loop found, codegen takes it, no segment budget asked for): its loop
+        body alone is then never compiled for it."""
         if dtype != np.float64 or self.loop is None or self.segments is not None or \
                 os.environ.get(GENERATED_ENV) == "0":
             return False
@@ -303,15 +303,16 @@ class LeanProgram:
             codegen.plan(self)
         except codegen.Unsupported:
             return False
-        return True
+        return self.codegen.get(kind) is not False
 
     def _generated(self, dtype, lanes=0):
         """The generated module (reverse: run_values and run_reverse; with ``lanes``,
-        run_tangent), once compiled; None meanwhile. As ``_loop_ready``: from the
+        run_tangent), once compiled; None meanwhile, or where its code would be too
+        long (then False is kept: the loop body runs it). As ``_loop_ready``: from the
         COMPILE_LOOP_AFTER-th call on it compiles beside the calls."""
-        if not self._generating(dtype):
-            return None
         kind = ("cpu", "tangent", lanes) if lanes else ("cpu", "reverse")
+        if not self._generating(dtype, kind):
+            return None
         found = self.codegen.get(kind)
         if found is not None:
             return found
@@ -320,8 +321,12 @@ class LeanProgram:
         if self.calls < COMPILE_LOOP_AFTER and not wait:
             return None
         plan = codegen.plan(self)
-        key, source = codegen.tangent_source(plan, lanes, "cpu") if lanes else \
-            codegen.reverse_source(plan, "cpu")
+        try:
+            key, source = codegen.tangent_source(plan, lanes, "cpu") if lanes else \
+                codegen.reverse_source(plan, "cpu")
+        except codegen.Unsupported:
+            self.codegen[kind] = False
+            return None
         found = codegen.cpu_module(key, source, wait=wait, what=self.what)
         if found is not None:
             self.codegen[kind] = found
@@ -396,15 +401,23 @@ class LeanProgram:
         mode with a lane per input), or every variant of the loop body."""
         if self._generating(np.dtype(dtype)):
             plan, sigs = codegen.plan(self), codegen.cpu_signatures()
-            for kind, (key, source) in ((("cpu", "reverse"), codegen.reverse_source(plan, "cpu")),
-                                        (("cpu", "tangent", self.in_slots.size),
-                                         codegen.tangent_source(plan, self.in_slots.size, "cpu"))):
+            lanes = self.in_slots.size
+            for kind, make in ((("cpu", "reverse"), lambda: codegen.reverse_source(plan, "cpu")),
+                               (("cpu", "tangent", lanes),
+                                lambda: codegen.tangent_source(plan, lanes, "cpu"))):
+                try:
+                    key, source = make()
+                except codegen.Unsupported:
+                    self.codegen[kind] = False          # (its loop body, below)
+                    continue
                 found = codegen.cpu_module(key, source, wait=True, what=self.what)
                 for name, sig in sigs.items():
                     if hasattr(found, name):
                         getattr(found, name).compile(sig)
                 self.codegen[kind] = found
-            return
+            if all(self.codegen.get(k) is not False for k in (("cpu", "reverse"),
+                                                               ("cpu", "tangent", lanes))):
+                return
         if self.loop is not None and self.user_calls is None:
             for group in LOOP_GROUPS:
                 self._compile_loop(np.dtype(dtype), group, "every")

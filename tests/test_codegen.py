@@ -239,3 +239,16 @@ def test_kept_scratch_serves_other_sizes_and_threads(cuda):
         results = list(pool.map(call, range(3)))
     for k, got in enumerate(results):
         np.testing.assert_allclose(got, want[k:k + 4], rtol=1e-12)
+
+
+def test_code_too_long_to_compile_runs_on_the_interpreter_kernel(monkeypatch):
+    monkeypatch.setattr(codegen, "MAX_LINES", 100)
+    th = W.thetas(3)
+    c = at.compile(lambda t: W.driven_pendulum_at(t, 12), th[0])
+    assert "lines (more than 100" in gpu.explain_gpu(_lean(c, th[0]))
+    for method in ("value_and_grad", "jacfwd"):
+        want = at.func.flatten(F.vmap(getattr(c, method))(th))[0]
+        for _ in range(2):                          # (the second call: the kept refusal)
+            got = at.func.flatten(F.vmap(getattr(c, method), device="cuda")(th))[0]
+            for w, g in zip(want, got):
+                np.testing.assert_allclose(g.numpy(), w.numpy(), rtol=1e-12, atol=1e-13)

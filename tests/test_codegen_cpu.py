@@ -147,3 +147,14 @@ def test_points_in_runs_that_fit_the_scratch(monkeypatch):
     th = W.thetas(11)
     c, twin = _twins(lambda t: W.driven_pendulum_at(t, 40), th[0])
     np.testing.assert_array_equal(F.vmap(c.grad)(th).numpy(), F.vmap(twin.grad)(th).numpy())
+
+
+def test_code_too_long_to_compile_leaves_it_to_the_loop_body(monkeypatch):
+    # forward mode's lanes multiply the code: past MAX_LINES the loop body runs it
+    monkeypatch.setattr(codegen, "MAX_LINES", 930)   # (reverse: 905 lines, forward: 961)
+    th = W.thetas(2)
+    c, twin = _twins(lambda t: W.driven_pendulum_at(t, 30), th[0])
+    lean = _lean(c, th[0])
+    assert lean.codegen[("cpu", "reverse")] and lean.codegen[("cpu", "tangent", 4)] is False
+    _identical(c, twin, th, ("value_and_grad", "jacfwd"))
+    assert lean.loop_ready                               # (the tangent's loop body)
