@@ -37,7 +37,6 @@ changes with the op math) and compiled by numba, cached on disk: CUDA modules at
 first launch, CPU modules beside the calls (``cpu_module``, kernels/background.py).
 """
 import hashlib
-import importlib.util
 import math
 import os
 import sys
@@ -46,7 +45,7 @@ import threading
 import numpy as np
 
 from .kernels import background
-from .kernels.cache import cache_dir
+from .kernels.cache import cache_dir, generated_file, import_generated
 from .kernels.elementwise import passes_nothing
 from .kernels.loops import binary_adjoints, pool_reads
 from .kernels.program import (COPY, GATHER, I_A, I_N, I_OP, I_OUT, I_SA, SCATTER_ADD,
@@ -690,33 +689,12 @@ _lock = threading.Lock()
 
 def module(key, source, target="cuda"):
     """The generated module, written once to the kernel cache and imported."""
-    name = f"autotape_{target}_{key}"
     with _lock:
-        found = sys.modules.get(name)
-        if found is not None:
-            return found
-        found = _import(name, _path(key, source, target))
-        return found
+        return import_generated(f"autotape_{target}_{key}", _path(key, source, target))
 
 
 def _path(key, source, target):
-    folder = os.path.join(cache_dir(), "generated")
-    path = os.path.join(folder, f"{target}_{key}.py")
-    if not os.path.exists(path):
-        os.makedirs(folder, exist_ok=True)
-        tmp = f"{path}.{os.getpid()}.tmp"
-        with open(tmp, "w") as f:
-            f.write(source)
-        os.replace(tmp, path)               # (atomic: processes race)
-    return path
-
-
-def _import(name, path):
-    spec = importlib.util.spec_from_file_location(name, path)
-    found = importlib.util.module_from_spec(spec)
-    sys.modules[name] = found               # (numba's cache finds its globals by name)
-    spec.loader.exec_module(found)
-    return found
+    return generated_file("generated", f"{target}_{key}.py", source)
 
 
 # ---- on the CPU: compiled beside the calls ------------------------------------------------
@@ -741,7 +719,7 @@ def _mark(path):
 def compile_file(key, path):
     """Compile a CPU module's kernels into numba's disk cache, then mark it compiled
     (what the helper process runs)."""
-    found = _import(f"autotape_cpu_{key}", path)
+    found = import_generated(f"autotape_cpu_{key}", path)
     sigs = cpu_signatures()
     for name, sig in sigs.items():
         if hasattr(found, name):
@@ -784,4 +762,4 @@ def cpu_module(key, source, wait=True, what="a compiled function"):
                 print(f"autotape: compiling {what} beside the calls failed, so this "
                       f"process compiles it. The helper said:\n{background.error(job)}",
                       file=sys.stderr, flush=True)
-        return _import(name, path)
+        return import_generated(name, path)

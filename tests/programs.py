@@ -1,4 +1,6 @@
 """Random differentiable programs for property tests, runnable on autotape or torch."""
+import math
+
 import numpy as np
 from hypothesis import strategies as st
 
@@ -91,4 +93,18 @@ def loop_model(L, ops, steps):
                      L.tanh(vals[-2] + state[1]) if len(vals) > 4 else state[1] * 0.9,
                      state[2] * 0.99 + vals[-1] * 0.01]
         return state[0] * state[1] + state[2]
+    return f
+
+
+def loss_in_the_loop(L):
+    """f(t) of four parameters for library L: a loss summed inside the loop (carried, and
+    read after it), a state the loss reads (read after the loop), a where and a step
+    function in the body, four outputs."""
+    def f(t):
+        x, v, loss = t[0], t[1], t[0] * 0.0
+        for i in range(30):
+            a = L.where(x > 0.3, -t[2] * L.sin(x), -t[2] * x) - t[3] * v + L.floor(x)
+            x, v = x + 0.01 * v, v + 0.01 * a
+            loss = loss + (x - math.cos(0.1 * i)) ** 2
+        return L.stack([loss, x * v, t[1] * 1.0, L.exp(v)])
     return f

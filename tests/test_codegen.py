@@ -3,7 +3,6 @@ loop a loop in the kernel, the reverse sweep checkpointed per thread, forward mo
 registers. Each answer is checked against the CPU's (kernels/program.py, loops.py) and
 against the interpreter kernel it replaces. Without a GPU these run in numba's CUDA
 simulator (CI sets NUMBA_ENABLE_CUDASIM=1); on a GPU: ``pytest -m cuda``."""
-import math
 import os
 import sys
 import threading
@@ -16,7 +15,7 @@ from hypothesis import given, settings
 import autotape as at
 import autotape.func as F
 from autotape import gpu, codegen
-from programs import LOOP_BODIES, loop_model
+from programs import LOOP_BODIES, loop_model, loss_in_the_loop
 
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent / "benchmarks"))
 import workloads as W  # noqa: E402
@@ -95,15 +94,7 @@ def test_the_memory_of_65536_pendulums_of_200_steps():
     assert plan.bytes_per_point() == 8 * 2 * (plan.segments + plan.stride)
 
 
-def _loss_in_the_loop(t):
-    # the loss summed inside the loop (carried, and read after it) and a state that
-    # the loss reads (live out), a where and a step function in the body
-    x, v, loss = t[0], t[1], t[0] * 0.0
-    for i in range(30):
-        a = at.where(x > 0.3, -t[2] * at.sin(x), -t[2] * x) - t[3] * v + at.floor(x)
-        x, v = x + 0.01 * v, v + 0.01 * a
-        loss = loss + (x - math.cos(0.1 * i)) ** 2
-    return at.stack([loss, x * v, t[1] * 1.0, at.exp(v)])
+_loss_in_the_loop = loss_in_the_loop(at)
 
 
 def test_a_loop_whose_loss_and_state_are_read_after_it():

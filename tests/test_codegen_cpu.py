@@ -3,7 +3,6 @@ compiled function whose recording has a loop runs, once the code is compiled, as
 njit function per kind (values, reverse, forward mode): every slot a local, the loop a
 loop, every repetition's state kept for the reverse sweep. Its answers equal the
 interpreter's bit for bit (the same op functions in the same order, no contraction)."""
-import math
 import os
 import sys
 import time
@@ -16,7 +15,7 @@ import autotape as at
 import autotape.func as F
 from autotape import codegen, program
 from autotape.kernels import background
-from programs import LOOP_BODIES, loop_model
+from programs import LOOP_BODIES, loop_model, loss_in_the_loop
 from test_background import THETA, _model
 
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent / "benchmarks"))
@@ -60,13 +59,7 @@ def test_the_driven_pendulum_bit_for_bit():
     assert _ran_generated(c, th[0], 4)
 
 
-def _loss_in_the_loop(t):
-    x, v, loss = t[0], t[1], t[0] * 0.0
-    for i in range(30):
-        a = at.where(x > 0.3, -t[2] * at.sin(x), -t[2] * x) - t[3] * v + at.floor(x)
-        x, v = x + 0.01 * v, v + 0.01 * a
-        loss = loss + (x - math.cos(0.1 * i)) ** 2
-    return at.stack([loss, x * v, t[1] * 1.0, at.exp(v)])
+_loss_in_the_loop = loss_in_the_loop(at)
 
 
 def test_several_outputs_a_loss_in_the_loop_and_nan():

@@ -21,6 +21,7 @@ import ast
 import contextlib
 import functools
 import hashlib
+import importlib.util
 import os
 import pathlib
 import sys
@@ -270,3 +271,31 @@ def _install_locator():
 
 
 _install_locator()
+
+
+# ---- generated modules (kernels/loops.py, codegen.py) -----------------------------------------
+
+def generated_file(folder, filename, source):
+    """The path of a generated module's file in the kernel cache (``folder`` under it),
+    written once (atomically: processes race)."""
+    folder = os.path.join(cache_dir(), folder)
+    path = os.path.join(folder, filename)
+    if not os.path.exists(path):
+        os.makedirs(folder, exist_ok=True)
+        tmp = f"{path}.{os.getpid()}.tmp"
+        with open(tmp, "w") as f:
+            f.write(source)
+        os.replace(tmp, path)
+    return path
+
+
+def import_generated(name, path):
+    """The module at ``path`` imported as ``name``, once per process (registered in
+    sys.modules: numba's cache finds a function's globals by its module's name)."""
+    module = sys.modules.get(name)
+    if module is None:
+        spec = importlib.util.spec_from_file_location(name, path)
+        module = importlib.util.module_from_spec(spec)
+        sys.modules[name] = module
+        spec.loader.exec_module(module)
+    return module

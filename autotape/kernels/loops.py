@@ -16,7 +16,6 @@ module); a stretch with anything else stays with the interpreter (kernels/progra
 as does a reverse sweep that does not reach every instruction of the body.
 """
 import hashlib
-import importlib.util
 import os
 import sys
 import threading
@@ -27,7 +26,7 @@ import numpy as np
 from ..opcodes import (ADD, BINARY_LAST, DIV, MUL, SUB, UNARY_FIRST, UNARY_LAST, WHERE,
                        opcode_name)
 from . import background
-from .cache import cache_dir
+from .cache import cache_dir, generated_file, import_generated
 from .elementwise import passes_nothing
 from .program import (COPY, GATHER, I_A, I_N, I_OP, I_OUT, I_P, I_SA, SCATTER_ADD,
                       forward_range, forward_range_points, load_chunk, load_tangent_chunk,
@@ -794,27 +793,11 @@ def loop_source(instr, loop, constants, read_after, table=None, pool=None, divis
 
 
 def _path(key, source):
-    """The module's file in the kernel cache, written once (atomically: processes race)."""
-    folder = os.path.join(cache_dir(), "loops")
-    path = os.path.join(folder, f"loop_{key}.py")
-    if not os.path.exists(path):
-        os.makedirs(folder, exist_ok=True)
-        tmp = f"{path}.{os.getpid()}.tmp"
-        with open(tmp, "w") as f:
-            f.write(source)
-        os.replace(tmp, path)
-    return path
+    return generated_file("loops", f"loop_{key}.py", source)
 
 
 def _import(key, path):
-    name = f"autotape_loop_{key}"
-    module = sys.modules.get(name)
-    if module is None:
-        spec = importlib.util.spec_from_file_location(name, path)
-        module = importlib.util.module_from_spec(spec)
-        sys.modules[name] = module         # (numba's cache finds its globals by name)
-        spec.loader.exec_module(module)
-    return module
+    return import_generated(f"autotape_loop_{key}", path)
 
 
 def _mark(path, dtype, group):
