@@ -121,8 +121,8 @@ def run_tangents(lean, X, S):
     plan = codegen.plan(lean)             # (raises Unsupported: the caller reverses)
     K = S.shape[0]
     if K > codegen.MAX_LANES:
-        raise codegen.Unsupported(f"{K} forward-mode lanes (at most "
-                                      f"{codegen.MAX_LANES} fit in registers)")
+        raise codegen.Unsupported(f"{K} forward-mode lanes (at most {codegen.MAX_LANES} "
+                                  f"fit in registers)")
     on_device, Xd = _points(cuda, X)
     B, outs = Xd.shape[0], lean.out_slots.size
     state = _state(lean)

@@ -346,11 +346,12 @@ class LeanProgram:
             if not jacobian:
                 whole.run_values(X[a:b], tab, values[a:b])
                 return
-            CK, SG = np.empty(max(1, ck * min(run, b - a))), np.empty(max(1, sg * min(run, b - a)))
+            n = min(run, b - a)
+            CK, SG = np.empty(max(1, ck * n)), np.empty(max(1, sg * n))
             for c in range(a, b, run):
                 d = min(b, c + run)
-                whole.run_reverse(X[c:d], tab, values[c:d], jac[c:d], CK[:max(1, ck * (d - c))],
-                                  SG[:max(1, sg * (d - c))])
+                whole.run_reverse(X[c:d], tab, values[c:d], jac[c:d],
+                                  CK[:max(1, ck * (d - c))], SG[:max(1, sg * (d - c))])
         self._each_slice(X.shape[0], work)
 
     def _each_slice(self, B, work):
@@ -402,9 +403,11 @@ class LeanProgram:
         if self._generating(np.dtype(dtype)):
             plan, sigs = codegen.plan(self), codegen.cpu_signatures()
             lanes = self.in_slots.size
-            for kind, make in ((("cpu", "reverse"), lambda: codegen.reverse_source(plan, "cpu")),
-                               (("cpu", "tangent", lanes),
-                                lambda: codegen.tangent_source(plan, lanes, "cpu"))):
+            kinds = [(("cpu", "reverse"), lambda: codegen.reverse_source(plan, "cpu"))]
+            if lanes <= codegen.MAX_LANES:           # (more: tangents() never uses it)
+                kinds.append((("cpu", "tangent", lanes),
+                              lambda: codegen.tangent_source(plan, lanes, "cpu")))
+            for kind, make in kinds:
                 try:
                     key, source = make()
                 except codegen.Unsupported:
@@ -415,8 +418,7 @@ class LeanProgram:
                     if hasattr(found, name):
                         getattr(found, name).compile(sig)
                 self.codegen[kind] = found
-            if all(self.codegen.get(k) is not False for k in (("cpu", "reverse"),
-                                                               ("cpu", "tangent", lanes))):
+            if all(self.codegen.get(kind) is not False for kind, _ in kinds):
                 return
         if self.loop is not None and self.user_calls is None:
             for group in LOOP_GROUPS:
