@@ -729,7 +729,6 @@ def compile_file(key, path):
 
 
 _HELPER = "from autotape.codegen import compile_file\ncompile_file(*sys.argv[1:])\n"
-_said, _failed = set(), set()
 
 
 def cpu_module(key, source, wait=True, what="a compiled function"):
@@ -748,18 +747,7 @@ def cpu_module(key, source, wait=True, what="a compiled function"):
         state = background.state(job)
         if background.enabled() and not os.path.exists(_mark(path)) and \
                 (state is not None or wait is not True):
-            if state is None:
-                background.submit(job, _HELPER, (key, path), what)
-                if job not in _said:
-                    _said.add(job)
-                    print(f"autotape: compiling {what} beside the calls, which run on the "
-                          f"interpreter until it is ready (once: later runs load it from "
-                          f"{cache_dir()})", file=sys.stderr, flush=True)
-            if not wait and state not in (background.DONE, background.FAILED):
+            if not background.beside(job, state, _HELPER, (key, path), what, wait, job,
+                                     cache_dir()):
                 return None
-            if background.wait(job) == background.FAILED and job not in _failed:
-                _failed.add(job)
-                print(f"autotape: compiling {what} beside the calls failed, so this "
-                      f"process compiles it. The helper said:\n{background.error(job)}",
-                      file=sys.stderr, flush=True)
         return import_generated(name, path)

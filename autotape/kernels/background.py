@@ -99,6 +99,32 @@ def wait(key):
                 p.wait()
 
 
+def beside(key, was, code, args, what, wait_for, told, cache):
+    """A caller's compile of ``key`` beside its calls: submitted unless it already was
+    (``was``: its state before, from ``state``), announced once per ``told`` on stderr.
+    False while it is not ready and the caller goes on without it (``wait_for`` false);
+    True once the caller may load it: done, or failed (said on stderr: the caller then
+    compiles it itself)."""
+    if was is None:
+        submit(key, code, args, what)
+        if told not in _told:
+            _told.add(told)
+            print(f"autotape: compiling {what} beside the calls, which run on the "
+                  f"interpreter until it is ready (once: later runs load it from {cache})",
+                  file=sys.stderr, flush=True)
+    if not wait_for and was not in (DONE, FAILED):
+        return False
+    if wait(key) == FAILED and key not in _failed:
+        _failed.add(key)
+        print(f"autotape: compiling {what} beside the calls failed, so this process "
+              f"compiles it. The helper said:\n{error(key)}", file=sys.stderr, flush=True)
+    return True
+
+
+_told = set()            # announcements made (one per compiled thing)
+_failed = set()          # failures told
+
+
 def error(key):
     """The last lines a failed helper printed."""
     job = _jobs.get(key)

@@ -17,7 +17,6 @@ as does a reverse sweep that does not reach every instruction of the body.
 """
 import hashlib
 import os
-import sys
 import threading
 
 import numba
@@ -871,20 +870,9 @@ def loop_kernels(key, source, dtype, group, wait=True, what="a loop"):
         if (key, name, group) not in _ready and background.enabled() and \
                 not os.path.exists(_mark(path, dtype, group)) and \
                 (state is not None or wait is not True):
-            if state is None:
-                background.submit(job, _HELPER, (key, path, name, group), what)
-                if not any(j.startswith(f"loop {key} ") for j in _said):
-                    print(f"autotape: compiling {what} beside the calls, which run on the "
-                          f"interpreter until it is ready (once: later runs load it from "
-                          f"{cache_dir()})", file=sys.stderr, flush=True)
-                _said.add(job)
-            if not wait and state not in (background.DONE, background.FAILED):
+            if not background.beside(job, state, _HELPER, (key, path, name, group), what,
+                                     wait, f"loop {key}", cache_dir()):
                 return None
-            if background.wait(job) == background.FAILED and job not in _failed:
-                _failed.add(job)
-                print(f"autotape: compiling {what} beside the calls failed, so this "
-                      f"process compiles it. The helper said:\n{background.error(job)}",
-                      file=sys.stderr, flush=True)
         module = _import(key, path)
         _ready.add((key, name, group))
         kernels = (tuple(getattr(module, k) for k in KERNEL_NAMES),
@@ -897,5 +885,3 @@ def loop_kernels(key, source, dtype, group, wait=True, what="a loop"):
 
 
 _ready = set()           # (key, dtype, group) loaded in this process
-_said = set()            # jobs announced on stderr
-_failed = set()          # jobs whose failure was told
