@@ -42,6 +42,7 @@ import os
 import sys
 import threading
 
+import numba
 import numpy as np
 
 from .kernels import background
@@ -702,7 +703,6 @@ def _path(key, source, target):
 def cpu_signatures():
     """The argument types of the CPU kernels, as numba types (a call's; numba's disk
     cache is keyed on what ``compile`` gets)."""
-    import numba
     f64 = numba.float64
 
     def array(n):

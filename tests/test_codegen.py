@@ -3,6 +3,7 @@ loop a loop in the kernel, the reverse sweep checkpointed per thread, forward mo
 registers. Each answer is checked against the CPU's (kernels/program.py, loops.py) and
 against the interpreter kernel it replaces. Without a GPU these run in numba's CUDA
 simulator (CI sets NUMBA_ENABLE_CUDASIM=1); on a GPU: ``pytest -m cuda``."""
+import concurrent.futures
 import os
 import sys
 import threading
@@ -199,7 +200,6 @@ def test_device_points_for_every_method(cuda):
 def test_kept_scratch_serves_other_sizes_and_threads(cuda):
     # a call's checkpoint buffers are kept per program and thread: a larger call grows
     # them, a smaller one uses part, and threads calling at once each have their own
-    import concurrent.futures
     th = W.thetas(9)
     c = at.compile(lambda t: W.driven_pendulum_at(t, 16), th[0])
     want = F.vmap(c.grad)(th).numpy()

@@ -4,6 +4,7 @@ njit function per kind (values, reverse, forward mode): every slot a local, the 
 loop, every repetition's state kept for the reverse sweep. Its answers equal the
 interpreter's bit for bit (the same op functions in the same order, no contraction)."""
 import os
+import pickle
 import sys
 import time
 from pathlib import Path
@@ -126,7 +127,6 @@ def test_autotape_generated_0_turns_it_off(monkeypatch):
 
 
 def test_a_pickled_function_generates_again():
-    import pickle
     th = W.thetas(2)
     c = at.compile(lambda t: W.driven_pendulum_at(t, 30), th[0]).wait_compiled()
     want = c.value_and_grad(th[1])[1].numpy()
