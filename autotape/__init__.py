@@ -16,8 +16,8 @@ from . import tensor_methods  # noqa: F401  (attaches Tensor's operators and met
 from . import autograd, func, linalg, warmup  # noqa: F401  (warmup: the background one)
 from .compile import Compiled, compile
 from .custom import CustomOp, checkpoint, custom_op
-from .creation import (arange, eye, full, manual_seed, ones, ones_like, rand, randn, tensor,
-                       zeros, zeros_like)
+from .creation import (arange, eye, full, full_like, manual_seed, ones, ones_like, rand,
+                       rand_like, randn, randn_like, tensor, zeros, zeros_like)
 from .engine import backward, grad
 from .functions.calculus import *  # noqa: F401,F403
 from .functions.mathfuncs import *  # noqa: F401,F403
@@ -42,8 +42,11 @@ from .ops.indexing import (as_tensor, astype, broadcast_to, concatenate, reshape
                            transpose)
 from .ops.linalg import matmul
 from .ops.reduce import amax, amin, cumprod, cumsum, max, mean, min, prod, sum
+from .ops.subscript import OUT_NAMES as _OUT_NAMES, with_out as _with_out
 from .parallel import get_num_threads, set_num_threads
 from .tensor import Tensor
+from .torch_names import *  # noqa: F401,F403
+from . import torch_names as _torch_names
 
 __version__ = "0.1.0"
 
@@ -54,7 +57,8 @@ globals().update({"float": np.float32, "double": np.float64, "long": np.int64,
 
 __all__ = [
     "Tensor", "tensor", "as_tensor", "zeros", "ones", "zeros_like", "ones_like", "full",
-    "eye", "arange", "manual_seed", "rand", "randn", "autograd",
+    "eye", "arange", "manual_seed", "rand", "randn", "full_like", "rand_like", "randn_like",
+    "autograd",
     "float32", "float64", "int32", "int64", "set_num_threads", "get_num_threads",
     "grad", "backward", "custom_op", "CustomOp", "checkpoint", "gradcheck", "gradgradcheck", "GradcheckError", "no_grad",
     "enable_grad", "set_grad_enabled", "is_grad_enabled",
@@ -63,4 +67,11 @@ __all__ = [
     "broadcast_to", "stack", "concatenate", "compile", "Compiled", "jit", "Jit",
 ] + _statistics.__all__ + _shaping.__all__ + _products.__all__ + _calculus.__all__ + \
     _mathfuncs.__all__ + _stacking.__all__ + [
-    op.name for op in _unary_ops.values()] + [op.name for op in _binary_ops.values()]
+    op.name for op in _unary_ops.values()] + [op.name for op in _binary_ops.values()] + \
+    _torch_names.__all__
+
+# numpy's and torch's out= on the public functions (operators and methods call the op
+# table's own functions, without it)
+for _name in _OUT_NAMES + _torch_names.WITH_OUT:
+    globals()[_name] = _with_out(globals()[_name], _name)
+del _name

@@ -174,3 +174,30 @@ def randn(*shape, dtype=None, requires_grad=False):
     """
     a = _generator[0].standard_normal(_shape(shape))
     return _finish(new_leaf(*canonical(a.astype(_dtype(dtype) or np.float64))), requires_grad)
+
+
+def full_like(t, fill_value, dtype=None, requires_grad=False):
+    """A Tensor of ``fill_value`` with t's shape and dtype (torch.full_like).
+
+    >>> at.full_like(at.zeros(2), 7.0)
+    tensor([7., 7.])
+    """
+    return full(t.shape, fill_value, dtype=dtype or t.dtype, requires_grad=requires_grad)
+
+
+def rand_like(t, dtype=None, requires_grad=False):
+    """Uniform samples in [0, 1) of t's shape and dtype (torch.rand_like).
+
+    >>> at.rand_like(at.zeros((2, 3))).shape
+    (2, 3)
+    """
+    return rand(t.shape, dtype=dtype or t.dtype, requires_grad=requires_grad)
+
+
+def randn_like(t, dtype=None, requires_grad=False):
+    """Standard normal samples of t's shape and dtype (torch.randn_like).
+
+    >>> at.randn_like(at.zeros((2, 3))).shape
+    (2, 3)
+    """
+    return randn(t.shape, dtype=dtype or t.dtype, requires_grad=requires_grad)

@@ -16,9 +16,11 @@ import numpy as np
 from . import graph_backward
 from .executor import NO_ROWS, NO_STOPS, executor_for
 from .opcodes import CONST
-from .hooks import LEAF_HOOKS, run_hooks, run_leaf_hooks, run_post_accumulate_hooks, stops_of
+from .hooks import (LEAF_HOOKS, MULTI_HOOKS, multi_grad_pass, run_hooks, run_leaf_hooks,
+                    run_post_accumulate_hooks, stops_of)
 from .kernels.staging import address_of
 from .ops.indexing import astype, stack
+from .ops import versions
 from .tensor import F64, Tensor, new_leaf
 from .thread_state import here
 
@@ -41,6 +43,10 @@ def grad(outputs, inputs, grad_outputs=None, retain_graph=None, create_graph=Fal
     (tensor([[2., 0.],
             [0., 4.]]),)
     """
+    if MULTI_HOOKS[0]:
+        with multi_grad_pass():
+            return _grad(outputs, inputs, grad_outputs, retain_graph, create_graph,
+                         allow_unused, is_grads_batched, materialize_grads, None)
     return _grad(outputs, inputs, grad_outputs, retain_graph, create_graph, allow_unused,
                  is_grads_batched, materialize_grads, None)
 
@@ -129,6 +135,13 @@ def backward(tensors, grad_tensors=None, retain_graph=None, create_graph=False,
     >>> at.backward(x ** 2); at.backward(x ** 3); x.grad
     tensor([5.])
     """
+    if MULTI_HOOKS[0]:
+        with multi_grad_pass():
+            return _backward(tensors, grad_tensors, retain_graph, create_graph, inputs)
+    return _backward(tensors, grad_tensors, retain_graph, create_graph, inputs)
+
+
+def _backward(tensors, grad_tensors, retain_graph, create_graph, inputs):
     tensors = _tensor_tuple(tensors)
     if inputs is not None:
         if isinstance(inputs, dict):
@@ -273,8 +286,10 @@ def _run_recorded(outputs, given, inputs, retain, accumulate=False):
     seeds = [graph_backward.as_tensor_seed(g, t) for t, g in zip(outputs, given)]
     leaf_grads, adj, tapes, before_hooks = graph_backward.run(outputs, seeds, retain,
                                                               inputs)
+    asked = None if inputs is None else {id(t) for t in inputs}
     for entry in leaf_grads.values():
-        entry[1] = run_leaf_hooks(entry[0], entry[1], 0)
+        if asked is None or id(entry[0]) in asked:
+            entry[1] = run_leaf_hooks(entry[0], entry[1], 0)
     for tape in tapes.values():
         for row, ref in list(tape.retained.items()):
             t = ref()
@@ -367,9 +382,10 @@ def _run(outputs, grads, inputs, retain, accumulate=False, lanes=0, others=None)
         if tape.owner is state:
             tape.close()
     hooked = LEAF_HOOKS[0]
-    if hooked:                                 # a leaf's hooks see its whole gradient
-        for entry in leaf_grads.values():
-            if getattr(entry[0], "_hooks", None):
+    if hooked:                                 # a leaf's hooks see its whole gradient;
+        asked = None if inputs is None else {id(t) for t in inputs}   # (as torch: only
+        for entry in leaf_grads.values():      # those of the leaves asked for)
+            if getattr(entry[0], "_hooks", None) and (asked is None or id(entry[0]) in asked):
                 entry[1] = run_leaf_hooks(entry[0], entry[1], lanes if batched else 0)
     if accumulate:
         for leaf, g in leaf_grads.values():
@@ -411,6 +427,7 @@ def _sweep(tape, seeds, retain, lanes, wanted=()):
     for _, g in seeds:
         offsets.append(offsets[-1] + g.size)
     seed_rows = np.array([r for r, _ in seeds], np.int64)
+    versions.check(tape, seed_rows)
     seed_off = np.array(offsets, np.int64)
     seed_vals = seeds[0][1] if len(seeds) == 1 else np.concatenate([g for _, g in seeds])
     own, row_addr = leaf_buffers(tape) if lanes == 1 else (None, NO_ROWS)

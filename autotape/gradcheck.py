@@ -42,6 +42,12 @@ def gradcheck(func, inputs, *, eps=1e-6, atol=1e-5, rtol=1e-3, raise_exception=T
     for o, out in enumerate(outputs):
         for c, k in enumerate(checked):
             a, n = analytic[o][c], numeric[o][c]
+            if not out.requires_grad and np.any(np.abs(n) > atol):
+                if not raise_exception:
+                    return False
+                raise GradcheckError(        # (torch's words: no gradient, yet it varies)
+                    f"Numerical gradient for function expected to be zero: output {o} "
+                    f"does not require grad, but varies with input {k}")
             excess = np.abs(a - n) - (atol + rtol * np.abs(n))
             if excess.size and excess.max() > 0:
                 j = np.unravel_index(np.argmax(excess), excess.shape)

@@ -17,7 +17,7 @@ from .functions import products, shaping, statistics
 from .grad_mode import enable_grad
 from .hooks import run_hooks
 from .opcodes import CONST, CUSTOM, IMPORT, LEAF, SOURCE_LAST, WHERE, opcode_name
-from .ops import elementwise, indexing, linalg as linalg_ops, reduce
+from .ops import elementwise, indexing, linalg as linalg_ops, reduce, versions
 from .tape_format import where_condition
 from .tensor import F64, Tensor, new_leaf, new_result
 from .thread_state import here
@@ -121,6 +121,7 @@ def run(outputs, seeds, retain, inputs=None):
         heapq.heapify(queue)
         while queue:
             tape = tapes[-heapq.heappop(queue)]
+            versions.resolve(tape)
             top = max(row for tid, row in adj if tid == tape.id)
             visited = []
             floor = floors.get(tape.id, 0) if oldest is not None else 0
@@ -145,6 +146,8 @@ def run(outputs, seeds, retain, inputs=None):
                     continue
                 if tape.released[i]:
                     raise RuntimeError(RELEASED_MSG)
+                if i in tape.stale:
+                    raise versions.stale_error(tape, i)
                 hooked = tape.hooks.get(i)
                 if hooked is not None and hooked[1]:
                     before_hooks[(tape.id, i)] = g

@@ -22,6 +22,8 @@ Where torch raises (a hook under ``is_grads_batched``), autotape calls the hook 
 cotangent lane, as vmap would.
 """
 import itertools
+import threading
+
 import numpy as np
 
 from .grad_mode import enable_grad, no_grad
@@ -180,3 +182,94 @@ def run_post_accumulate_hooks(leaf):
 def _grad_mode(recorded):
     return enable_grad() if recorded else no_grad()
 
+
+
+# ---- hooks on several tensors ---------------------------------------------------------------
+
+MULTI_HOOKS = [False]          # whether one was ever registered (until then a backward
+_passes = threading.local()    # opens no pass); per thread: the open backward passes
+
+
+class _MultiHandle:
+    """What ``register_multi_grad_hook`` returns: ``remove()`` unregisters it."""
+
+    def __init__(self, handles):
+        self._handles = handles
+
+    def remove(self):
+        for h in self._handles:
+            h.remove()
+
+    def __enter__(self):
+        return self
+
+    def __exit__(self, *exc):
+        self.remove()
+
+
+def register_multi_grad_hook(tensors, fn, *, mode="all"):
+    """torch.autograd.graph's hook on several tensors. ``mode="all"``: after a backward
+    pass computed the gradients of any of ``tensors``, ``fn(grads)`` gets them all as a
+    tuple (None for each tensor the pass did not reach). ``mode="any"``: ``fn(grad)``
+    gets the first gradient a pass computes among them, once per pass.
+
+    >>> a = at.tensor([1.0], requires_grad=True)
+    >>> b = at.tensor([2.0], requires_grad=True)
+    >>> seen = []
+    >>> _ = at.autograd.graph.register_multi_grad_hook((a, b), seen.append)
+    >>> (a * 3).sum().backward()
+    >>> seen
+    [(tensor([3.]), None)]
+    """
+    if mode not in ("all", "any"):
+        raise ValueError(f"Expects mode to be one of ('all', 'any') but got {mode}")
+    if not callable(fn):
+        raise TypeError(f"register_multi_grad_hook expects a callable, not "
+                        f"{type(fn).__name__}")
+    tensors = tuple(tensors)
+    for t in tensors:
+        if not isinstance(t, Tensor):
+            raise TypeError(f"register_multi_grad_hook expects Tensors, not "
+                            f"{type(t).__name__}")
+    MULTI_HOOKS[0] = True
+    key = object()                     # this hook's entry in each pass
+
+    def on_grad(k):
+        def hook(grad):
+            stack = getattr(_passes, "stack", None)
+            if not stack:              # (a sweep outside backward / grad: none here)
+                return None
+            current = stack[-1]
+            if mode == "any":
+                if key not in current:
+                    current[key] = None
+                    fn(grad)
+            else:
+                grads = current.get(key)
+                if grads is None:
+                    grads = current[key] = (fn, [None] * len(tensors))
+                grads[1][k] = grad
+            return None
+        return hook
+
+    return _MultiHandle([register_hook(t, on_grad(k)) for k, t in enumerate(tensors)])
+
+
+class multi_grad_pass:
+    """One backward pass for the multi-grad hooks (the engine's grad and backward open
+    one when any was registered): on leaving it, each "all" hook that saw a gradient
+    is called with its tensors' gradients."""
+
+    def __enter__(self):
+        stack = getattr(_passes, "stack", None)
+        if stack is None:
+            stack = _passes.stack = []
+        stack.append({})
+
+    def __exit__(self, kind, *exc):
+        done = _passes.stack.pop()
+        if kind is None:
+            for entry in done.values():
+                if entry is not None:
+                    fn, grads = entry
+                    fn(tuple(grads))

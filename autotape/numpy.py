@@ -22,6 +22,7 @@ from .functions.statistics import *  # noqa: F401,F403
 from .numpy_dispatch import FUNCTIONS as _FUNCTIONS, PREDICATES as _PREDICATES
 from .ops import elementwise as _elementwise
 from .ops.indexing import as_tensor as _as_tensor
+from .ops.subscript import OUT_NAMES as _OUT_NAMES, with_out as _with_out
 from .ops.indexing import broadcast_to, concatenate, reshape, stack, transpose  # noqa: F401
 from .ops.elementwise import clip, where  # noqa: F401
 from .ops.linalg import matmul  # noqa: F401
@@ -33,6 +34,8 @@ for _op in list(_elementwise.unary_ops.values()) + list(_elementwise.binary_ops.
 absolute = _elementwise.abs
 remainder = _elementwise.mod
 true_divide = _elementwise.divide
+for _name in _OUT_NAMES + ("absolute", "remainder", "true_divide"):     # numpy's out=
+    globals()[_name] = _with_out(globals()[_name], _name)
 pi, e, inf, nan, newaxis = _np.pi, _np.e, _np.inf, _np.nan, _np.newaxis
 
 

@@ -15,7 +15,8 @@ from .creation import full
 from .functions import calculus, mathfuncs, products, shaping, stacking, statistics
 from .guards import observe
 from .ops import elementwise, indexing, reduce
-from .tensor import Tensor
+from .ops.subscript import write_out
+from .tensor import REQUIRES_GRAD_NUMPY_MSG, Tensor, array_of
 from .ops.elementwise import binary_functions, binary_ops, unary_functions, unary_ops
 from .ops.linalg import matmul
 
@@ -37,9 +38,27 @@ PREDICATES = {np.isfinite, np.isnan, np.isinf, np.signbit, np.isclose, np.allclo
 
 def _reduction(fn):
     def call(a, axis=None, dtype=None, out=None, keepdims=False):
-        _refuse(fn.__name__, dtype=dtype, out=out)
-        return fn(a, axis=axis, keepdims=keepdims)
+        _refuse(fn.__name__, dtype=dtype)
+        return _into(fn.__name__, fn(a, axis=axis, keepdims=keepdims), out)
     return call
+
+
+def _into(name, result, out):
+    """numpy's ``out=``: the result written into a Tensor (write_out: torch's rules) or
+    into a numpy array (refused where the result requires grad: the gradient would be
+    lost there). ``out`` may be numpy's 1-tuple."""
+    if type(out) is tuple:
+        if len(out) != 1:
+            raise TypeError(f"numpy.{name} on Tensors takes one out=, not {len(out)}")
+        out = out[0]
+    if out is None:
+        return result
+    if isinstance(out, Tensor):
+        return write_out(name, result, out)
+    if isinstance(result, Tensor) and result.requires_grad:
+        raise RuntimeError(REQUIRES_GRAD_NUMPY_MSG)
+    out[...] = array_of(result) if isinstance(result, Tensor) else result
+    return out
 
 
 def _round(a, decimals=0, out=None):
@@ -157,9 +176,12 @@ def array_ufunc(ufunc, method, inputs, kwargs):
         return special(ufunc, fn, *inputs, **kwargs)
     if fn is None:
         return _passed_through(name, ufunc, inputs, kwargs)
+    out = kwargs.pop("out", None)
     if kwargs:
         raise TypeError(f"autotape does not support the argument(s) "
                         f"{', '.join(sorted(kwargs))} of numpy.{name} on Tensors")
+    if out is not None:
+        return _into(name, fn(*[x for x in inputs]), out)
     return fn(*inputs)
 
 
@@ -169,6 +191,11 @@ def array_function(func, args, kwargs):
     is an ndarray, so scipy and other numpy code take it as they take arrays)."""
     if func in PREDICATES:
         return _numpy_result(func, args, kwargs)
+    out = kwargs.get("out")
+    if out is not None and any(isinstance(o, Tensor) for o in
+                               (out if type(out) is tuple else (out,))):
+        rest = {k: v for k, v in kwargs.items() if k != "out"}
+        return _into(func.__name__, array_function(func, args, rest), out)
     fn = FUNCTIONS.get(func)
     if fn is None:
         return _passed_through(func.__name__, func, args, kwargs)

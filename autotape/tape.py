@@ -68,7 +68,7 @@ class Tape:
     __slots__ = ("id", "staged", "rows_log", "flushed", "checkpoint", "extra", "arena", "arrays", "big_addr", "shape_ids", "shapes",
                  "shape_ndim", "shape_dims", "shape_size", "released", "leaves", "frozen",
                  "retained", "imports", "import_rows", "consts", "owner", "nrows",
-                 "array_bytes", "array_limit", "ipool", "hooks", "customs", "_columns", "_kernel_args",
+                 "array_bytes", "array_limit", "ipool", "hooks", "customs", "replaced", "resolved", "stale", "_columns", "_kernel_args",
                  "whole", "__weakref__")
 
     def __init__(self, owner=None):
@@ -99,6 +99,10 @@ class Tape:
         self.frozen = {}                 # id(constant array) -> (it, its CONST row, value)
         self.hooks = {}                  # row -> (dtype, hooks) (Tensor.register_hook)
         self.customs = {}                # CUSTOM row -> its CustomOp (custom.py)
+        self.replaced = []               # values in-place ops replaced, noted (and
+        self.resolved = 0                # how many of them were looked at); row -> what
+        self.stale = {}                  # it read, for rows whose derivative reads one
+                                         # (ops/versions.py)
         self.owner = owner               # the ThreadState recording here; None: closed
         self.nrows = 0
         self.array_bytes = 0
@@ -193,6 +197,20 @@ class Tape:
         if row >= len(chunks) * FLUSH_ROWS:
             return staged[3 * (row - len(chunks) * FLUSH_ROWS)]
         return int(chunks[row // FLUSH_ROWS][row % FLUSH_ROWS, 0])
+
+    def rows_between(self, start, stop):
+        """Rows start..stop-1 as an (n, 3) int64 array of opcode, operand a, operand b
+        (without assembling the columns)."""
+        chunks, staged = self.rows_log
+        flushed = len(chunks) * FLUSH_ROWS
+        parts = [chunks[c][max(start - c * FLUSH_ROWS, 0):stop - c * FLUSH_ROWS]
+                 for c in range(start // FLUSH_ROWS, min(len(chunks), -(-stop // FLUSH_ROWS)))]
+        if stop > flushed:
+            parts.append(np.array(staged[3 * max(start - flushed, 0):3 * (stop - flushed)],
+                                  np.int64).reshape(-1, 3))
+        if not parts:
+            return np.zeros((0, 3), np.int64)
+        return np.concatenate(parts) if len(parts) > 1 else parts[0]
 
     # -- rows that bring values onto the tape ---------------------------------------------
 

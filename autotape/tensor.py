@@ -33,6 +33,27 @@ def round_f32(v):
     return float(np.float32(v))
 
 
+class Size(int):
+    """A tensor's element count (numpy's ``t.size``) that, called, answers torch's
+    ``t.size()`` (the shape) and ``t.size(dim)``: one spelling serves both."""
+
+    def __new__(cls, count, shape):
+        n = int.__new__(cls, count)
+        n._shape = shape
+        return n
+
+    def __reduce__(self):                     # (pickled, it is the number)
+        return int, (int(self),)
+
+    def __call__(self, dim=None):
+        if dim is None:
+            return self._shape
+        if not -len(self._shape) <= dim < len(self._shape):
+            raise IndexError(f"Dimension out of range (expected to be in range of "
+                             f"[{-len(self._shape)}, {len(self._shape) - 1}], but got {dim})")
+        return self._shape[dim]
+
+
 class Tensor(Traced):
     """An n-d array that can record the ops applied to it.
 
@@ -43,7 +64,7 @@ class Tensor(Traced):
     """
     __slots__ = ("_value", "_shape", "_dtype", "_tape", "_row", "_requires_grad",
                  "_grad", "_retains_grad", "_cache", "_data_of", "_hooks", "_post_hooks",
-                 "_view_of", "_views", "__weakref__")
+                 "_view_of", "_views", "_versions", "__weakref__")
 
     # -- attributes ------------------------------------------------------------------------
 
@@ -79,13 +100,16 @@ class Tensor(Traced):
 
     @property
     def size(self):
-        """The number of elements, as numpy's ``.size`` (torch's ``size()`` is ``.shape``).
+        """The number of elements, as numpy's ``.size``; called, torch's ``size()``: the
+        shape, or ``size(dim)`` one of its lengths.
 
         >>> m = at.tensor([[1.0, 2.0], [3.0, 4.0]], requires_grad=True)
         >>> m.size
         4
+        >>> m.size(), m.size(0)
+        ((2, 2), 2)
         """
-        return math.prod(self._shape)
+        return Size(math.prod(self._shape), self._shape)
 
     @property
     def T(self):
@@ -275,6 +299,8 @@ class Tensor(Traced):
         >>> y.detach_().requires_grad
         False
         """
+        if self._view_of is not None:
+            raise RuntimeError("Can't detach views in-place. Use detach() instead.")
         if self._tape is not None:
             v = self._value
             self._value = v if type(v) is float else v.copy()   # the tape keeps the old

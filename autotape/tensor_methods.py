@@ -6,6 +6,7 @@ Importing this module attaches them; the package's ``__init__`` does.
 """
 import numpy as np
 
+from . import creation
 from .engine import backward
 from .errstate import ignore_fp_errors
 from .functions import calculus, products, shaping, statistics
@@ -13,11 +14,9 @@ from .grad_mode import is_grad_enabled
 from .guards import observe
 from .hooks import register_hook, register_post_accumulate_grad_hook
 from .numpy_dispatch import array_function, array_ufunc
-from .opcodes import (ADD, CHOLESKY, CONCAT, CUMPROD, CUMSUM, CUSTOM, DET, DIV, EIGH,
-                      INV, MATMUL, MAX, MEAN, MIN, MUL, PINV, PROD, PUT_ADD, RESHAPE,
-                      SCATTER, SETITEM, SLOGDET, SOLVE, STRIDED, SUB, SUM, SVD, TAKE,
-                      WHERE)
+from .opcodes import ADD, CUSTOM, DIV, MUL, SUB
 from .ops import elementwise, indexing, reduce
+from .ops.versions import GRAD_FN_NAMES, version
 from .ops.views import check_inplace, contiguous, one_of_several, view_of, written
 from .ops.linalg import matmul
 from .ops.recording import cast_result
@@ -40,18 +39,6 @@ class GradFn:
         return f"<{self._name}>"
 
 
-GRAD_FN_NAMES = {op.code: op.name.capitalize() + "Backward" for op in
-                 list(elementwise.unary_ops.values()) + list(elementwise.binary_ops.values())}
-GRAD_FN_NAMES.update({
-    TAKE: "IndexBackward", PUT_ADD: "IndexPutBackward", WHERE: "WhereBackward",
-    SUM: "SumBackward", MEAN: "MeanBackward", MAX: "MaxBackward", MIN: "MinBackward",
-    SCATTER: "ScatterBackward", PROD: "ProdBackward", CUMSUM: "CumsumBackward",
-    CUMPROD: "CumprodBackward", RESHAPE: "ReshapeBackward", STRIDED: "ViewBackward",
-    SETITEM: "CopySlices", CONCAT: "CatBackward", MATMUL: "MatmulBackward",
-    INV: "LinalgInvBackward", SOLVE: "LinalgSolveBackward",
-    SLOGDET: "LinalgSlogdetBackward", DET: "LinalgDetBackward", CHOLESKY: "LinalgCholeskyBackward",
-    EIGH: "LinalgEighBackward", SVD: "LinalgSvdBackward",
-    PINV: "LinalgPinvBackward"})
 
 
 def grad_fn(self):
@@ -87,14 +74,14 @@ def inplace(self, op, other):
     self takes the recorded result's value and place in the graph."""
     if self._tape is None and self._requires_grad and is_grad_enabled():
         raise RuntimeError(LEAF_INPLACE_MSG)
-    check_inplace(self)
+    replaced = check_inplace(self)
     other_requires = type(other) is Tensor and other.requires_grad
     if not self.requires_grad and not (other_requires and is_grad_enabled()) \
             and type(self._value) is np.ndarray and self._value.flags.writeable:
         other_value = array_of(other) if type(other) is Tensor else other
         with ignore_fp_errors():
             op.array(self._value, other_value, out=self._value)
-        written(self)
+        written(self, replaced)
         return self
     if self._tape is not None and not is_grad_enabled():
         raise RuntimeError(NONLEAF_NO_GRAD_INPLACE_MSG)
@@ -109,7 +96,7 @@ def inplace(self, op, other):
                             "casting rule 'same_kind'")
         result = cast_result(result, self._dtype)
     self._become(result)
-    written(self)
+    written(self, replaced)
     return self
 
 
@@ -237,13 +224,22 @@ def reshape(self, *shape):
 
 
 def transpose(self, *axes):
-    """Permute the axes; no argument reverses them (numpy's rule).
+    """Permute the axes; no argument reverses them (numpy's rule). Two axes of a tensor
+    are swapped, as torch's ``transpose(dim0, dim1)`` (for a matrix numpy's ``(1, 0)``
+    does the same; its identity ``(0, 1)`` is not written on purpose).
 
     >>> m = at.tensor([[1.0, 2.0], [3.0, 4.0]], requires_grad=True)
     >>> m.transpose()
     tensor([[1., 3.],
             [2., 4.]], grad_fn=<ViewBackward>)
+    >>> at.zeros((2, 3, 4)).transpose(0, 2).shape
+    (4, 3, 2)
     """
+    if len(axes) == 2 and all(isinstance(a, (int, np.integer)) for a in axes):
+        order = list(range(self.ndim))
+        d0, d1 = (int(a) % max(self.ndim, 1) for a in axes)
+        order[d0], order[d1] = order[d1], order[d0]
+        axes = (tuple(order),)
     axes = axes[0] if len(axes) == 1 else (axes or None)
     order = tuple(range(self.ndim))[::-1] if axes is None else \
         tuple(int(a) % max(self.ndim, 1) for a in axes)
@@ -484,6 +480,13 @@ def _chunk(self, chunks, dim=0):
     return _split(self, max(-(-n // chunks), 1), dim)
 
 
+def _named(method, name, doc):
+    """``method`` under ``name`` with ``doc``: the methods made by the factories here."""
+    method.__name__ = method.__qualname__ = name
+    method.__doc__ = doc
+    return method
+
+
 _IN_PLACE_EXAMPLES = {ADD: ("add_", "[3.0, 4.0]"), SUB: ("sub_", "[-1.0, 0.0]"),
                       MUL: ("mul_", "[2.0, 4.0]"), DIV: ("div_", "[0.5, 1.0]")}
 
@@ -496,11 +499,183 @@ def _in_place(op):
             other = elementwise.multiply(other, alpha)
         return inplace(self, elementwise.binary_ops[op], other)
     name, result = _IN_PLACE_EXAMPLES[op]
-    method.__name__ = name
-    method.__doc__ = (f"torch's ``{name}``: self changed in place (and its base and "
-                      f"views), returned.\n\n>>> at.tensor([1.0, 2.0]).{name}(2.0)"
-                      f".tolist()\n{result}")
-    return method
+    return _named(method, name, f"torch's ``{name}``: self changed in place (and its base "
+                  f"and views), returned.\n\n>>> at.tensor([1.0, 2.0]).{name}(2.0)"
+                  f".tolist()\n{result}")
+
+
+def _computed_in_place(fn, name, example="()"):
+    """torch's in-place variant of a function (``exp_``, ``clamp_``, ``pow_``): self
+    takes ``fn(self, ...)``'s values, through views too; returns self."""
+    def method(self, *args, **kwargs):
+        if self._tape is None and self._requires_grad and is_grad_enabled():
+            raise RuntimeError(LEAF_INPLACE_MSG)
+        result = fn(self, *args, **kwargs)
+        if not np.can_cast(result.dtype, self._dtype, "same_kind"):
+            raise RuntimeError(f"result type {result.dtype} can't be cast to the desired "
+                               f"output type {self._dtype}")
+        self[...] = result
+        return self
+    value = 1.5 if name in ("arccosh_", "acosh_") else 0.5
+    return _named(method, name, f"torch's ``{name}``: self changed in place (and its base "
+                  f"and views) to ``{name[:-1]}``'s values, returned.\n\n"
+                  f">>> x = at.tensor([{value}])\n>>> x.{name}{example} is x\nTrue")
+
+
+# torch's in-place variants of the table's unary ops, under numpy's names and torch's
+_UNARY_IN_PLACE = {f"{name}_": elementwise.unary_functions[code]
+                   for code, op in elementwise.unary_ops.items()
+                   for name in (op.name, op.name.replace("arc", "a", 1))
+                   if op.name != "softplus"}
+
+
+def _compare(np_fn, name=None):
+    def method(self, other):
+        return elementwise.compare(np_fn, self, other)
+    if name is None:                           # (an operator: __lt__, ...)
+        return method
+    return _named(method, name, f"torch's ``{name}``: ``numpy.{np_fn.__name__}`` "
+                  f"elementwise, a bool tensor.\n\n>>> at.tensor([1.0, 2.0]).{name}(1.5)"
+                  f".tolist()\n{np_fn([1.0, 2.0], 1.5).tolist()}")
+
+
+def _as_dtype(dtype, name):
+    def method(self):
+        return indexing.astype(self, dtype)
+    kind = np.dtype(dtype).name
+    return _named(method, name, f"torch's ``{name}()``: the tensor as {kind} (itself when "
+                  f"it is one already); the gradient flows back through the cast.\n\n"
+                  f">>> at.tensor([1.5]).{name}().dtype\ndtype('{kind}')")
+
+
+def _type_as(self, other):
+    """torch's ``type_as``: the tensor in other's dtype.
+
+    >>> at.tensor([1.5]).type_as(at.zeros(1, dtype=at.float32)).dtype
+    dtype('float32')
+    """
+    return indexing.astype(self, other.dtype)
+
+
+def _new_filled(fill, name):
+    """torch's ``new_zeros`` / ``new_ones``: ``fill`` in a shape, this tensor's dtype."""
+    def method(self, size, *more, dtype=None, requires_grad=False):
+        shape = (size, *more) if isinstance(size, (int, np.integer)) else tuple(size)
+        value = np.full(shape, fill, dtype=dtype or self.dtype)
+        return creation.tensor(value, requires_grad=requires_grad)
+    return _named(method, name, f"torch's ``{name}``: {fill}s of ``size``, in this "
+                  f"tensor's dtype (or ``dtype``).\n\n>>> at.tensor([1.0]).{name}((2, 2))"
+                  f".tolist()\n{np.full((2, 2), float(fill)).tolist()}")
+
+
+def _new_full(self, size, fill_value, dtype=None, requires_grad=False):
+    """torch's ``new_full``: ``fill_value`` of ``size``, in this tensor's dtype.
+
+    >>> at.tensor([1.0]).new_full((2,), 7.0)
+    tensor([7., 7.])
+    """
+    return _new_filled(fill_value, "new_full")(self, size, dtype=dtype,
+                                               requires_grad=requires_grad)
+
+
+def _new_tensor(self, data, dtype=None, requires_grad=False):
+    """torch's ``new_tensor``: a new leaf holding a copy of ``data``, in this tensor's
+    dtype.
+
+    >>> at.tensor([1.0]).new_tensor([2, 3])
+    tensor([2., 3.])
+    """
+    value = data.detach().numpy() if isinstance(data, Tensor) else data
+    return creation.tensor(np.array(value, dtype=dtype or self.dtype),
+                           requires_grad=requires_grad)
+
+
+def _flatten(self, *args, start_dim=None, end_dim=-1, order=None):
+    """torch's ``flatten(start_dim=0, end_dim=-1)``: axes start_dim..end_dim merged;
+    numpy's ``flatten(order)`` (a str) as numpy's.
+
+    >>> at.zeros((2, 3, 4)).flatten(1).shape
+    (2, 12)
+    """
+    if order is not None or (args and isinstance(args[0], str)):
+        order = order or args[0]            # (numpy's; C, A and K agree on C-ordered data)
+        return shaping.ravel(transpose(self) if order == "F" else self)
+    start = args[0] if args else (start_dim or 0)
+    end = args[1] if len(args) > 1 else end_dim
+    nd = max(self.ndim, 1)
+    start, end = start % nd, end % nd
+    if self.ndim == 0:
+        return reshape(self, (1,))
+    shape = self.shape[:start] + (int(np.prod(self.shape[start:end + 1])),) + \
+        self.shape[end + 1:]
+    return reshape(self, shape)
+
+
+def _mT(self):
+    """torch's ``mT``: the last two axes swapped.
+
+    >>> at.zeros((2, 3, 4)).mT.shape
+    (2, 4, 3)
+    """
+    return transpose(self, -1, -2)
+
+
+def _base(self):
+    """torch's ``_base``: the tensor this one is a view of (None when it is none).
+
+    >>> x = at.zeros(3)
+    >>> x[1:]._base is x, x._base
+    (True, None)
+    """
+    link = self._view_of
+    return None if link is None else link[0]
+
+
+def _cpu(self):
+    """torch's ``cpu()``: the tensor itself (autotape's tensors live on the CPU).
+
+    >>> t = at.zeros(2)
+    >>> t.cpu() is t
+    True
+    """
+    return self
+
+
+def _cuda(self, *args, **kwargs):
+    """torch's ``cuda()``: refused (autotape's tensors live on the CPU).
+
+    >>> at.zeros(2).cuda()
+    Traceback (most recent call last):
+    RuntimeError: autotape tensors live on the CPU; ...
+    """
+    return _to(self, "cuda")
+
+
+def _is_contiguous(self, memory_format=None):
+    """torch's ``is_contiguous()``: True (autotape's values are C-ordered).
+
+    >>> at.zeros((2, 2)).T.is_contiguous()
+    True
+    """
+    return True
+
+
+def _clamp_min(self, min):
+    """torch's ``clamp_min``: ``clamp(min=min)``.
+
+    >>> at.tensor([1.0, 3.0]).clamp_min(2.0)
+    tensor([2., 3.])
+    """
+    return clip(self, min, None)
+
+
+def _clamp_max(self, max):
+    """torch's ``clamp_max``: ``clamp(max=max)``.
+
+    >>> at.tensor([1.0, 3.0]).clamp_max(2.0)
+    tensor([1., 2.])
+    """
+    return clip(self, None, max)
 
 
 def _copy_(self, src):
@@ -578,7 +753,8 @@ TORCH_SPELLINGS = {
     "add": _add, "sub": _sub, "mul": elementwise.multiply, "div": elementwise.divide,
     "pow": elementwise.power, "neg": elementwise.negative, "clamp": _clamp,
     "permute": _permute, "t": _t, "contiguous": _contiguous, "to": _to,
-    "device": property(_device), "masked_fill": _masked_fill,
+    "device": property(_device), "_version": property(version),
+    "masked_fill": _masked_fill,
     "index_select": _index_select,
     "view": _view, "view_as": _view_as, "narrow": _narrow, "select": _select,
     "unbind": _unbind, "split": _split, "chunk": _chunk,
@@ -586,11 +762,26 @@ TORCH_SPELLINGS = {
     "div_": _in_place(DIV), "copy_": _copy_, "fill_": _fill_,
     "median": _median, "nanmedian": _nanmedian, "var_mean": statistics.var_mean,
     "expand": _expand, "expand_as": _expand_as,
+    **{name: _computed_in_place(fn, name) for name, fn in _UNARY_IN_PLACE.items()},
+    "pow_": _computed_in_place(elementwise.power, "pow_", "(2)"),
+    "neg_": _computed_in_place(elementwise.negative, "neg_"),
+    "clamp_": _computed_in_place(_clamp, "clamp_", "(0.0, 1.0)"),
+    "clip_": _computed_in_place(clip, "clip_", "(0.0, 1.0)"),
+    "masked_fill_": _computed_in_place(_masked_fill, "masked_fill_",
+                                       "(at.tensor([True]), 0.0)"),
+    "float": _as_dtype(np.float32, "float"), "double": _as_dtype(np.float64, "double"),
+    "long": _as_dtype(np.int64, "long"), "int": _as_dtype(np.int32, "int"),
+    "bool": _as_dtype(np.bool_, "bool"), "type_as": _type_as,
+    "new_zeros": _new_filled(0, "new_zeros"), "new_empty": _new_filled(0, "new_empty"),
+    "new_ones": _new_filled(1, "new_ones"),
+    "new_full": _new_full, "new_tensor": _new_tensor,
+    "flatten": _flatten, "mT": property(_mT), "_base": property(_base), "cpu": _cpu,
+    "cuda": _cuda, "is_contiguous": _is_contiguous, "nelement": numel, "ndimension": dim,
+    "tile": shaping.tile, "matmul": matmul, "mm": matmul, "bmm": matmul, "mv": matmul,
+    "eq": _compare(np.equal, "eq"), "ne": _compare(np.not_equal, "ne"), "lt": _compare(np.less, "lt"),
+    "le": _compare(np.less_equal, "le"), "gt": _compare(np.greater, "gt"),
+    "ge": _compare(np.greater_equal, "ge"), "clamp_min": _clamp_min, "clamp_max": _clamp_max,
 }
-
-
-def _compare(np_fn):
-    return lambda self, other: elementwise.compare(np_fn, self, other)
 
 
 _binary_ops = elementwise.binary_ops
@@ -629,7 +820,7 @@ METHODS = {
     "var": statistics.var, "std": statistics.std, "argmax": statistics.argmax,
     "argmin": statistics.argmin, "diagonal": shaping.diagonal, "trace": shaping.trace,
     "clip": clip,
-    "ravel": shaping.ravel, "flatten": shaping.ravel, "squeeze": shaping.squeeze,
+    "ravel": shaping.ravel, "squeeze": shaping.squeeze,
     "swapaxes": shaping.swapaxes, "dot": products.dot, "take": shaping.take,
     "repeat": shaping.repeat, "copy": copy, "conj": conj, "conjugate": conj, "zero_": zero_,
     "reshape": reshape, "astype": indexing.astype, "transpose": transpose,

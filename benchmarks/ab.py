@@ -68,7 +68,30 @@ def main(checkout):
     def jac(): cj.jacobian(x100[:50])
     def hess_func(): F.hessian(rosen)(x100)
 
-    res = {"chain20k": med(chain, 7), "1M": med(big, 7), "mlp": med(mlp, 15), "small50": med(small, 200),
+    x200 = at.tensor(rng.normal(size=200), requires_grad=True)
+    def inplace():                  # in-place updates of a recorded tensor (versions.py)
+        h = x200 * 1.0
+        for _ in range(500):
+            h += 0.01 * h
+        at.grad(h.sum(), x200)
+
+    def setitem():
+        u = at.zeros(100)
+        for i in range(100):
+            u[i] = x200[i] * 2.0
+        at.grad(u.sum(), x200)
+
+    w = at.tensor(rng.normal(size=50), requires_grad=True)
+    def optimizer_steps():          # a leaf changed under no_grad after every backward
+        p = w
+        for _ in range(200):
+            (p * p).sum().backward()
+            with at.no_grad():
+                p -= 0.01 * p.grad
+                p.grad.zero_()
+
+    res = {"inplace500": med(inplace, 15), "setitem100": med(setitem, 15),
+           "optsteps200": med(optimizer_steps, 7), "chain20k": med(chain, 7), "1M": med(big, 7), "mlp": med(mlp, 15), "small50": med(small, 200),
            "compiled_hessian": med(hess, 300), "compiled_jacobian": med(jac, 300), "func_hessian": med(hess_func, 30)}
     print(" ".join(f"{k}={v:.4f}" for k, v in res.items()))
 

@@ -23,7 +23,7 @@ LAYERS = [
     ["engine", "graph_backward", "custom"],
     ["numpy_dispatch", "tensor_methods"],
     ["func", "compile", "gradcheck", "autograd.*", "warmup", "dask", "jit"],
-    ["numpy", "__init__", "__main__"],
+    ["numpy", "torch_names", "__init__", "__main__"],
 ]
 
 

@@ -4,9 +4,11 @@ Each test names its case (Txx). Values are exactly representable, so they are co
 exactly. Where autotape deliberately differs from a torch quirk, the test asserts
 autotape's documented behaviour and says so.
 """
+import re
 import warnings
 
 import numpy as np
+
 import pytest
 
 import autotape as at
@@ -503,22 +505,37 @@ def test_T46_in_place_on_a_leaf_that_requires_grad():
     assert (x.detach().tolist(), x.is_leaf, x.requires_grad) == ([2.0, 2.0], True, True)
 
 
-def test_T47_T48_values_are_snapshotted_so_later_in_place_updates_are_harmless():
-    # torch raises when a saved tensor was modified in place; autotape records values,
-    # and an in-place op on a non-leaf records a new row, so the gradient is that of
-    # the program as written
+def test_T47_modifying_a_saved_tensor_in_place_raises_at_backward():
     x = at.ones(3, requires_grad=True)
     a = x * 1
-    y = a * a
-    a += 1
-    y.sum().backward()
-    assert x.grad.tolist() == [2.0, 2.0, 2.0]
-    x.grad = None
+    y = a * a                    # the multiplication's gradient reads a (version 0)
+    a += 1                       # a is now version 1
+    assert a._version == 1
+    with pytest.raises(RuntimeError, match=re.escape(
+            "one of the variables needed for gradient computation has been modified by "
+            "an inplace operation: [float64 (3,)], which is output 0 of <AddBackward>, "
+            "is at version 1; expected version 0 instead.")):
+        y.sum().backward()
+
+
+def test_T48_in_place_before_saving_or_on_what_nothing_saved_is_fine():
+    x = at.ones(3, requires_grad=True)
     a = x * 1
-    a += 1
-    y = a * a
+    a.add_(1)
+    y = a * a                    # modified before it was saved
     y.sum().backward()
     assert x.grad.tolist() == [4.0, 4.0, 4.0]
+    x.grad = None
+    a = x.clone()
+    b = a + 1                    # an addition saves nothing
+    a.mul_(3)
+    b.sum().backward()
+    assert x.grad.tolist() == [1.0, 1.0, 1.0]
+    e = x.exp()                  # exp's gradient reads its own result
+    e.mul_(2)
+    with pytest.raises(RuntimeError, match=r"\[float64 \(3,\)\], which is output 0 of "
+                       r"<MultiplyBackward>, is at version 1; expected version 0"):
+        e.sum().backward()
 
 
 def test_T49_broadcasting_reduces_back_to_each_shape():

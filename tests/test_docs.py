@@ -23,6 +23,7 @@ DOCS = pathlib.Path(__file__).resolve().parent.parent / "docs"
 NAMESPACES = {"autotape": at, "autotape.func": at.func, "autotape.linalg": at.linalg,
               "autotape.autograd": at.autograd,
               "autotape.autograd.functional": at.autograd.functional,
+              "autotape.autograd.graph": at.autograd.graph,
               "autotape.warmup": at.warmup}
 if hasattr(at, "dask"):
     NAMESPACES["autotape.dask"] = at.dask

@@ -6,6 +6,6 @@
 (tensor([2., 4.]),)
 """
 from ..engine import backward, grad
-from . import functional
+from . import functional, graph
 
-__all__ = ["grad", "backward", "functional"]
+__all__ = ["grad", "backward", "functional", "graph"]

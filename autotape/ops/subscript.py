@@ -4,6 +4,7 @@ an index array. Assignment records a new value for x (index assignment, SETITEM)
 for advanced indices a where / put-add composition with numpy's last-write-wins rule.
 """
 import numbers
+import warnings
 
 import numpy as np
 
@@ -11,6 +12,7 @@ from ..grad_mode import is_grad_enabled
 from ..opcodes import SETITEM
 from ..tape_format import setitem_params
 from ..tensor import LEAF_VIEW_INPLACE_MSG, NONLEAF_NO_GRAD_INPLACE_MSG, Tensor, array_of
+from . import elementwise
 from .elementwise import add, where
 from .indexing import (as_tensor, broadcast_to, c_strides, from_view, put_add, reshape,
                        strided, take_flat, view_pattern)
@@ -68,7 +70,7 @@ def setitem(x, index, value):
     value_requires = type(value) is Tensor and value.requires_grad
     if x._tape is None and x._requires_grad and is_grad_enabled():
         raise RuntimeError(LEAF_VIEW_INPLACE_MSG)
-    check_inplace(x)
+    replaced = check_inplace(x)
     if not (is_grad_enabled() and (x.requires_grad or value_requires)):
         if x._tape is not None:
             raise RuntimeError(NONLEAF_NO_GRAD_INPLACE_MSG)
@@ -78,13 +80,13 @@ def setitem(x, index, value):
         a[index] = array_of(value) if type(value) is Tensor else value
         x._value = float(a) if (x._shape == () and x._dtype.kind == "f") else a
         x._cache = None
-        written(x)
+        written(x, replaced)
         return
     if x._dtype.kind != "f":
         raise TypeError("cannot assign a tensor that requires grad into a tensor of dtype "
                         f"{x._dtype}")
     x._become(_assign_advanced(x, index, value) if advanced else _assign(x, index, value))
-    written(x)
+    written(x, replaced)
 
 
 def _assign(x, index, value):
@@ -150,3 +152,68 @@ def _basic_index(index):
     if not any(k is Ellipsis for k in out):
         out.append(Ellipsis)
     return tuple(out)
+
+
+# ---- out= ----------------------------------------------------------------------------------
+
+# the public functions that take out=: every elementwise op of the table (numpy's
+# names), the comparisons, where, clip, the reductions and matmul
+OUT_NAMES = tuple(op.name for op in [*elementwise.unary_ops.values(),
+                                     *elementwise.binary_ops.values()]) + (
+    "equal", "not_equal", "less", "less_equal", "greater", "greater_equal", "where", "clip",
+    "sum", "mean", "max", "min", "amax", "amin", "prod", "cumsum", "cumprod", "matmul")
+
+
+def with_out(fn, name=None):
+    """``fn`` that also takes numpy's and torch's ``out=``: the result written into a
+    given tensor, in place (through its views), as torch does where no gradient is
+    involved; where one is (an input or ``out`` requires grad under grad mode), torch's
+    error. The public functions get it (``at.multiply(a, b, out=c)``); the op table's
+    own functions, which operators and methods call, stay as they are."""
+    name = name or fn.__name__
+
+    def call(*args, out=None, **kwargs):
+        if out is None:
+            return fn(*args, **kwargs)
+        return write_out(name, fn(*args, **kwargs), out)
+    call.__name__ = call.__qualname__ = name
+    call.__doc__ = fn.__doc__
+    call.__wrapped__ = fn
+    call.__module__ = fn.__module__
+    return call
+
+
+def write_out(name, result, out):
+    """``result`` written into ``out`` (resized, with torch's warning, when its shape
+    differs and it has elements); returns out."""
+    if not isinstance(out, Tensor):
+        raise TypeError(f"{name}(): argument 'out' must be a Tensor, not "
+                        f"{type(out).__name__}")
+    if isinstance(result, (np.ndarray, np.generic, numbers.Number)):
+        result = as_tensor(result)            # (numpy's own result, on plain tensors)
+    if not isinstance(result, Tensor):
+        raise TypeError(f"{name}() returns {type(result).__name__}, not one tensor: out= "
+                        "takes a single result")
+    if is_grad_enabled() and (result.requires_grad or out.requires_grad):
+        raise RuntimeError(f"{name}(): functions with out=... arguments don't support "
+                           "automatic differentiation, but one of the arguments requires "
+                           "grad.")
+    if not np.can_cast(result.dtype, out.dtype, "same_kind"):
+        raise RuntimeError(f"result type {result.dtype} can't be cast to the desired output "
+                           f"type {out.dtype}")
+    if out.shape != result.shape:
+        if out.size:
+            warnings.warn(f"An output with one or more elements was resized since it had "
+                          f"shape {list(out.shape)}, which does not match the required "
+                          f"output shape {list(result.shape)}. This behavior is "
+                          "deprecated, and in a future PyTorch release outputs will not be "
+                          "resized unless they have zero elements.", UserWarning,
+                          stacklevel=3)
+        if out._view_of is not None or out._views:
+            raise RuntimeError(f"{name}(): out= of another shape would resize a tensor "
+                               "that shares its elements with views; give an out of the "
+                               f"result's shape {result.shape}")
+        out._set_data(array_of(result).astype(out.dtype), result.shape, out.dtype)
+        return out
+    setitem(out, Ellipsis, result)
+    return out

@@ -28,6 +28,7 @@ from ..tensor import (LEAF_VIEW_INPLACE_MSG, NONLEAF_NO_GRAD_INPLACE_MSG, array_
                       written_through)
 from .elementwise import add, where
 from .indexing import astype, put_add, reshape, take_flat
+from .versions import after_inplace, before_inplace
 
 
 def view_of(view, base, step):
@@ -110,10 +111,11 @@ def contiguous(t):
 
 
 def check_inplace(t):
-    """Before an in-place op on ``t``: torch's errors where its root cannot change."""
+    """Before an in-place op on ``t``: torch's errors where its root cannot change.
+    Returns what ``written`` needs to mark the values the op replaces (versions.py)."""
     link = getattr(t, "_view_of", None)
     if link is None:
-        return
+        return before_inplace(t)
     root, chain = link
     if any(kind == "expand" for kind, _ in chain):
         raise RuntimeError("unsupported operation: more than one element of the written-to "
@@ -134,11 +136,14 @@ def check_inplace(t):
         raise RuntimeError(NONLEAF_NO_GRAD_INPLACE_MSG)
     elif t._tape is not None:        # (recorded before: from now on a plain value)
         t._tape, t._row, t._cache = None, -1, None
+    return before_inplace(t)
 
 
-def written(t):
+def written(t, replaced):
     """After an in-place op changed ``t``: its root, and every view of the root, show
-    the change (see the module's docstring)."""
+    the change (see the module's docstring); its version goes up, and the recorded
+    rows that read a value it replaced (``replaced``: check_inplace's) are marked."""
+    after_inplace(t, replaced)
     written_through(t)
     link = getattr(t, "_view_of", None)
     if link is not None:
