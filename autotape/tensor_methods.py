@@ -4,6 +4,8 @@ tensor.py is the data and imports nothing above it.
 
 Importing this module attaches them; the package's ``__init__`` does.
 """
+import weakref
+
 import numpy as np
 
 from . import creation
@@ -14,9 +16,9 @@ from .grad_mode import is_grad_enabled
 from .guards import observe
 from .hooks import register_hook, register_post_accumulate_grad_hook
 from .numpy_dispatch import array_function, array_ufunc
-from .opcodes import ADD, CUSTOM, DIV, MUL, SUB
+from .opcodes import ADD, CONST, DIV, IMPORT, LEAF, MUL, SUB
 from .ops import elementwise, indexing, reduce
-from .ops.versions import GRAD_FN_NAMES, version
+from .ops.versions import node_name, version
 from .ops.views import check_inplace, contiguous, one_of_several, view_of, written
 from .ops.linalg import matmul
 from .ops.recording import cast_result
@@ -26,23 +28,59 @@ from .tensor import (LEAF_INPLACE_MSG, NONLEAF_NO_GRAD_INPLACE_MSG, Tensor, arra
 
 
 class GradFn:
-    """What made a non-leaf tensor (torch-style ``grad_fn``)."""
-    __slots__ = ("_name",)
+    """A node of the graph, as torch's ``grad_fn``: ``name()``, and ``next_functions``,
+    the nodes its inputs came from (``(node, 0)`` pairs: None for a constant, an
+    ``AccumulateGrad`` node, whose ``variable`` is the leaf, for a leaf that requires
+    grad). One object per recorded row while it is referenced, so ``is`` compares nodes.
 
-    def __init__(self, name):
-        self._name = name
+    >>> x = at.tensor([1.0], requires_grad=True)
+    >>> y = x * 2
+    >>> (y + 1).grad_fn.next_functions[0][0] is y.grad_fn
+    True
+    >>> y.grad_fn.next_functions
+    ((<AccumulateGrad>, 0), (None, 0))
+    """
+    __slots__ = ("_name", "_tape", "_row", "variable", "__weakref__")
+
+    def __init__(self, name, tape=None, row=-1, variable=None):
+        self._name, self._tape, self._row, self.variable = name, tape, row, variable
 
     def name(self):
         return self._name
+
+    @property
+    def next_functions(self):
+        if self._tape is None:
+            return ()
+        return tuple((_node(self._tape, r), 0) for r in self._tape.row(self._row).operands)
 
     def __repr__(self):
         return f"<{self._name}>"
 
 
+_NODES = weakref.WeakValueDictionary()        # (tape id, row) -> its GradFn
+
+
+def _node(tape, row):
+    """The graph node of a recorded row (None for a constant)."""
+    op = tape.opcode(row)
+    if op == IMPORT:
+        parent, prow = tape.imports[row]
+        return _node(parent, prow)
+    if op == CONST:
+        return None
+    key = (tape.id, row)
+    node = _NODES.get(key)
+    if node is None:
+        node = GradFn("AccumulateGrad", variable=tape.leaves[row]) if op == LEAF else \
+            GradFn(node_name(tape, row), tape, row)
+        _NODES[key] = node
+    return node
 
 
 def grad_fn(self):
-    """None for a leaf; for a result, the name of the op that made it.
+    """None for a leaf; for a result, the node of the op that made it (its ``name()``,
+    ``next_functions``).
 
     >>> x = at.tensor([1.0, 2.0, 3.0], requires_grad=True)
     >>> (x * 2).grad_fn
@@ -52,10 +90,7 @@ def grad_fn(self):
     """
     if self._tape is None:
         return None
-    op = self._tape.opcode(self._row)
-    if op == CUSTOM:
-        return GradFn(f"{self._tape.customs[self._row].name}Backward")
-    return GradFn(GRAD_FN_NAMES.get(op, str(op)))
+    return _node(self._tape, self._row)
 
 
 def tensor_backward(self, gradient=None, retain_graph=None, create_graph=False, inputs=None):
@@ -443,7 +478,7 @@ def _unbind(self, dim=0):
     (tensor([1., 3.]), tensor([2., 4.]))
     """
     return one_of_several(tuple(_select(self, dim, k) for k in range(self.shape[dim])),
-                          "Unbind")
+                          "UnbindBackward")
 
 
 def _split(self, split_size_or_sections, dim=0):
@@ -467,7 +502,7 @@ def _split(self, split_size_or_sections, dim=0):
     for size in sizes:
         out.append(_narrow(self, dim, start, size))
         start += size
-    return one_of_several(tuple(out), "Split")
+    return one_of_several(tuple(out), "SplitBackward")
 
 
 def _chunk(self, chunks, dim=0):

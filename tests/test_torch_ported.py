@@ -1129,3 +1129,43 @@ def test_torch_comparison_and_product_methods():
     y.masked_fill_(y < 0, 0.0)
     y.sum().backward()
     same(x.grad, [1.0, 0.0, 1.0])
+
+
+def test_next_functions():
+    x = at.randn(5, 5, requires_grad=True)
+    y = at.randn(5, 5, requires_grad=True)
+    a = x + y
+    assert a.grad_fn is not None
+    nodes = a.grad_fn.next_functions
+    assert len(nodes) == 2
+    assert [n.name() for n, _ in nodes] == ["AccumulateGrad", "AccumulateGrad"]
+    assert nodes[0][0].variable is x and nodes[1][0].variable is y
+    assert nodes[0][1] == 0 and nodes[1][1] == 0
+    b = a + 5
+    nodes = b.grad_fn.next_functions
+    assert len(nodes) == 2 and nodes[0][0] is a.grad_fn and nodes[1][0] is None
+    assert b.grad_fn is b.grad_fn
+
+
+@pytest.mark.parametrize("grad_mode, requires_grad, errors", [
+    (True, False, (None, None, None)),
+    (True, True, (None, "Output 0 of UnbindBackward is a view",
+                        "Output 1 of UnbindBackward is a view")),
+    (False, True, ("A view was created in no_grad mode",) * 3),
+    (False, False, (None, None, None))])
+def test_autograd_views_codegen(grad_mode, requires_grad, errors):
+    def check(fn, error):
+        if error is None:
+            fn()
+        else:
+            with pytest.raises(RuntimeError, match=error):
+                fn()
+    inp = at.rand(2, requires_grad=requires_grad).clone()
+    with at.set_grad_enabled(grad_mode):
+        out = inp.view_as(inp)
+    check(lambda: out.add_(1), errors[0])
+    inp = at.rand(2, requires_grad=requires_grad).clone()
+    with at.set_grad_enabled(grad_mode):
+        outs = inp.unbind()
+    check(lambda: outs[0].add_(1), errors[1])
+    check(lambda: outs[1].add_(1), errors[2])

@@ -214,14 +214,14 @@ def test_inplace_on_view_multiple_outputs():
     # (unbind, split, chunk) refuse in-place ops that gradients would follow
     root = at.tensor(np.arange(9.0).reshape(3, 3), requires_grad=True)
     x = root.clone()
-    with pytest.raises(RuntimeError, match="Output 0 of Unbind is a view and is being "
+    with pytest.raises(RuntimeError, match="Output 0 of UnbindBackward is a view and is being "
                                            "modified inplace"):
         x.unbind()[0].mul_(2)
     with pytest.raises(RuntimeError, match="output of a function that returns multiple"):
         x.unbind(0)[1].view_as(x[1]).mul_(2)
     b = root * 2
     s1, s2, s3 = b.split(1)
-    with pytest.raises(RuntimeError, match="Output 0 of Split is a view"):
+    with pytest.raises(RuntimeError, match="Output 0 of SplitBackward is a view"):
         s1.mul_(s2)
     plain = at.zeros((2, 2))                      # without gradients they write through
     plain.unbind(0)[1].add_(1)

@@ -6,6 +6,7 @@
 (tensor([2., 4.]),)
 """
 from ..engine import backward, grad
-from . import functional, graph
+from . import function, functional, graph
+from .function import Function
 
-__all__ = ["grad", "backward", "functional", "graph"]
+__all__ = ["grad", "backward", "Function", "function", "functional", "graph"]

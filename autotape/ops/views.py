@@ -36,12 +36,14 @@ def view_of(view, base, step):
     normalised basic index), ("reshape", shape), ("transpose", axes) or ("expand",
     shape: a broadcast, which in-place ops refuse as torch's). Returns view."""
     link = base._view_of
+    steps = (step,) if is_grad_enabled() or not base.requires_grad else \
+        (step, ("no_grad", None))           # (torch refuses its in-place ops with grads)
     if link is None:
         root = base
-        view._view_of = (base, (step,))
+        view._view_of = (base, steps)
     else:
         root = link[0]
-        view._view_of = (root, link[1] + (step,))
+        view._view_of = (root, link[1] + steps)
     views = root._views
     if views is None:
         with _LOCK:                              # (one list per root, whatever thread)
@@ -61,6 +63,12 @@ def view_of(view, base, step):
 
 
 _LOCK = threading.Lock()
+NO_GRAD_VIEW_MSG = (
+    "A view was created in no_grad mode and is being modified inplace with grad mode "
+    "enabled. Given that this use case is ambiguous and error-prone, it is forbidden. You "
+    "can clarify your code by moving both the view and the inplace either both inside the "
+    "no_grad block (if you don't want the inplace to be tracked) or both outside (if you "
+    "want the inplace to be tracked).")
 
 
 def positions(shape, chain):
@@ -83,7 +91,7 @@ def one_of_several(views, name):
 
 def _step(a, kind, arg):
     """One view step on a numpy array (a view of it)."""
-    if kind == "several":
+    if kind == "several" or kind == "no_grad":
         return a
     if kind == "index":
         return a[arg]
@@ -122,6 +130,8 @@ def check_inplace(t):
                            "tensor refers to a single memory location. Please clone() the "
                            "tensor before performing the operation.")
     if is_grad_enabled():
+        if any(kind == "no_grad" for kind, _ in chain):
+            raise RuntimeError(NO_GRAD_VIEW_MSG)
         if root._tape is None and root._requires_grad:
             raise RuntimeError(LEAF_VIEW_INPLACE_MSG)
         several = [arg for kind, arg in chain if kind == "several"]
