@@ -18,6 +18,7 @@ else may read it, as numpy writes.
 tensor([[ 1., 20.],
         [ 3., 40.]])
 """
+import math
 import threading
 import weakref
 
@@ -43,7 +44,7 @@ def view_of(view, base, step):
         view._view_of = (base, steps)
     else:
         root = link[0]
-        view._view_of = (root, link[1] + steps)
+        view._view_of = (root, _composed(link[1], steps))
     views = root._views
     if views is None:
         with _LOCK:                              # (one list per root, whatever thread)
@@ -69,6 +70,18 @@ NO_GRAD_VIEW_MSG = (
     "can clarify your code by moving both the view and the inplace either both inside the "
     "no_grad block (if you don't want the inplace to be tracked) or both outside (if you "
     "want the inplace to be tracked).")
+
+
+def _composed(chain, steps):
+    """chain + steps, with a reshape of a reshape and a transpose of a transpose made
+    one step: a view of a view of ... (``y = y.reshape(-1)`` in a loop) keeps a chain
+    of constant length, so the steps that walk it stay O(1)."""
+    last, (kind, arg) = (chain[-1] if chain else (None, None)), steps[0]
+    if last is not None and last[0] == kind == "reshape":
+        return chain[:-1] + steps
+    if last is not None and last[0] == kind == "transpose":
+        return chain[:-1] + (("transpose", tuple(last[1][a] for a in arg)),) + steps[1:]
+    return chain + steps
 
 
 def positions(shape, chain):
@@ -102,16 +115,19 @@ def _step(a, kind, arg):
     return np.broadcast_to(a, arg)                 # "expand"
 
 
+_KEEP_ORDER = ("reshape", "several", "no_grad")     # steps that keep a C-ordered run
+
+
 def contiguous(t):
     """Whether t's elements are a contiguous run of its root's, in order (a reshape of
     it is then a view, as numpy's and torch's; otherwise a copy). Decided from strides
     alone: the chain applied to a stand-in of the root's shape whose data is never read
     (no array of the root's size is made)."""
     link = t._view_of
-    if link is None:
+    if link is None or all(kind in _KEEP_ORDER for kind, _ in link[1]):
         return True
     shape = link[0]._shape
-    strides = tuple(int(np.prod(shape[d + 1:], dtype=np.int64)) for d in range(len(shape)))
+    strides = tuple(math.prod(shape[d + 1:]) for d in range(len(shape)))
     a = np.lib.stride_tricks.as_strided(np.zeros(1, np.int8), shape, strides)
     for kind, arg in link[1]:
         a = _step(a, kind, arg)
