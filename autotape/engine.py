@@ -6,6 +6,7 @@ With ``is_grads_batched=True`` the first axis of every grad_output is a batch of
 cotangents, swept together as K lanes of one compiled sweep.
 Checks and messages follow torch.autograd so that code and searches carry over.
 """
+import functools
 import heapq
 import itertools
 import threading
@@ -14,7 +15,7 @@ import warnings
 import numpy as np
 
 from . import graph_backward
-from .executor import NO_ROWS, NO_STOPS, executor_for
+from .executor import NO_ROWS, NO_STOPS, RELEASED_MSG, executor_for
 from .opcodes import CONST
 from .hooks import (LEAF_HOOKS, MULTI_HOOKS, multi_grad_pass, run_hooks, run_leaf_hooks,
                     run_post_accumulate_hooks, stops_of)
@@ -450,9 +451,15 @@ def _sweep(tape, seeds, retain, lanes, wanted=()):
             dtype, hooks = hooked[row]
             for k in range(view.shape[0]):
                 view[k] = run_hooks(hooks, view[k], tape.shape(row), dtype)
-    adj, adj_off, stride = executor_for(tape).sweep(
-        tape, seed_rows, seed_vals, seed_off, lanes, retain, row_addr, read,
-        NO_STOPS if stops is None else stops, on_stop, custom_vjps(tape))
+    sweep = functools.partial(executor_for(tape).sweep, tape, seed_rows, seed_vals, seed_off,
+                              lanes, retain, row_addr, read,
+                              NO_STOPS if stops is None else stops, on_stop, custom_vjps(tape))
+    try:
+        adj, adj_off, stride = sweep()
+    except RuntimeError as error:     # (raised before the sweep did anything)
+        if str(error) != RELEASED_MSG or not versions.unreleased(tape, seed_rows):
+            raise
+        adj, adj_off, stride = sweep()          # (torch walks nodes that saved nothing)
 
     def adjoint(row):
         if own and row in own:                 # written in place: the caller's to keep

@@ -144,7 +144,7 @@ def run(outputs, seeds, retain, inputs=None):
                     continue
                 if op <= SOURCE_LAST:
                     continue
-                if tape.released[i]:
+                if tape.released[i] and versions.saves(tape, i):
                     raise RuntimeError(RELEASED_MSG)
                 if i in tape.stale:
                     raise versions.stale_error(tape, i)

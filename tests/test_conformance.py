@@ -303,14 +303,22 @@ def test_T29_shared_freed_subgraph():
         (y * 3).sum().backward()
 
 
-def test_T30_released_graph_without_saved_values_also_raises():
-    # torch lets (x + 1).sum() be swept twice; autotape raises on any released tape
-    # (documented departure, as the research notes recommend)
+def test_T30_a_graph_that_saved_nothing_sweeps_twice():
+    # torch's rule, per saved value: nodes that saved nothing (add, sum) are walked again
+    # after a backward without retain_graph; a node that read a recorded value is not
     x = at.ones(3, requires_grad=True)
     y = (x + 1).sum()
     y.backward()
+    y.backward()
+    assert x.grad.tolist() == [2.0, 2.0, 2.0]
+    z = (x * x).sum()
+    z.backward()
     with pytest.raises(RuntimeError, match=RELEASED):
-        y.backward()
+        z.backward()
+    w = (x * 2.0).sum()          # (torch saves the number, wrapped)
+    w.backward()
+    with pytest.raises(RuntimeError, match=RELEASED):
+        w.backward()
 
 
 def test_T32_backward_inputs():

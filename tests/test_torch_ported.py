@@ -87,6 +87,8 @@ def test_sharded_grad():
     leaves = [at.zeros(5, 5, requires_grad=True) for _ in range(10)]
     intermediates = [l * i + l * l for i, l in enumerate(leaves)]
     loss = sum(v * i for i, v in enumerate(intermediates)).sum()
+    # (retain_graph: a sweep releases every row below its outputs, where torch frees only
+    # the nodes on the way to the inputs asked for; docs/torch.md)
     d = [g for k in range(0, 10, 2)
          for g in at.grad(loss, intermediates[k:k + 2], retain_graph=True)]
     at.autograd.backward(intermediates, d)

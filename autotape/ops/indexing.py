@@ -223,15 +223,15 @@ def _join(tensors, axis, new_axis):
         outer, width, list(zip(rows, columns, bands))))
 
 
-def stack(tensors, axis=0):
-    """Join same-shaped tensors along a new axis.
+def stack(tensors, axis=0, *, dim=None):
+    """Join same-shaped tensors along a new axis (torch's ``dim=`` is ``axis``).
 
     >>> x = at.tensor([1.0, 2.0, 3.0], requires_grad=True)
     >>> at.stack([x, 2 * x])
     tensor([[1., 2., 3.],
             [2., 4., 6.]], grad_fn=<CatBackward>)
     """
-    return _join(tensors, axis, True)
+    return _join(tensors, axis if dim is None else dim, True)
 
 
 def concatenate(tensors, axis=0):

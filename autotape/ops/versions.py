@@ -9,6 +9,10 @@ gradient needs is read off the op table's create_graph rules (``reads``): ``g * 
 reads operand y, ``r.x.shape`` only its shape. Only a rule that will run counts: the
 derivative of ``x * y`` for x needs y, so y is saved only while x is not a constant.
 
+The same table decides which released rows a second sweep may walk again: as torch
+frees only saved tensors after a backward without retain_graph, a row whose derivative
+reads nothing (an addition, a sum) is swept again (``unreleased``).
+
 Cost: nothing on the recording path; an in-place op on a recorded tensor notes what it
 replaced on the tape (``tape.replaced``); the first sweep of that tape afterwards finds
 the rows that read those values (a search of the rows recorded since each) and checks
@@ -287,3 +291,39 @@ def stale_error(tape, reader):
         "gradient of the program as written, but raises as torch does: such a program "
         "usually means the new value to be used. clone() the tensor before changing it "
         "in place to keep both.")
+
+
+# ---- a second sweep through released rows ------------------------------------------------
+
+def saves(tape, row):
+    """Whether a row's derivative reads recorded values, as torch's node saves tensors
+    (which a backward without retain_graph frees): constants count (torch saves a number
+    it multiplies by, wrapped), a custom op saves its inputs."""
+    op, a, b = next(iter(_rows(tape, row, row + 1)))
+    if op == CUSTOM:
+        return True
+    if not SAVED:
+        saved(0)
+    per_operand = SAVED.get(op)
+    if per_operand is None:
+        return False
+    for k, r in enumerate((a, b)[:len(per_operand)]):
+        if r < 0 or tape.opcode(r) == CONST:
+            continue                              # (that derivative never runs)
+        if any(value in per_operand[k] for value in "xyz"):
+            return True
+    return False
+
+
+def unreleased(tape, seed_rows):
+    """A sweep from ``seed_rows`` met rows an earlier sweep without retain_graph
+    released. As torch, which refuses only nodes whose saved tensors it freed: when no
+    such row it reaches saves anything, clear their marks and return True (the sweep
+    may run); else False (torch's error stands)."""
+    cols = tape.columns()
+    reached, top = reach(cols.rows, cols.ipool, np.asarray(seed_rows, np.int64))
+    released = np.nonzero(reached & (tape.released[:top + 1] != 0))[0]
+    if any(saves(tape, int(i)) for i in released):
+        return False
+    tape.released[released] = 0
+    return True
