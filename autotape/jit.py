@@ -31,13 +31,16 @@ import numpy as np
 from numba.core.dispatcher import Dispatcher
 from numba.core.errors import NumbaError
 
+from .custom import CustomOp
+from .grad_mode import is_grad_enabled
 from .pytree import flatten
 from .kernels import active
+from .kernels.cache import compile_notice
 from .kernels.active import ActiveArray, ActiveType
 from .kernels.program import I_A, I_N, I_OP, I_OUT, I_SA, WIDTH
 from .opcodes import CONST, SOURCE_LAST
 from .program import LeanProgram, loop_of
-from .tensor import F64, new_leaf
+from .tensor import F64, Tensor, new_leaf
 from .thread_state import here
 
 __all__ = ["jit", "Jit"]
@@ -46,6 +49,8 @@ ALLOCATORS = {np.zeros: active.zeros, np.empty: active.empty, np.ones: active.on
               np.zeros_like: active.zeros_like, np.empty_like: active.empty_like,
               np.ones_like: active.ones_like, np.full: active.full, np.array: active.array}
 START_ROWS = 1 << 12
+_EVERY_PROCESS = ("in each process: at.jit compiles the function it is given again, for "
+                  "differentiable values; the calls after this one take microseconds")
 KEEP_PROGRAMS = 64          # recordings kept per function (per shapes and data)
 
 
@@ -114,9 +119,55 @@ class Jit:
     # -- public calls ------------------------------------------------------------------------
 
     def __call__(self, *args):
-        """fn's value at args (a Tensor of its shape)."""
+        """fn's value at args (a Tensor of its shape). Tensors that require grad among
+        the differentiated arguments give a result on their graph (one custom op whose
+        VJP is this recording's sweep), so ``at.jit`` code composes with eager code:
+        ``loss = sim(params); loss.backward()``.
+
+        >>> import numba
+        >>> sim = at.jit(numba.njit(lambda k: k * k + 1.0))
+        >>> k = at.tensor(3.0, requires_grad=True)
+        >>> sim(k).backward(); k.grad
+        tensor(6.)
+        """
+        tracked = [k for k, a in enumerate(args) if isinstance(a, Tensor) and
+                   a.requires_grad and self._differentiated(k)]
+        if tracked and is_grad_enabled():
+            return self._on_the_graph(args, tracked)
+        args = [a.detach().numpy() if isinstance(a, Tensor) else a for a in args]
         values, _, shape, _ = self._evaluate(args, False)
         return _tensor(values.reshape(shape))
+
+    def _on_the_graph(self, args, tracked):
+        """fn(*args) recorded as one custom op of the Tensors ``tracked`` (positions)."""
+        def filled(values):
+            given = [a.detach().numpy() if isinstance(a, Tensor) else a for a in args]
+            for k, v in zip(tracked, values):
+                given[k] = np.asarray(v, np.float64)
+            return given
+
+        def forward(*values):
+            out, _, shape, _ = self._evaluate(filled(values), False)
+            return out.reshape(shape)
+
+        def vjp(inputs, output, g):
+            if isinstance(g, Tensor):
+                raise RuntimeError(f"at.jit({self.name}): its gradient is computed once "
+                                   "(a sweep of the recording), not recorded, so it cannot "
+                                   "be differentiated again (create_graph=True, Hessians "
+                                   "through it); use its .jacobian / .jacfwd, or "
+                                   "at.compile for higher derivatives")
+            given = filled(inputs)
+            _, jac, _, wrt = self._evaluate(given, True)
+            flat = np.reshape(g, -1) @ jac if jac.size else np.zeros(0)
+            cotangents, start = {}, 0
+            for k, a in zip([k for k in range(len(given)) if self._differentiated(k)], wrt):
+                cotangents[k] = flat[start:start + a.size].reshape(a.shape)
+                start += a.size
+            return tuple(cotangents[k] for k in tracked)
+
+        op = CustomOp(forward, vjp, name=self.name)
+        return op(*[args[k] for k in tracked])
 
     def value_and_grad(self, *args):
         """``(fn(*args), gradient)`` for a scalar fn; the gradient has the arguments'
@@ -278,7 +329,12 @@ class Jit:
             rows = self._rows
             header, ops, values = _buffers(rows)
             try:
-                out_values, out_rows, shape = recorder(header, *inputs)
+                if recorder.signatures:
+                    out_values, out_rows, shape = recorder(header, *inputs)
+                else:                          # (its first call compiles it: say so)
+                    with compile_notice(f"{self.name} for at.jit (its ops recorded in "
+                                        "compiled code)", once=_EVERY_PROCESS):
+                        out_values, out_rows, shape = recorder(header, *inputs)
             except NumbaError as e:
                 raise _clear_error(self.name, e) from None
             used = int(header[active.H_ROWS])

@@ -512,3 +512,40 @@ def _reshaped(q):
 def test_reshape_of_differentiable_arrays():
     q = np.array([1.0, 2.0, 3.0, 4.0])
     np.testing.assert_array_equal(at.jit(_reshaped).grad(q).numpy(), [0.0, 3.0, 2.0, 8.0])
+
+
+def test_a_call_with_tensors_that_require_grad_joins_their_graph():
+    @numba.njit
+    def f(x, k):
+        s = 0.0
+        for i in range(x.size):
+            s += np.sin(x[i]) * k
+        return s
+
+    jf = at.jit(f)
+    x = at.tensor([0.1, 0.2, 0.3], requires_grad=True)
+    k = at.tensor(2.0, requires_grad=True)
+    (jf(x, k) * 3.0).backward()
+    np.testing.assert_allclose(x.grad.numpy(), 6.0 * np.cos([0.1, 0.2, 0.3]), rtol=1e-12)
+    np.testing.assert_allclose(k.grad.item(), 3.0 * np.sin([0.1, 0.2, 0.3]).sum(), rtol=1e-12)
+    gx, = at.grad(jf(x, 2.0), x)                       # (a number as data, beside)
+    np.testing.assert_allclose(gx.numpy(), 2.0 * np.cos([0.1, 0.2, 0.3]), rtol=1e-12)
+    assert not jf(x.detach(), 2.0).requires_grad
+    with at.no_grad():
+        assert not jf(x, k).requires_grad
+    with pytest.raises(RuntimeError, match="cannot be differentiated again"):
+        at.grad(jf(x, k), x, create_graph=True)
+    only_x = at.jit(f, argnums=0)                      # (k is data: no gradient for it)
+    gx, = at.grad(only_x(x, k), x)
+    np.testing.assert_allclose(gx.numpy(), 2.0 * np.cos([0.1, 0.2, 0.3]), rtol=1e-12)
+
+
+def test_the_first_call_says_it_compiles(monkeypatch, capfd):
+    from autotape.kernels import cache
+    monkeypatch.setattr(cache, "NOTICE_AFTER", 0.0)
+    f = at.jit(numba.njit(lambda t: t * t + 0.5))
+    f(1.5)
+    err = capfd.readouterr().err
+    assert "for at.jit" in err and "in each process" in err
+    f(2.5)                                            # (compiled: nothing more said)
+    assert "for at.jit" not in capfd.readouterr().err
