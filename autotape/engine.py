@@ -19,10 +19,13 @@ from .executor import NO_ROWS, NO_STOPS, RELEASED_MSG, executor_for
 from .opcodes import CONST
 from .hooks import (LEAF_HOOKS, MULTI_HOOKS, multi_grad_pass, run_hooks, run_leaf_hooks,
                     run_post_accumulate_hooks, stops_of)
+from .kernels import background
+from .kernels.cache import cache_dir, on_disk
 from .kernels.staging import address_of
+from .kernels.sweep import VARIANTS, sweep_for, variant_of
 from .ops.indexing import astype, stack
 from .ops import versions
-from .tensor import F64, Tensor, new_leaf
+from .tensor import F64, Tensor, array_of, canonical, new_leaf
 from .thread_state import here
 
 
@@ -105,6 +108,8 @@ def _grad(outputs, inputs, grad_outputs, retain_graph, create_graph, allow_unuse
         found = _run_recorded_lanes(outputs, given, inputs, retain, lanes)
     elif create_graph:
         found = _run_recorded(outputs, given, inputs, retain)
+    elif not is_grads_batched and _on_the_python_tier(outputs):
+        found = _run_python(outputs, grads, inputs, retain, others=others)
     else:
         found = _run(outputs, grads, inputs, retain, lanes=lanes if is_grads_batched else 0,
                      others=others)
@@ -166,11 +171,12 @@ def _backward(tensors, grad_tensors, retain_graph, create_graph, inputs):
                     t._retains_grad = True
                 t._grad = g if getattr(t, "_grad", None) is None else t._grad + g
         return
+    run = _run_python if _on_the_python_tier(tensors) else _run
     if inputs is None:
-        _run(tensors, grads, None, retain, accumulate=True)
+        run(tensors, grads, None, retain, accumulate=True)
         return
     unique = list({id(t): t for t in inputs}.values())
-    found = _run(tensors, grads, unique, retain)
+    found = run(tensors, grads, unique, retain)
     for t, g in zip(unique, found):
         if g is not None:
             if t._tape is not None:
@@ -324,6 +330,78 @@ def _recorded_grad(g, t):
     """A recorded gradient for t: connected to t, in t's dtype."""
     g = graph_backward.connect(g, t)
     return g if g.dtype == t.dtype else astype(g, t.dtype)
+
+
+# ---- the Python tier: the sweep while its kernel compiles ------------------------------------
+
+# The first sweep of a process whose kernel is neither compiled nor in numba's disk cache
+# runs the op table's create_graph rules on numbers (graph_backward.run without
+# recording) while a helper process compiles the kernel (kernels/background.py); the
+# sweeps after it is ready run compiled. Tests set FORCE_PYTHON_TIER[0] to compare.
+FORCE_PYTHON_TIER = [False]
+_READY = set()                    # sweep variants compiled here or on disk
+_SWEEP_HELPER = "import sys\nfrom autotape import warmup\nwarmup.sweep_variant(int(sys.argv[1]))"
+
+
+def _on_the_python_tier(outputs):
+    """Whether this sweep runs on the Python tier: a reverse-sweep kernel it needs is
+    not ready (its compile is started beside the calls; see above)."""
+    if FORCE_PYTHON_TIER[0]:
+        return all(t._tape is None or not t._tape.customs for t in outputs)
+    for t in outputs:
+        tape = t._tape
+        if tape is None:
+            continue
+        variant = variant_of(tape.columns().families)
+        if variant in _READY:
+            continue
+        if not background.enabled():
+            return False
+        kernel = sweep_for(variant)
+        if kernel.signatures or on_disk(kernel):
+            _READY.add(variant)
+            continue
+        if tape.customs:
+            continue                  # (a custom op's VJP takes numbers: compiled path)
+        job = f"reverse sweep {variant}"
+        if not background.beside(job, background.state(job), _SWEEP_HELPER, (str(variant),),
+                                 f"the reverse sweep for {VARIANTS[variant]} ops", False,
+                                 job, cache_dir()):
+            return True
+    return False
+
+
+def _run_python(outputs, grads, inputs, retain, accumulate=False, others=None):
+    """_run on the Python tier: the same results (within rounding: numpy's functions
+    where the kernels call libm's), the same hooks, ``.grad`` and retain_grad rules."""
+    seeds = [new_leaf(*canonical(np.array(g, F64).reshape(t.shape))) for t, g in
+             zip(outputs, grads)]
+    leaf_grads, adj, tapes, before_hooks = graph_backward.run(outputs, seeds, retain,
+                                                              inputs, record=False)
+    asked = None if inputs is None else {id(t) for t in inputs}
+    numbers = {}                              # id(leaf) -> [leaf, float64 gradient]
+    for key, (leaf, g) in leaf_grads.items():
+        if asked is None or key in asked:
+            g = run_leaf_hooks(leaf, g, 0)
+        numbers[key] = [leaf, np.array(array_of(g), F64)]
+    for tape in tapes.values():
+        for row, ref in list(tape.retained.items()):
+            t = ref()
+            g = adj.get((tape.id, row))
+            if t is not None and g is not None and t._tape is tape and t._row == row:
+                _accumulate(t, np.array(array_of(g), F64).reshape(t.shape))
+    if accumulate:
+        for leaf, g in numbers.values():
+            if leaf._requires_grad:
+                _accumulate(leaf, g.reshape(leaf.shape))
+                run_post_accumulate_hooks(leaf)
+    if others is not None:
+        others.extend(leaf for leaf, _ in numbers.values()
+                      if leaf._requires_grad and id(leaf) not in asked)
+    if inputs is None:
+        return None
+    by_row = {key: np.array(array_of(g), F64) for key, g in {**adj, **before_hooks}.items()}
+    return _input_grads(inputs, numbers, by_row, lambda g, t: g.reshape(t.shape))
 
 
 # ---- the run: sweep tapes newest first ----------------------------------------------------

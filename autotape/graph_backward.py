@@ -14,7 +14,7 @@ import numpy as np
 from . import creation, linalg
 from .executor import RELEASED_MSG
 from .functions import products, shaping, statistics
-from .grad_mode import enable_grad
+from .grad_mode import enable_grad, no_grad
 from .hooks import run_hooks
 from .opcodes import CONST, CUSTOM, IMPORT, LEAF, SOURCE_LAST, WHERE, opcode_name
 from .ops import elementwise, indexing, linalg as linalg_ops, reduce, versions
@@ -94,7 +94,7 @@ def connect(g, x):
     return g + elementwise.where(np.zeros(x.shape, bool), x, 0.0)
 
 
-def run(outputs, seeds, retain, inputs=None):
+def run(outputs, seeds, retain, inputs=None, record=True):
     """Walk every tape the outputs reach, applying the recorded rules. Returns leaf
     gradients by id ([leaf, tensor]), adjoint tensors by (tape id, row) (after the
     row's hooks), the tapes walked by id, and the adjoints of hooked rows before their
@@ -110,8 +110,8 @@ def run(outputs, seeds, retain, inputs=None):
         for t in inputs:
             floors[t._tape.id] = min(floors.get(t._tape.id, t._row), t._row)
         oldest = min(floors)
-    with enable_grad():
-        for t, g in zip(outputs, seeds):
+    with enable_grad() if record else no_grad():    # (record=False: numbers only, the
+        for t, g in zip(outputs, seeds):              # sweep while its kernel compiles)
             if t._tape is None:
                 _add_leaf(leaf_grads, t, g)
             else:

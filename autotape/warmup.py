@@ -18,6 +18,7 @@ instead of 34, and its first ``at.compile`` call took 5 s more instead of 15). S
 them, processes share compiles: while one compiles a kernel, another about to compile
 the same one waits and loads it (kernels/cache.py).
 """
+import atexit
 import contextlib
 import os
 import subprocess
@@ -36,7 +37,8 @@ from .functions.shaping import roll
 from .jit import jit as jit_
 from .kernels import background, cache
 from .kernels.blas import DGEMM
-from .kernels.sweep import VARIANTS, linalg_row_vjp, sweep_for
+from .kernels.sweep import (ALL_FAMILIES, ELEMENTWISE, REDUCE, VARIANTS, linalg_row_vjp,
+                            sweep_for)
 from .linalg import det, inv
 from .ops.elementwise import exp, sigmoid, sin, tanh, where
 from .parallel import get_num_threads, set_num_threads, usable_cores
@@ -148,6 +150,17 @@ STEPS = [("numpy.linalg sweep", _linalg), ("compiled programs", _compiled),
          ("threaded kernels", _threads), ("numba code (at.jit)", _numba_code)]
 
 
+# the program that compiles each reverse-sweep variant (kernels/sweep.py's VARIANTS): a
+# helper process runs it while the first sweeps that need it run on the Python tier
+SWEEP_PROGRAMS = {0: _scalar, ELEMENTWISE | REDUCE: _elementwise, ALL_FAMILIES: _arrays}
+
+
+def sweep_variant(variant):
+    """Compile (or load) the reverse sweep for ``variant`` (what the helper started by
+    engine.py's Python tier runs)."""
+    SWEEP_PROGRAMS[variant]()
+
+
 def _missing():
     """The kernels that are neither in this process nor in the disk cache."""
     for variant in VARIANTS:
@@ -235,11 +248,26 @@ def _start_background():
         return
     env = dict(os.environ, **{BACKGROUND_ENV: "0"})
     with contextlib.suppress(OSError):
-        subprocess.Popen([sys.executable, "-m", "autotape", "warmup", "--background"],
-                         env=env, stdin=subprocess.DEVNULL, stdout=subprocess.DEVNULL,
-                         stderr=subprocess.DEVNULL, start_new_session=True)
-        print("autotape: compiling the other kernels in a background process (once)",
+        _background.append(subprocess.Popen(
+            [sys.executable, "-m", "autotape", "warmup", "--background"], env=env,
+            stdin=subprocess.DEVNULL, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL,
+            start_new_session=True))
+        print("autotape: compiling the other kernels in a background process while this "
+              "program runs (what it compiles is kept for later runs)",
               file=sys.stderr, flush=True)
+
+
+_background = []                 # the warmup started by this process
+
+
+@atexit.register
+def _stop_background():
+    """Nothing of autotape's outlives the program: the warmup stops with it (the kernels
+    it compiled so far are on disk; a later program's warmup goes on from there)."""
+    for process in _background:
+        if process.poll() is None:
+            with contextlib.suppress(OSError):
+                process.terminate()
 
 
 cache.first_compile_hooks.append(_start_background)

@@ -338,14 +338,18 @@ def _named(fn, name, globals_=None):
     return renamed
 
 
+def variant_of(families):
+    """The VARIANTS key whose kernel sweeps a tape of these ``families``."""
+    masked = families & ALL_FAMILIES
+    return 0 if not masked else next(v for v in VARIANTS if masked & ~v == 0)
+
+
 def sweep_for(families):
     """The variant of ``reverse_sweep`` for a tape of these kernel ``families`` (a
     bitmask from ``families_of``)."""
     kernel = _FOR_FAMILIES.get(families)
     if kernel is None:
-        masked = families & ALL_FAMILIES
-        variant = next(v for v in VARIANTS if masked & ~v == 0)
-        kernel = _FOR_FAMILIES[families] = _variant(variant)
+        kernel = _FOR_FAMILIES[families] = _variant(variant_of(families))
     return kernel
 
 

@@ -1,0 +1,139 @@
+"""The Python tier: a sweep whose kernel is not compiled yet runs the op table's
+create_graph rules on numbers while a helper compiles it (engine.py). Its results, hooks,
+``.grad`` and retain_grad rules must be the compiled sweep's."""
+import numpy as np
+import pytest
+
+import autotape as at
+from autotape import engine
+from autotape.kernels import background
+
+rng = np.random.default_rng(7)
+
+
+def programs():
+    x = at.tensor(rng.uniform(0.1, 1.0, (3, 4)), requires_grad=True)
+    a = at.tensor(np.eye(3) + 0.1 * rng.normal(size=(3, 3)), requires_grad=True)
+    s = at.tensor(0.7, requires_grad=True)
+    yield "scalar", [s], lambda: at.sin(s) * s + s ** 2 / (1.0 + at.exp(-s))
+    yield "arrays", [x, a], lambda: (
+        (at.exp(x) * x).sum(axis=0).max() + x[1:, ::2].reshape(-1).sum() + (a @ x).sum()
+        + at.where(x > 0.5, x, 0.0).sum() + np.roll(x, 1).cumsum(axis=1).prod()
+        + at.tanh(x).mean() + (x ** 3).std())
+    yield "linalg", [a], lambda: at.linalg.det(a) + at.linalg.inv(a).sum() + \
+        at.linalg.solve(a, at.ones(3)).sum()
+    yield "views and in place", [x], lambda: _in_place(x)
+
+
+def _in_place(x):
+    h = x * 1.0
+    h[0] = h[1] * 2.0
+    h[:, 1] *= 3.0
+    return (h * h).sum()
+
+
+def both(fn):
+    """fn() run compiled, then on the Python tier."""
+    engine.FORCE_PYTHON_TIER[0] = False
+    compiled = fn()
+    engine.FORCE_PYTHON_TIER[0] = True
+    try:
+        python = fn()
+    finally:
+        engine.FORCE_PYTHON_TIER[0] = False
+    return compiled, python
+
+
+def same(a, b):
+    for u, v in zip(a, b):
+        u, v = np.asarray(u), np.asarray(v)
+        assert u.shape == v.shape
+        np.testing.assert_allclose(u, v, rtol=1e-13, atol=1e-15)
+
+
+@pytest.mark.parametrize("name, inputs, f", list(programs()), ids=lambda v: v if
+                         isinstance(v, str) else "")
+def test_grad_and_backward_as_compiled(name, inputs, f):
+    compiled, python = both(lambda: [g.numpy() for g in at.grad(f(), inputs)])
+    same(compiled, python)
+
+    def backward():
+        for t in inputs:
+            t.grad = None
+        f().backward()
+        f().backward()                         # (accumulated)
+        return [t.grad.numpy().copy() for t in inputs]
+    same(*both(backward))
+
+
+def test_hooks_retain_grad_and_inputs_as_compiled():
+    def run():
+        x = at.tensor([0.5, 1.5, 2.5], requires_grad=True)
+        w = at.tensor([1.0, 2.0, 3.0], requires_grad=True)
+        seen = []
+        x.register_hook(lambda g: seen.append(g.numpy().copy()) or g * 2)
+        h = at.sin(x) * w
+        h.retain_grad()
+        h.register_hook(lambda g: g + 1)
+        w.register_post_accumulate_grad_hook(lambda p: seen.append(p.grad.numpy().copy()))
+        y = (h * h).sum()
+        y.backward(retain_graph=True)
+        g_in, = at.grad(y, [h], retain_graph=True)
+        y.backward(inputs=[w])
+        return seen + [x.grad.numpy(), w.grad.numpy(), h.grad.numpy(), g_in.numpy()]
+    same(*both(run))
+
+
+def test_accumulates_into_the_same_grad_object():
+    def run():
+        x = at.ones(3, requires_grad=True)
+        y = x * 2
+        y.sum().backward(retain_graph=True)
+        first = x.grad
+        y.sum().backward()
+        return first is x.grad, x.grad.numpy()
+    (same_object_compiled, g1), (same_object_python, g2) = both(run)
+    assert same_object_compiled and same_object_python
+    same([g1], [g2])
+
+
+def test_released_and_version_errors_as_compiled():
+    engine.FORCE_PYTHON_TIER[0] = True
+    try:
+        x = at.ones(3, requires_grad=True)
+        y = (x * x).sum()
+        y.backward()
+        with pytest.raises(RuntimeError, match="backward through the graph a second time"):
+            y.backward()
+        h = x * 1.0
+        z = (h * h).sum()
+        h += 1
+        with pytest.raises(RuntimeError, match="modified by an inplace operation"):
+            z.backward()
+        u = (x + 1).sum()
+        u.backward()
+        u.backward()                                 # (saved nothing: as torch)
+    finally:
+        engine.FORCE_PYTHON_TIER[0] = False
+
+
+def test_a_sweep_whose_kernel_is_not_ready_runs_on_the_python_tier(monkeypatch):
+    submitted = []
+    monkeypatch.setattr(engine, "_READY", set())
+    monkeypatch.setattr(background, "enabled", lambda: True)
+    monkeypatch.setattr(engine, "on_disk", lambda kernel: False)
+    monkeypatch.setattr(background, "beside",
+                        lambda job, *args: submitted.append(job) or False)
+    fresh = type("Fresh", (), {"signatures": []})()
+    monkeypatch.setattr(engine, "sweep_for", lambda variant: fresh)
+    x = at.tensor([0.5, 1.5], requires_grad=True)
+    ran = []
+    real = engine._run_python
+    monkeypatch.setattr(engine, "_run_python", lambda *a, **k: ran.append(1) or real(*a, **k))
+    g, = at.grad((at.sin(x) * x).sum(), x)
+    np.testing.assert_allclose(g.numpy(), np.cos([0.5, 1.5]) * [0.5, 1.5] + np.sin([0.5, 1.5]))
+    assert ran and submitted == ["reverse sweep 3"]
+    monkeypatch.setattr(background, "beside", lambda job, *args: True)     # (compiled)
+    ran.clear()
+    at.grad((at.sin(x) * x).sum(), x)
+    assert not ran
