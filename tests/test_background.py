@@ -175,3 +175,10 @@ def test_no_helper_outlives_the_program():
     time.sleep(0.2)
     with pytest.raises(ProcessLookupError):
         os.kill(pids[0], 0)
+
+
+def test_compile_notices_name_what_a_kernel_is_for():
+    from autotape.kernels import cache, program, staging
+    assert cache._in_user_terms(program.run_points.py_func) == \
+        "run_points, for compiled functions (at.compile, vmap)"
+    assert cache._in_user_terms(staging.decode_rows.py_func).endswith("for reading tapes")

@@ -207,6 +207,24 @@ def on_disk(dispatcher):
     return index is not None and os.path.exists(index)
 
 
+# What each kernel module's compiles are for, in a user's terms (a notice names them)
+PURPOSES = {"staging": "reading tapes", "sweep": "gradients", "context": "gradients",
+            "scalar": "gradients", "elementwise": "array ops", "vmath": "array ops",
+            "reduce": "sums and reductions", "indexing": "indexing",
+            "linalg": "numpy.linalg gradients", "blas": "matrix products",
+            "program": "compiled functions (at.compile, vmap)",
+            "replay": "replays of recorded functions", "loops": "compiled loops",
+            "calls": "calls into your numba functions", "active": "at.jit",
+            "gpu": "the GPU", "libm": "math functions"}
+
+
+def _in_user_terms(fn):
+    """``name, for what it is used`` (``run_points, for compiled functions ...``)."""
+    purpose = PURPOSES.get(fn.__module__.rsplit(".", 1)[-1])
+    return f"{fn.__name__}, for {purpose}" if purpose else \
+        f"{fn.__module__}.{fn.__qualname__}"
+
+
 def announce_compiles(dispatcher, what=None):
     """Run the compiles of a numba dispatcher as the section above says. numba reaches
     ``_compile_for_args`` only for a signature it has not loaded yet (from memory or its
@@ -216,7 +234,7 @@ def announce_compiles(dispatcher, what=None):
         return dispatcher
     fn = dispatcher.py_func
     name = f"{fn.__module__}.{fn.__qualname__}"
-    what = what or name
+    what = what or _in_user_terms(fn)
 
     def compile_and_say(*args, **kws):
         start = time.perf_counter()
