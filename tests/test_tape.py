@@ -44,10 +44,13 @@ def test_backward_loop_keeps_memory_flat():
         loss.backward()
         if it == 1000:
             gc.collect()
-            start_rss, start_tapes = rss_kib(), live_tapes()
+            start_tapes = live_tapes()
+        if it == 5000:                  # (past one-time growth: a worker that has just
+            gc.collect()                # compiled kernels keeps growing for a while)
+            start_rss = rss_kib()
     gc.collect()
     assert live_tapes() <= start_tapes
-    assert rss_kib() - start_rss < 5_000             # KiB; 10,000 leaked graphs: ~80 MB
+    assert rss_kib() - start_rss < 5_000             # KiB; 5,000 leaked graphs: ~40 MB
 
 
 def test_dropped_results_free_their_tape():
