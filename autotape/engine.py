@@ -16,6 +16,7 @@ import numpy as np
 
 from . import graph_backward
 from .executor import NO_ROWS, NO_STOPS, RELEASED_MSG, executor_for
+from .grad_mode import no_grad
 from .opcodes import CONST
 from .hooks import (LEAF_HOOKS, MULTI_HOOKS, multi_grad_pass, run_hooks, run_leaf_hooks,
                     run_post_accumulate_hooks, stops_of)
@@ -108,8 +109,10 @@ def _grad(outputs, inputs, grad_outputs, retain_graph, create_graph, allow_unuse
         found = _run_recorded_lanes(outputs, given, inputs, retain, lanes)
     elif create_graph:
         found = _run_recorded(outputs, given, inputs, retain)
-    elif not is_grads_batched and _on_the_python_tier(outputs):
-        found = _run_python(outputs, grads, inputs, retain, others=others)
+    elif _on_the_python_tier(outputs):
+        found = _run_python_lanes(outputs, grads, inputs, retain, lanes, others) \
+            if is_grads_batched else _run_python(outputs, grads, inputs, retain,
+                                                 others=others)
     else:
         found = _run(outputs, grads, inputs, retain, lanes=lanes if is_grads_batched else 0,
                      others=others)
@@ -371,7 +374,18 @@ def _on_the_python_tier(outputs):
     return False
 
 
-def _run_python(outputs, grads, inputs, retain, accumulate=False, others=None):
+def _run_python_lanes(outputs, grads, inputs, retain, lanes, others):
+    """_run_python once per cotangent lane, stacked (``is_grads_batched``); as the
+    compiled batched sweep, retain_grad tensors get nothing."""
+    per_lane = [_run_python(outputs, [None if g is None else g[k] for g in grads], inputs,
+                            retain or k < lanes - 1, others=others if k == 0 else None,
+                            retained=False) for k in range(lanes)]
+    return [None if any(f[j] is None for f in per_lane) else np.stack([f[j] for f in per_lane])
+            for j in range(len(inputs))]
+
+
+def _run_python(outputs, grads, inputs, retain, accumulate=False, others=None,
+                retained=True):
     """_run on the Python tier: the same results (within rounding: numpy's functions
     where the kernels call libm's), the same hooks, ``.grad`` and retain_grad rules."""
     seeds = [new_leaf(*canonical(np.array(g, F64).reshape(t.shape))) for t, g in
@@ -382,9 +396,10 @@ def _run_python(outputs, grads, inputs, retain, accumulate=False, others=None):
     numbers = {}                              # id(leaf) -> [leaf, float64 gradient]
     for key, (leaf, g) in leaf_grads.items():
         if asked is None or key in asked:
-            g = run_leaf_hooks(leaf, g, 0)
+            with no_grad():                    # (as the compiled sweep runs them)
+                g = run_leaf_hooks(leaf, g, 0)
         numbers[key] = [leaf, np.array(array_of(g), F64)]
-    for tape in tapes.values():
+    for tape in tapes.values() if retained else ():
         for row, ref in list(tape.retained.items()):
             t = ref()
             g = adj.get((tape.id, row))

@@ -26,7 +26,7 @@ import threading
 
 import numpy as np
 
-from .grad_mode import enable_grad, no_grad
+from .grad_mode import enable_grad, is_grad_enabled, no_grad
 from .guards import current_trace
 from .tensor import Tensor, canonical, new_leaf
 
@@ -125,8 +125,9 @@ def register_post_accumulate_grad_hook(t, fn):
 def run_hooks(hooks, g, shape, dtype):
     """The gradient after ``hooks`` (a dict of functions, in order): ``g`` a float64
     array of ``shape``'s size (one lane) or a recorded Tensor; returns the same kind."""
-    recorded = isinstance(g, Tensor)
-    grad = g if recorded else new_leaf(*canonical(np.asarray(g, dtype).reshape(shape)))
+    tensors = isinstance(g, Tensor)          # (recorded under create_graph; numbers on
+    recorded = tensors and is_grad_enabled()  # the Python tier, whose walk runs no_grad)
+    grad = g if tensors else new_leaf(*canonical(np.asarray(g, dtype).reshape(shape)))
     for fn in list(hooks.values()):
         with _grad_mode(recorded):             # (torch: off unless create_graph)
             out = fn(grad)
@@ -139,7 +140,7 @@ def run_hooks(hooks, g, shape, dtype):
             name = getattr(fn, "__name__", repr(fn))
             raise RuntimeError(f"hook '{name}' has changed the size of value")
         grad = out
-    return grad if recorded else np.asarray(grad.numpy(), np.float64).reshape(g.shape)
+    return grad if tensors else np.asarray(grad.numpy(), np.float64).reshape(g.shape)
 
 
 def stops_of(tape):

@@ -137,3 +137,34 @@ def test_a_sweep_whose_kernel_is_not_ready_runs_on_the_python_tier(monkeypatch):
     ran.clear()
     at.grad((at.sin(x) * x).sum(), x)
     assert not ran
+
+
+def test_batched_gradients_and_jacobians_as_compiled():
+    import autotape.func as F
+
+    def run():
+        x = at.tensor(np.linspace(0.2, 0.9, 4), requires_grad=True)
+        y = at.tanh(x) * x.sum() + at.exp(-x)
+        rows, = at.grad(y, x, at.eye(4), is_grads_batched=True)
+        jac = F.jacrev(lambda v: at.sin(v) * v.prod())(x.detach())
+        return rows.numpy(), jac.numpy()
+    same(*both(run))
+
+
+
+
+def test_hooks_run_without_grad_mode_and_det_at_a_singular_matrix():
+    def run():
+        modes = []
+        x = at.tensor([1.0, 2.0], requires_grad=True)
+        x.register_hook(lambda g: modes.append(at.is_grad_enabled()))
+        h = x * 2
+        h.register_hook(lambda g: modes.append(at.is_grad_enabled()))
+        h.sum().backward()
+        m = at.tensor([[1.0, 2.0], [2.0, 4.0]], requires_grad=True)     # singular
+        g, = at.grad(at.linalg.det(m), m)
+        return modes, g.numpy()
+    (modes_compiled, g1), (modes_python, g2) = both(run)
+    assert modes_compiled == modes_python == [False, False]
+    same([g1], [g2])
+    same([g2], [[[4.0, -2.0], [-2.0, 1.0]]][0:1])                      # the cofactors

@@ -22,11 +22,12 @@ from collections import namedtuple
 
 import numpy as np
 
+from ..grad_mode import is_grad_enabled
 from ..guards import observe
 from ..opcodes import CHOLESKY, DET, EIGH, INV, MATMUL, PINV, SLOGDET, SOLVE, SVD
 from ..tape_format import (eigh_params, eigh_upper, pinv_params, pinv_rcond, saved_params,
-                           svd_dims, svd_params)
-from ..tensor import F64, array_of, new_leaf
+                           saved_row, svd_dims, svd_params)
+from ..tensor import F64, array_of, canonical, new_leaf
 from .indexing import as_tensor, broadcast_to, reshape
 from .recording import record
 
@@ -341,12 +342,20 @@ def _inv_rule(at, g, r, k):
     return -(zt @ g @ zt)
 
 
+def _saved(r):
+    """The values a linalg row saved when recorded (``saved_params``), as a constant."""
+    v = r.tape.value(int(saved_row(r.params, 0)))
+    return new_leaf(*canonical(np.array(v, F64).reshape(r.x.shape)))
+
+
 def _slogdet_rule(at, g, r, k):
     return g[..., None, None] * _t(at, at.linalg.inv(r.x))
 
 
 def _det_rule(at, g, r, k):
-    return (g * r.z)[..., None, None] * _t(at, at.linalg.inv(r.x))
+    if not is_grad_enabled():            # (numbers only, the Python tier: the cofactors
+        return g[..., None, None] * _saved(r)    # saved when recorded, as the
+    return (g * r.z)[..., None, None] * _t(at, at.linalg.inv(r.x))   # kernel reads them)
 
 
 def _solve_rule(at, g, r, k):
