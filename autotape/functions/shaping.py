@@ -182,7 +182,7 @@ def roll(a, shift, axis=None):
     tensor([3., 1., 2.], grad_fn=<IndexBackward>)
     """
     a = as_tensor(a)
-    if a.ndim == 0 or a.size == 0:
+    if not a._shape or 0 in a._shape:            # (not .size: a Size per call, here hot)
         return a.copy()                          # a new tensor, never an alias of a
     if type(shift) is int and (axis is None or type(axis) is int):       # the common case
         key = (a._shape, (shift,), None if axis is None else

@@ -117,7 +117,7 @@ def gather(x, pattern):
     C-order data). Basic indexing, transpose and broadcast_to are such gathers."""
     x = as_tensor(x)
     shape, offset, strides = pattern
-    z = array_of(x).reshape(-1)[index_map(x.size, shape, offset, strides)]
+    z = array_of(x).reshape(-1)[index_map(math.prod(x._shape), shape, offset, strides)]
     return record(STRIDED, z, x, params=view_params(offset, strides))
 
 

@@ -27,6 +27,7 @@ import numpy as np
 from ..grad_mode import enable_grad, is_grad_enabled
 from ..tensor import (LEAF_VIEW_INPLACE_MSG, NONLEAF_NO_GRAD_INPLACE_MSG, array_of,
                       written_through)
+from ..thread_state import per_thread
 from .elementwise import add, where
 from .indexing import astype, put_add, reshape, take_flat
 from .versions import after_inplace, before_inplace
@@ -37,7 +38,7 @@ def view_of(view, base, step):
     normalised basic index), ("reshape", shape), ("transpose", axes) or ("expand",
     shape: a broadcast, which in-place ops refuse as torch's). Returns view."""
     link = base._view_of
-    steps = (step,) if is_grad_enabled() or not base.requires_grad else \
+    steps = (step,) if per_thread.state.grad_enabled or not base.requires_grad else \
         (step, ("no_grad", None))           # (torch refuses its in-place ops with grads)
     if link is None:
         root = base
