@@ -168,3 +168,22 @@ def test_hooks_run_without_grad_mode_and_det_at_a_singular_matrix():
     assert modes_compiled == modes_python == [False, False]
     same([g1], [g2])
     same([g2], [[[4.0, -2.0], [-2.0, 1.0]]][0:1])                      # the cofactors
+
+
+def test_a_graph_with_a_custom_op_on_an_older_tape_sweeps_compiled():
+    from autotape import tape as tape_module
+    cube = at.custom_op(lambda x: x ** 3, lambda xs, y, g: (3 * xs[0] ** 2 * g,))
+    x = at.tensor([1.0, 2.0], requires_grad=True)
+    y = cube(x)
+    tape_module.close_open_tape()              # (later ops go to a new tape)
+    z = (y * 2.0).sum()
+    assert z._tape is not y._tape and engine._has_custom_ops([z])
+    tape_module.close_open_tape()
+    assert not engine._has_custom_ops([(x * 2.0).sum()])
+    engine.FORCE_PYTHON_TIER[0] = True
+    try:
+        assert not engine._on_the_python_tier([z])
+        g, = at.grad(z, x)
+    finally:
+        engine.FORCE_PYTHON_TIER[0] = False
+    same([g], [6.0 * np.array([1.0, 4.0])])
