@@ -24,3 +24,13 @@ def loop_bodies(monkeypatch):
     """Compiled programs run their loop bodies (kernels/loops.py), not the whole program
     as generated code (codegen.py, tested in tests/test_codegen_cpu.py)."""
     monkeypatch.setenv("AUTOTAPE_GENERATED", "0")
+
+
+@pytest.fixture(scope="session")
+def compiled_function_kernels():
+    """Tests of compiling beside the calls (AUTOTAPE_BACKGROUND_COMPILE=1) are of loop
+    bodies and generated programs: the kernels around them are on disk first, as on a
+    warm cache, so their calls never run f as eager code meanwhile (eager_calls.py,
+    tested in tests/test_eager_calls.py)."""
+    from autotape import warmup
+    warmup.compiled_function_kernels()

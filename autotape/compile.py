@@ -18,6 +18,7 @@ recordings. A new argument shape is recorded once and kept.
 >>> f.grad(np.array([1.0, 2.0]))
 tensor([ 3., 12.])
 """
+import functools
 import itertools
 import math
 import pickle
@@ -31,7 +32,7 @@ try:
 except ImportError:
     cloudpickle = None
 
-from . import engine, gpu, guards
+from . import eager_calls, engine, gpu, guards
 from .errstate import ignore_fp_errors
 from .executor import NO_ROWS, NUMPY_ROW_MIN, executor_for
 from .pytree import flatten
@@ -80,7 +81,7 @@ class _Program:
     next call reuses one."""
     __slots__ = ("tape", "twins", "executor", "inputs", "input_rows", "shapes", "sizes",
                  "fused", "total_in", "outputs", "rebuild", "guards", "grads", "plans",
-                 "lean", "wide", "captured")
+                 "lean", "wide", "captured", "pending", "dtype")
 
     def acquire(self):
         try:
@@ -94,6 +95,20 @@ class _Program:
 
 def _row_value(tape, row):
     return np.asarray(tape.value(row))
+
+
+def _recording_again(method):
+    """A public call, made again once after f run eagerly (while the kernels compile:
+    eager_calls.py) returned outputs of another structure than its recording: the
+    recording at those shapes is dropped, and the call records f again."""
+    @functools.wraps(method)
+    def call(self, *args, **kwargs):
+        try:
+            return method(self, *args, **kwargs)
+        except eager_calls.RecordAgain:
+            self._programs = {k: p for k, p in self._programs.items() if not p.pending}
+            return method(self, *args, **kwargs)
+    return call
 
 
 class Compiled:
@@ -124,8 +139,7 @@ class Compiled:
         self.traces = 0
         self._programs = {}
         self._guard_failures = 0
-        p, tape = self._at("value", _arguments(example_args, example=True))
-        p.release(tape)
+        self._lean("value", _arguments(example_args, example=True))
 
     def __repr__(self):
         return f"<autotape.Compiled {getattr(self.f, '__name__', self.f)!r}: " \
@@ -141,7 +155,11 @@ class Compiled:
         >>> f.wait_compiled() is f
         True
         """
+        if any(p.pending for p in self._programs.values()):
+            eager_calls.wait()
         for key, p in list(self._programs.items()):
+            if p.pending:
+                self._lower(p, key[0])
             if p.lean is not None:
                 p.lean.wait_compiled(F32 if "float32" in key else F64)
         return self
@@ -157,7 +175,7 @@ class Compiled:
                                                # so a worker that cannot import f's
                                                # module still runs the recordings
         programs = {key: _lean_state(p) for key, p in self._programs.items()
-                    if p.lean is not None and p.lean.user_calls is None}
+                    if p.lean is not None and not p.pending and p.lean.user_calls is None}
         return {"f": f, "why": why, "name": getattr(self.f, "__name__", repr(self.f)),
                 "traces": self.traces, "programs": programs, "checkpoint": self.checkpoint}
 
@@ -178,6 +196,7 @@ class Compiled:
 
     # -- the public calls -----------------------------------------------------------------
 
+    @_recording_again
     def __call__(self, *args):
         """f(*args), from the replayed tape (Tensors in f's output structure)."""
         args = _arguments(args)
@@ -191,6 +210,7 @@ class Compiled:
         finally:
             p.release(tape)
 
+    @_recording_again
     def value_and_grad(self, *args):
         """``(f(*args), gradient)`` for a scalar f; the gradient has the structure of
         the arguments (one Tensor, or a tuple for several)."""
@@ -219,6 +239,7 @@ class Compiled:
         """
         return self.value_and_grad(*args)[1]
 
+    @_recording_again
     def jacobian(self, *args):
         """d output / d argument, shape ``output.shape + argument.shape``. Nested as
         (outputs, then arguments) where f returns several or takes several. Taken in
@@ -240,6 +261,7 @@ class Compiled:
             p.release(tape)
         return p.rebuild([_per_argument(per_input) for per_input in jac])
 
+    @_recording_again
     def jacfwd(self, *args):
         """The Jacobian, as ``jacobian`` returns it, by forward mode: one pass over the
         program carrying a tangent lane per argument element. The cheap way when
@@ -259,6 +281,7 @@ class Compiled:
         _, jac = _forward_jacobian(p, _joined(args)[None])
         return p.rebuild(_lean_jacobian(p, p.outputs, jac[0]))
 
+    @_recording_again
     def jacrev(self, *args):
         """The Jacobian, as ``jacobian`` returns it, by reverse mode: one sweep per
         output element (the cheap way when outputs are few).
@@ -273,6 +296,7 @@ class Compiled:
         _, jac = p.lean.run(_joined(args)[None], jacobian=True)
         return p.rebuild(_lean_jacobian(p, p.outputs, jac[0]))
 
+    @_recording_again
     def jvp(self, primals, tangents):
         """``(f(*primals), J @ tangents)``, f's value and its directional derivative
         along ``tangents`` (one per argument, of its shape), by forward mode.
@@ -304,6 +328,7 @@ class Compiled:
         return (p.rebuild(_lean_values(p.outputs, values[0])),
                 p.rebuild(_lean_values(p.outputs, tan[0, :, 0], tangent=True)))
 
+    @_recording_again
     def hessian(self, *args):
         """The Hessian of a scalar f: ``argument.shape + argument.shape``, nested as
         (argument i, argument j) for several arguments. The gradient is recorded once
@@ -329,6 +354,7 @@ class Compiled:
 
     # -- many points at once (autotape.func.vmap) ------------------------------------------
 
+    @_recording_again
     def map_points(self, method, args, device=None):
         """``method`` ("__call__", "grad", "value_and_grad", "jacobian", "hessian") at B
         points: every argument carries a leading axis of length B, and so does every
@@ -438,7 +464,7 @@ class Compiled:
 
     def _gpu_program(self, kind, args):
         """The lean program for these arguments' shapes, which the GPU runs."""
-        p = self._lean(kind, _arguments(args))
+        p = self._lean(kind, _arguments(args), eager=False)
         if p is None:
             raise ValueError(
                 "vmap on the GPU: f's recording does not run as a lean program (it takes "
@@ -448,14 +474,18 @@ class Compiled:
 
     # -- recording and replay -------------------------------------------------------------
 
-    def _lean(self, kind, args, one_point=False):
+    def _lean(self, kind, args, one_point=False, eager=True):
         """The program for these arguments' shapes when it runs as a lean program (no
         guards, every row lowered), recording it first if need be; else None. With
-        ``one_point``, also None for a program on large arrays (see ``wide``)."""
-        p = self._program(_key(kind, args))
+        ``one_point``, also None for a program on large arrays (see ``wide``). While
+        the kernels compile beside the calls, its lean program is f run eagerly
+        (eager_calls.py), unless ``eager`` is false (then they compile here)."""
+        key = _key(kind, args)
+        p = self._program(key)
         if p is None:
-            p, tape = self._at(kind, args)
-            p.release(tape)
+            p = self._programs[key] = self._record(kind, args)
+        if p.pending and (not eager or eager_calls.ready()):
+            self._lower(p, kind)
         return p if p.lean is not None and not (one_point and p.wide) else None
 
     def _at(self, kind, args, fused=False, checked=False):
@@ -467,6 +497,8 @@ class Compiled:
         key = _key(kind, args)
         p = self._programs.get(key) if checked else self._program(key)
         if p is not None:
+            if p.pending:
+                self._lower(p, kind)
             tape = p.acquire()
             try:
                 failed = None if fused and p.fused else _replay(p, tape, args)
@@ -478,6 +510,8 @@ class Compiled:
             p.release(tape)
             self._guard_failed(failed)
         p = self._programs[key] = self._record(kind, args)
+        if p.pending:
+            self._lower(p, kind)
         return p, p.acquire()
 
     def _program(self, key):
@@ -576,7 +610,30 @@ class Compiled:
         p.rebuild, p.guards, p.plans = rebuild, trace.guards, {}
         tape.frozen = {}                       # (closed: no constant joins it any more)
         p.captured = _read_from_outside(trace)
-        p.total_in = sum(p.sizes)
+        p.total_in, p.dtype = sum(p.sizes), dtype
+        # (a float32 program's replay rounds each op's result as float32 tensors do, but
+        # not the eager tier's every step: it compiles its kernels now)
+        p.pending = dtype != F32 and not eager_calls.ready()
+        if p.pending:
+            p.lean = eager_calls.EagerProgram(self.f, kind, p.grads if kind == "hessian"
+                                              else p.outputs, p.shapes, _output)
+            p.wide = p.fused = False
+        else:
+            self._lower(p, kind)
+        if dtype == F32 and p.lean is None:
+            raise TypeError(
+                "compile: a float32 program runs only as a lean program, and this one "
+                + ("takes decisions in Python from traced values (guards)" if p.guards else
+                   "has an op the lean program does not lower (max / min / prod, a scan, "
+                   "matmul or linear algebra)") + "; pass float64 arguments")
+        self.traces += 1
+        return p
+
+    def _lower(self, p, kind):
+        """The recording as a lean program, where it lowers (else the tape path runs
+        it), and what follows from that."""
+        tape, dtype = p.tape, p.dtype
+        p.pending = False
         targets = p.grads if kind == "hessian" else p.outputs
         p.lean = LeanProgram.lower(tape, p.inputs, [v for k, v, _ in targets if k == "row"]) \
             if not p.guards else None
@@ -593,14 +650,6 @@ class Compiled:
         p.fused = not p.guards and not tape.has_ops(MATMUL + 1, PYTHON_LAST) and not p.wide
         if self.checkpoint is not None:
             self._checkpoint(p)
-        if dtype == F32 and p.lean is None:
-            raise TypeError(
-                "compile: a float32 program runs only as a lean program, and this one "
-                + ("takes decisions in Python from traced values (guards)" if p.guards else
-                   "has an op the lean program does not lower (max / min / prod, a scan, "
-                   "matmul or linear algebra)") + "; pass float64 arguments")
-        self.traces += 1
-        return p
 
 
 def _arguments(args, example=False):
@@ -798,7 +847,7 @@ def _unpickled_program(fields):
     """A program that runs only as its lean form (unpickled: no tape, no guards)."""
     p = _Program()
     p.tape, p.twins, p.executor, p.guards, p.plans, p.fused = None, [], None, [], {}, False
-    p.wide = False                             # (it has only its lean form)
+    p.wide = p.pending = False                 # (it has only its lean form)
     p.captured = ()                            # (what f read stayed on the other side)
     p.inputs = p.input_rows = None
     for name, value in fields.items():

@@ -170,7 +170,10 @@ SCALAR_MSG = ("Converting a tensor with requires_grad=True to a scalar may lead 
 def warn_scalar_conversion():
     """torch's warning for ``float(t)`` of a tensor that requires grad (eager: the
     number carries no gradient), at the user's line; one that says the gradient is lost
-    where the number is being stored into an array."""
+    where the number is being stored into an array. Not while a compiled function's
+    call runs f eagerly: its recording warned already (LEFT_GRAPH_MSG)."""
+    if here().eager_call:
+        return
     found = _conversion_site()
     if found is not None:
         _warn_at(STORED_MSG.format(who="", after="") if _stores(found[0]) else SCALAR_MSG,

@@ -19,23 +19,28 @@ table's partials, all in compiled code.
 (tensor(7.8997146), tensor(7.26941224))
 """
 import ast
+import functools
 import hashlib
 import inspect
 import math  # noqa: F401  (the examples' njit functions use it)
 import re
+import sys
 import textwrap
 import threading
+import types
 
 import numba
 import numpy as np
+from numba.core.caching import NullCache
 from numba.core.dispatcher import Dispatcher
 from numba.core.errors import NumbaError
 
+from . import eager_calls
 from .custom import CustomOp
 from .grad_mode import is_grad_enabled
 from .pytree import flatten
 from .kernels import active
-from .kernels.cache import compile_notice
+from .kernels.cache import code_of, compile_notice, generated_file, import_generated
 from .kernels.active import ActiveArray, ActiveType
 from .kernels.program import I_A, I_N, I_OP, I_OUT, I_SA, WIDTH
 from .opcodes import CONST, SOURCE_LAST
@@ -49,8 +54,8 @@ ALLOCATORS = {np.zeros: active.zeros, np.empty: active.empty, np.ones: active.on
               np.zeros_like: active.zeros_like, np.empty_like: active.empty_like,
               np.ones_like: active.ones_like, np.full: active.full, np.array: active.array}
 START_ROWS = 1 << 12
-_EVERY_PROCESS = ("in each process: at.jit compiles the function it is given again, for "
-                  "differentiable values; the calls after this one take microseconds")
+_EVERY_PROCESS = ("in each process: it reads values numba cannot keep on disk, see "
+                  "docs/guide/numba.md; the calls after this one take microseconds")
 KEEP_PROGRAMS = 64          # recordings kept per function (per shapes and data)
 
 
@@ -256,7 +261,7 @@ class Jit:
         wrt = self._wrt(arrays)
         key = self._key(arrays)
         program = self._programs.get(key)
-        if program:
+        if program and eager_calls.ready():    # (else its kernels compile beside)
             lean, shape = program
             X = np.concatenate([a.reshape(-1) for a in wrt])[None] if len(wrt) > 1 \
                 else wrt[0].reshape(1, -1)
@@ -311,11 +316,12 @@ class Jit:
 
     def _program(self, arrays):
         """(lean program, output shape) for arguments of these shapes, recording at
-        ``arrays`` first if need be; None where fn takes decisions on values."""
+        ``arrays`` first if need be; None where fn takes decisions on values, or while
+        the lean program's kernels compile beside the calls (eager_calls.py)."""
         key = self._key(arrays)
         if key not in self._programs:
             self._evaluate(arrays, False)
-        return self._programs.get(key) or None
+        return (self._programs.get(key) or None) if eager_calls.ready() else None
 
     # -- recording --------------------------------------------------------------------------
 
@@ -333,7 +339,8 @@ class Jit:
                     out_values, out_rows, shape = recorder(header, *inputs)
                 else:                          # (its first call compiles it: say so)
                     with compile_notice(f"{self.name} for at.jit (its ops recorded in "
-                                        "compiled code)", once=_EVERY_PROCESS):
+                                        "compiled code)", once=_EVERY_PROCESS if
+                                        isinstance(recorder._cache, NullCache) else None):
                         out_values, out_rows, shape = recorder(header, *inputs)
             except NumbaError as e:
                 raise _clear_error(self.name, e) from None
@@ -351,8 +358,9 @@ class Jit:
             with self._lock:
                 recorder = self._recorders.get(key)
                 if recorder is None:
+                    tree = _Tree()
                     recorder = self._recorders[key] = _make_recorder(
-                        _transformed(self.fn, {}), ndims, self.name)
+                        _transformed(self.fn, tree), ndims, self.name, tree)
         return recorder
 
     def _gradient(self, tape, row, total):
@@ -498,7 +506,13 @@ def _sweep_scratch(n):
 
 # ---- compiling fn for differentiable values --------------------------------------------------
 
-_RECORD = '''
+_RECORD = '''"""at.jit's recording entry point for {name} (generated: autotape/jit.py)."""
+from autotape.jit import leaves_of as leaves, output
+from autotape.kernels.active import leaf
+
+user = None                 # (fn, compiled for differentiable values: set on import)
+
+
 def record(header, {params}):
     tape = header.ctypes.data
 {leaves}
@@ -506,20 +520,107 @@ def record(header, {params}):
 '''
 
 
-def _make_recorder(user, ndims, name):
-    """The recording entry point; ``ndims`` per argument, None for data (no leaves)."""
+def _make_recorder(user, ndims, name, tree):
+    """The recording entry point; ``ndims`` per argument, None for data (no leaves). It
+    is a generated module in the kernel cache, named after a digest of everything
+    compiled into it (``tree``), so numba keeps it on disk for later processes; where
+    fn reads a value the digest cannot name (an object of its own), it is compiled in
+    each process."""
     params = ", ".join(f"x{k}" for k in range(len(ndims)))
     leaves = "\n".join(f"    a{k} = " + ("x{k}" if nd is None else "leaf(tape, x{k})"
                                           if nd == 0 else "leaves(tape, x{k})").format(k=k)
                        for k, nd in enumerate(ndims))
-    namespace = {"user": user, "leaf": active.leaf, "leaves": _leaves, "output": output}
-    exec(_RECORD.format(params=params or "", leaves=leaves or "    pass",
-                        args=", ".join(f"a{k}" for k in range(len(ndims)))), namespace)
-    return numba.njit(error_model="numpy", nogil=True)(namespace["record"])
+    source = _RECORD.format(name=name, params=params or "", leaves=leaves or "    pass",
+                            args=", ".join(f"a{k}" for k in range(len(ndims))))
+    digest = tree.digest(source)
+    if digest is None:
+        namespace = {"__name__": "autotape_jit_record"}
+        exec(source, namespace)
+        namespace["user"] = user
+        return numba.njit(error_model="numpy", nogil=True)(namespace["record"])
+    module = import_generated(f"autotape_jit_{digest}",
+                              generated_file("jit", f"record_{digest}.py", source))
+    module.user = user
+    return numba.njit(error_model="numpy", nogil=True, cache=True)(module.record)
+
+
+class _Tree:
+    """What goes into a recorder: the transformed source of fn and of every njit
+    function it calls, and the values they read from outside (numba compiles them in
+    as constants). ``digest`` names it all, or is None where a value has no name."""
+
+    def __init__(self):
+        self.done, self.parts, self.unnamed = {}, [], False   # (done: by id, this process)
+
+    def add(self, module, namespace):
+        """One transformed function: its source and the globals and closure values its
+        names and dotted names read."""
+        self.parts.append(ast.unparse(module))
+        seen = set()
+        for node in ast.walk(module):
+            if not isinstance(node, (ast.Name, ast.Attribute)):
+                continue
+            text = ast.unparse(node)
+            if text in seen or text.startswith("__autotape_"):
+                continue
+            seen.add(text)
+            value = _resolve(node, namespace)
+            if value is None:
+                continue
+            named = _named(value)
+            if named is None:
+                self.unnamed = True
+                return
+            self.parts.append(f"{text}={named}")
+
+    def digest(self, source):
+        if self.unnamed:
+            return None
+        h = hashlib.sha256(source.encode())
+        h.update(_own_code().encode())
+        for part in self.parts:
+            h.update(b"\0" + part.encode())
+        return h.hexdigest()[:24]
+
+
+@functools.cache
+def _own_code():
+    """This module's code (what it compiles into every recorder: ``leaves_of``,
+    ``output``), without comments or docstrings."""
+    return code_of(inspect.getsource(sys.modules[__name__]))
+
+
+def _named(value, depth=0):
+    """A value as numba compiles it in, as text (None where it has no such name: an
+    object of the user's own, whose state a digest cannot follow)."""
+    if value is None or isinstance(value, (bool, int, float, complex, str, bytes,
+                                           np.number, np.bool_)):
+        return f"{type(value).__name__}:{value!r}"
+    if isinstance(value, np.ndarray):
+        if value.dtype.hasobject:
+            return None
+        return f"array:{value.dtype.str}:{value.shape}:" + hashlib.sha256(
+            np.ascontiguousarray(value).tobytes()).hexdigest()
+    if isinstance(value, types.ModuleType):
+        return f"module:{value.__name__}"
+    if isinstance(value, Dispatcher):
+        value = value.py_func                  # (its transformed source is a part too)
+    if isinstance(value, (type, types.FunctionType, types.BuiltinFunctionType, np.ufunc,
+                          numba.core.types.Type)) or callable(value) and \
+            getattr(value, "__module__", "").split(".")[0] in ("numba", "numpy", "math",
+                                                               "cmath", "autotape"):
+        return f"{type(value).__name__}:{getattr(value, '__module__', '')}." \
+               f"{getattr(value, '__qualname__', repr(value))}"
+    if isinstance(value, (tuple, list)) and depth < 4:
+        items = [_named(v, depth + 1) for v in value]
+        return None if None in items else f"{type(value).__name__}:({','.join(items)})"
+    return None
 
 
 @numba.njit(error_model="numpy", nogil=True)
-def _leaves(tape, x):
+def leaves_of(tape, x):
+    """A float array argument as an array of differentiable values, each a leaf row of
+    the tape (the generated recorders call it)."""
     rows = np.empty(x.shape, np.int64)
     flat_rows = rows.reshape(-1)
     flat = x.reshape(-1)
@@ -561,39 +662,42 @@ def _output_impl(out):
         f"values), not {out}")
 
 
-def _transformed(fn, done):
+def _transformed(fn, tree):
     """fn compiled for differentiable values: its source with np.zeros / np.empty /
     np.ones made to allocate arrays of them, and the njit functions it calls
-    transformed the same way (``done``: those transformed so far, by id)."""
+    transformed the same way (``tree``: what was transformed so far)."""
+    done = tree.done
     key = id(fn)
     if key in done:
         return done[key]
     py = fn.py_func if isinstance(fn, Dispatcher) else fn
     try:
         source = textwrap.dedent(inspect.getsource(py))
-        tree = ast.parse(source)
-        if _definition(tree.body[0], py) is None:
+        parsed = ast.parse(source)
+        if _definition(parsed.body[0], py) is None:
             raise SyntaxError("the source found is not this function's")
     except (OSError, TypeError, SyntaxError, IndexError):
         # no source to read (typed at a prompt): compiled as it is, which serves every
         # op on values; arrays it allocates with np.zeros cannot hold differentiable
         # values then, and numba's typing error says where
         compiled = done[key] = numba.njit(error_model="numpy", nogil=True)(py)
+        tree.unnamed = True                    # (no source: nothing to name it by)
         return compiled
-    node = _definition(tree.body[0], py)
+    node = _definition(parsed.body[0], py)
     namespace = dict(py.__globals__)
     if py.__closure__:
         namespace.update(zip(py.__code__.co_freevars,
                              (c.cell_contents for c in py.__closure__)))
-    name = f"__autotape_{py.__name__}_{key}".replace("<", "").replace(">", "")
+    name = f"__autotape_{py.__name__}_{len(done)}".replace("<", "").replace(">", "")
     if isinstance(node, ast.Lambda):          # as a def, on the lambda's line
         line = node.lineno
         node = ast.parse(f"def {name}({ast.unparse(node.args)}):\n"
                          f"    return {ast.unparse(node.body)}\n").body[0]
         ast.increment_lineno(node, line - 1)
     node.name, node.decorator_list = name, []
-    module = ast.Module(body=[_Rewrite(namespace, done, py).visit(node)], type_ignores=[])
+    module = ast.Module(body=[_Rewrite(namespace, tree, py).visit(node)], type_ignores=[])
     ast.fix_missing_locations(module)
+    tree.add(module, namespace)
     ast.increment_lineno(module, py.__code__.co_firstlineno - 1)
     exec(compile(module, py.__code__.co_filename, "exec"), namespace)
     compiled = done[key] = numba.njit(error_model="numpy", nogil=True)(namespace[name])
@@ -621,8 +725,9 @@ class _Rewrite(ast.NodeTransformer):
     """Calls to np.zeros / np.empty / np.ones, ``x.copy()`` and other numba functions,
     redirected (resolved through fn's globals)."""
 
-    def __init__(self, namespace, done, py):
-        self.namespace, self.done, self.py = namespace, done, py
+    def __init__(self, namespace, tree, py):
+        self.namespace, self.tree, self.py = namespace, tree, py
+        self.calls = 0
 
     def visit_With(self, node):
         for item in node.items:
@@ -654,8 +759,9 @@ class _Rewrite(ast.NodeTransformer):
             alias = f"__autotape_alloc_{target.__name__}"
             self.namespace[alias] = next(v for k, v in ALLOCATORS.items() if k is target)
         elif isinstance(target, Dispatcher):
-            alias = f"__autotape_call_{id(target)}"
-            self.namespace[alias] = _transformed(target, self.done)
+            alias = f"__autotape_call_{self.calls}"     # (names alike in every process:
+            self.calls += 1                             # the recorder's digest reads them)
+            self.namespace[alias] = _transformed(target, self.tree)
         if alias is not None:
             node.func = ast.copy_location(ast.Name(id=alias, ctx=ast.Load()), node.func)
         return node

@@ -12,7 +12,7 @@ import threading
 class ThreadState:
     """One thread's recording state (see the module's docstring)."""
     __slots__ = ("grad_enabled", "tape", "trace", "scratch", "program_scratch",
-                 "jit_tape", "jit_sweep", "redirect", "__weakref__")
+                 "jit_tape", "jit_sweep", "redirect", "eager_call", "__weakref__")
 
     def __init__(self):
         self.grad_enabled = True
@@ -24,6 +24,8 @@ class ThreadState:
         self.jit_sweep = None     # and their sweeps' adjoints
         self.redirect = None      # checkpoint's map from a tensor read from outside the
                                   # tape to the one recorded instead (custom.py)
+        self.eager_call = False   # a compiled function's call runs f eagerly: its
+                                  # recording warned of what f reads (eager_calls.py)
 
 
 class _PerThread(threading.local):

@@ -28,7 +28,7 @@ import time
 import numba
 import numpy as np
 
-from . import func
+from . import eager_calls, func
 from .compile import compile as compile_
 from .creation import tensor
 from .engine import grad
@@ -42,7 +42,7 @@ from .kernels.sweep import (ALL_FAMILIES, ELEMENTWISE, REDUCE, VARIANTS, linalg_
 from .linalg import det, inv
 from .ops.elementwise import exp, sigmoid, sin, tanh, where
 from .parallel import get_num_threads, set_num_threads, usable_cores
-from .program import COMPILE_LOOP_AFTER
+from .program import COMPILE_LOOP_AFTER, GENERATED_ENV
 
 __all__ = ["warmup"]
 
@@ -69,8 +69,9 @@ def _linalg():
 
 
 def _compiled():
-    f = compile_(lambda x: (sin(x) * x).sum() + x[0] * x[1], np.ones(3))
-    f.grad(np.ones(3))                # (the order a first f.grad compiles them in)
+    weights = np.ones(3)                     # (an array read from outside: checked at
+    f = compile_(lambda x: (sin(x) * x * weights).sum() + x[0] * x[1], np.ones(3))
+    f.grad(np.ones(3))                       # each call, bit for bit)
     f(np.ones(3))
 
 
@@ -82,17 +83,29 @@ def _more_compiled():
     func.vmap(f.grad)(points)
     func.vmap(f)(points)
 
+
+def _compiled_loops():
     def decay(k):                             # a time-stepping loop: its compiled body
         y = k[0] * 1.0
         for _ in range(200):
             y = y - 0.01 * k[1] * y
         return y
-    loop = compile_(decay, np.ones(2))
-    for _ in range(COMPILE_LOOP_AFTER + 1):
-        loop.grad(np.ones(2))
-        func.vmap(loop.grad)(np.ones((8, 2)))
-        loop.jacfwd(np.ones(2))
-        func.vmap(loop.jacfwd)(np.ones((8, 2)))
+    for generated in (None, "0"):            # (the whole program as generated code,
+        saved = os.environ.get(GENERATED_ENV)  # and the loop body the interpreter
+        if generated is not None:              # calls where none is generated)
+            os.environ[GENERATED_ENV] = generated
+        try:
+            loop = compile_(decay, np.ones(2))
+            for _ in range(COMPILE_LOOP_AFTER + 1):
+                loop.grad(np.ones(2))
+                func.vmap(loop.grad)(np.ones((8, 2)))
+                loop.jacfwd(np.ones(2))
+                func.vmap(loop.jacfwd)(np.ones((8, 2)))
+        finally:
+            if saved is None:
+                os.environ.pop(GENERATED_ENV, None)
+            else:
+                os.environ[GENERATED_ENV] = saved
 
 
 def _arrays():
@@ -121,16 +134,17 @@ def _replayed():
     g.jacobian(np.arange(1.0, 5.0))
 
 
-def _threads():
+def _threads(arrays=True):
     saved = get_num_threads()
     try:
         set_num_threads(2)
     except ValueError:                      # one core: no threaded kernels to compile
         return
     try:
-        n = (1 << 19) + 1
-        x = tensor(np.linspace(0.0, 1.0, n), requires_grad=True)
-        grad((sin(x) * x + tanh(x) * exp(-x) + x ** 2).sum(), x)
+        if arrays:
+            n = (1 << 19) + 1
+            x = tensor(np.linspace(0.0, 1.0, n), requires_grad=True)
+            grad((sin(x) * x + tanh(x) * exp(-x) + x ** 2).sum(), x)
         small = compile_(lambda v: (v * v).sum(), np.ones(2))
         func.vmap(small.grad)(np.ones((1 << 16, 2)))
         func.vmap(small.jacfwd)(np.ones((1 << 12, 2)))
@@ -145,9 +159,26 @@ def _numba_code():
 
 STEPS = [("numpy.linalg sweep", _linalg), ("compiled programs", _compiled),
          ("scalar sweep", _scalar), ("array sweep", _arrays),
-         ("compiled loops, Jacobians, points", _more_compiled),
+         ("compiled Jacobians, points", _more_compiled), ("compiled loops", _compiled_loops),
          ("elementwise sweep", _elementwise), ("replayed programs", _replayed),
          ("threaded kernels", _threads), ("numba code (at.jit)", _numba_code)]
+# seconds each step compiled for on a cold cache (the 2-core VM, one process): how
+# ``warmup`` shares the steps out between its processes
+STEP_SECONDS = {"numpy.linalg sweep": 17, "compiled programs": 24, "scalar sweep": 4,
+                "array sweep": 30, "compiled Jacobians, points": 7, "compiled loops": 15,
+                "elementwise sweep": 12, "replayed programs": 22, "threaded kernels": 28,
+                "numba code (at.jit)": 4}
+
+
+def shares(processes):
+    """STEPS split into ``processes`` lists of about equal compile time, longest steps
+    first (each list in STEPS's order: a step after the ones whose kernels it uses)."""
+    loads = [[0, []] for _ in range(processes)]
+    for k in sorted(range(len(STEPS)), key=lambda k: -STEP_SECONDS[STEPS[k][0]]):
+        least = min(loads, key=lambda load: load[0])
+        least[0] += STEP_SECONDS[STEPS[k][0]]
+        least[1].append(k)
+    return [sorted(ks) for _, ks in loads if ks]
 
 
 # the program that compiles each reverse-sweep variant (kernels/sweep.py's VARIANTS): a
@@ -159,6 +190,20 @@ def sweep_variant(variant):
     """Compile (or load) the reverse sweep for ``variant`` (what the helper started by
     engine.py's Python tier runs)."""
     SWEEP_PROGRAMS[variant]()
+
+
+def compiled_function_kernels():
+    """Compile (or load) what compiled functions' calls need (what the helper started by
+    eager_calls.py runs), then leave its mark in the cache."""
+    for step in (_compiled, _more_compiled, _replayed):
+        step()
+    _threads(arrays=False)
+    _mark(eager_calls.mark_path())
+
+
+def _mark(path):
+    with contextlib.suppress(OSError), open(path, "w") as f:
+        f.write("ok\n")
 
 
 def _missing():
@@ -208,9 +253,10 @@ def _lock():
     yield False
 
 
-def warmup(quiet=False):
+def warmup(quiet=False, processes=None):
     """Compile (or load) every kernel autotape has now, so that no later process
-    compiles. Returns the names of kernels left uncompiled (none, normally).
+    compiles, in ``processes`` processes at once (default: one per usable core).
+    Returns the names of kernels left uncompiled (none, normally).
 
     >>> import autotape.warmup
     >>> autotape.warmup.warmup(quiet=True)
@@ -225,17 +271,33 @@ def warmup(quiet=False):
             say("autotape warmup: another process is warming this cache; waiting for it")
             while os.path.exists(_lock_path()):
                 time.sleep(0.2)
-        for label, step in STEPS:
-            start = time.perf_counter()
-            with background.here():
-                step()
-            say(f"autotape warmup: {label} ... {time.perf_counter() - start:.1f} s")
+        parts = shares(processes or max(1, min(usable_cores(), len(STEPS))))
+        others = [subprocess.Popen(
+            [sys.executable, "-m", "autotape", "warmup", "--steps",
+             ",".join(map(str, part))] + (["--quiet"] if quiet else []),
+            env=dict(os.environ, **{BACKGROUND_ENV: "0"}), stdin=subprocess.DEVNULL)
+            for part in parts[1:]]
+        try:
+            run_steps(parts[0], say)
+        finally:
+            for process in others:
+                process.wait()
         missing = _missing()
         if not missing:
-            with contextlib.suppress(OSError), open(_done_path(), "w") as f:
-                f.write("ok\n")
+            _mark(eager_calls.mark_path())
+            _mark(_done_path())
         say(f"autotape warmup: done; kernels cached in {cache.cache_dir()}")
         return missing
+
+
+def run_steps(numbers, say):
+    """The warmup's steps ``numbers`` (indices into STEPS), in this process."""
+    for k in numbers:
+        label, step = STEPS[k]
+        start = time.perf_counter()
+        with background.here():
+            step()
+        say(f"autotape warmup: {label} ... {time.perf_counter() - start:.1f} s")
 
 
 def _start_background():
@@ -274,14 +336,23 @@ cache.first_compile_hooks.append(_start_background)
 
 
 def main(argv):
-    """``python -m autotape warmup [--background]``."""
+    """``python -m autotape warmup [--background]`` (and ``--steps i,j [--quiet]``:
+    one process's share of a warmup)."""
+    if argv[:2] == ["warmup", "--steps"] and len(argv) in (3, 4) and argv[4:] in (
+            [], ["--quiet"]):
+        quiet = argv[3:] == ["--quiet"]
+        run_steps([int(k) for k in argv[2].split(",")],
+                  lambda text: quiet or print(text, file=sys.stderr, flush=True))
+        return 0
     if argv[:1] != ["warmup"] or len(argv) > 2 or argv[1:] not in ([], ["--background"]):
         print("usage: python -m autotape warmup", file=sys.stderr)
         return 2
-    if argv[1:] == ["--background"]:
+    background_ = argv[1:] == ["--background"]
+    if background_:
         with contextlib.suppress(OSError):
-            os.nice(10)                      # the user's own work comes first
-    missing = warmup(quiet=argv[1:] == ["--background"])
+            os.nice(19)                      # the user's own work comes first, then
+                                             # the helpers compiling what it waits for
+    missing = warmup(quiet=background_, processes=1 if background_ else None)
     if missing:
         print(f"autotape warmup: not compiled: {', '.join(missing)}", file=sys.stderr)
     return 0

@@ -47,7 +47,7 @@ THETA = np.array([0.4, -0.2, 1.3, 0.0])
 
 
 @pytest.fixture(autouse=True)
-def _bodies(loop_bodies):
+def _bodies(loop_bodies, compiled_function_kernels):
     """These tests are of loop bodies; the generated whole program's helper is
     test_codegen_cpu.py's."""
 
@@ -172,6 +172,7 @@ def test_no_helper_outlives_the_program():
     assert out.returncode == 0, out.stderr
     pids = [int(p) for p in out.stdout.split()]
     assert len(pids) == 1                          # it was compiling when f's program ended
+    assert "the program ended before compiling the loop in model" in out.stderr
     time.sleep(0.2)
     with pytest.raises(ProcessLookupError):
         os.kill(pids[0], 0)

@@ -96,7 +96,8 @@ def test_random_loop_bodies(ops, steps):
     _identical(c, twin, points, ("value_and_grad",))
 
 
-def test_compiled_beside_the_calls_then_switched_to(monkeypatch, capfd):
+def test_compiled_beside_the_calls_then_switched_to(monkeypatch, capfd,
+                                                   compiled_function_kernels):
     # a body no earlier run compiled: the calls run the interpreter (bit for bit the
     # generated code's answers) while a helper process compiles it, then switch
     monkeypatch.setenv(background.ENABLED_ENV, "1")

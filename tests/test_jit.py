@@ -3,6 +3,9 @@ compiled code (jit.py, kernels/active.py). Gradients against the same model thro
 at.compile and against finite differences; loops, branches, helper functions, arrays
 from np.zeros; errors that name the construct and the line."""
 import math
+import os
+import subprocess
+import sys
 import threading
 
 import importlib
@@ -543,9 +546,44 @@ def test_a_call_with_tensors_that_require_grad_joins_their_graph():
 def test_the_first_call_says_it_compiles(monkeypatch, capfd):
     from autotape.kernels import cache
     monkeypatch.setattr(cache, "NOTICE_AFTER", 0.0)
-    f = at.jit(numba.njit(lambda t: t * t + 0.5))
+    namespace = {}
+    exec("def typed_at_a_prompt(t):\n    return t * t + 0.5\n", namespace)
+    f = at.jit(numba.njit(namespace["typed_at_a_prompt"]))   # (no source: not kept)
     f(1.5)
     err = capfd.readouterr().err
     assert "for at.jit" in err and "in each process" in err
     f(2.5)                                            # (compiled: nothing more said)
     assert "for at.jit" not in capfd.readouterr().err
+
+
+KEPT_SCRIPT = """
+import sys, numba, numpy as np, autotape as at
+from autotape.kernels import cache
+SCALE = np.array([SCALE_VALUE])
+@numba.njit
+def energy(q):
+    return SCALE[0] * (q[0] - 1.0) ** 2 + q[1] ** 2
+g = at.jit(energy)
+value, grad = g.value_and_grad(np.array([0.5, 2.0]))
+kept = [k for k in g._recorders.values()]
+print(repr(float(value)), sum(kept[0].stats.cache_hits.values()), int(cache.on_disk(kept[0])))
+"""
+
+
+def test_a_recorder_is_kept_on_disk_and_named_after_what_it_reads(tmp_path):
+    """A second process loads at.jit's recorder from the cache, and one whose function
+    reads another global value compiles a recorder of its own (never a stale one)."""
+    env = dict(os.environ, NUMBA_CACHE_DIR=str(tmp_path))
+
+    def run(scale):
+        script = tmp_path / "model.py"                # (a file: at.jit reads fn's source)
+        script.write_text(KEPT_SCRIPT.replace("SCALE_VALUE", repr(scale)))
+        out = subprocess.run([sys.executable, str(script)], env=env, capture_output=True,
+                             text=True, timeout=600)
+        assert out.returncode == 0, out.stderr
+        return out.stdout.split()                     # value, loaded from disk, kept
+    first, second, other = run(2.0), run(2.0), run(3.0)
+    assert first[:2] == [repr(2.0 * 0.25 + 4.0), "0"]
+    assert second[:2] == [repr(2.0 * 0.25 + 4.0), "1"]
+    assert other[:2] == [repr(3.0 * 0.25 + 4.0), "0"]   # (SCALE changed: its own)
+    assert first[2] == second[2] == other[2] == "1"

@@ -99,19 +99,22 @@ def wait(key):
                 p.wait()
 
 
-def beside(key, was, code, args, what, wait_for, told, cache):
+def beside(key, was, code, args, what, wait_for, told, cache,
+           meanwhile="which run on the interpreter until it is ready"):
     """A caller's compile of ``key`` beside its calls: submitted unless it already was
-    (``was``: its state before, from ``state``), announced once per ``told`` on stderr.
-    False while it is not ready and the caller goes on without it (``wait_for`` false);
-    True once the caller may load it: done, or failed (said on stderr: the caller then
-    compiles it itself)."""
+    (``was``: its state before, from ``state``), announced once per ``told`` on stderr
+    (``meanwhile``: what the calls do until then). False while it is not ready and the
+    caller goes on without it (``wait_for`` false); True once the caller may load it:
+    done, or failed (said on stderr: the caller then compiles it itself).
+
+    The line does not say "once": a program that ends before the helper is done stops
+    it, and the next one starts it again."""
     if was is None:
         submit(key, code, args, what)
         if told not in _told:
             _told.add(told)
-            print(f"autotape: compiling {what} beside the calls, which run on the "
-                  f"interpreter until it is ready (once: later runs load it from {cache})",
-                  file=sys.stderr, flush=True)
+            print(f"autotape: compiling {what} beside the calls, {meanwhile} (kept in "
+                  f"{cache} for later runs once compiled)", file=sys.stderr, flush=True)
     if not wait_for and was not in (DONE, FAILED):
         return False
     if wait(key) == FAILED and key not in _failed:
@@ -174,12 +177,20 @@ def _finish(job):
 @atexit.register
 def _stop_helpers():
     """Nothing of autotape's runs after the program: a helper still compiling is
-    stopped (the next process starts it again)."""
+    stopped, and one line says so. What it compiled so far is on disk, kernel by
+    kernel; the next process's helper goes on from there."""
     with _lock:
+        stopped = [job.what for job in _jobs.values() if job.state in (QUEUED, RUNNING)]
         _queue.clear()
         for job in _jobs.values():
             if job.state == RUNNING:
                 with contextlib.suppress(OSError):
                     job.process.kill()
                     job.process.wait()
+            if job.state in (QUEUED, RUNNING):
                 job.state = FAILED
+    if stopped:
+        with contextlib.suppress(Exception):       # (stderr may be closed by now)
+            print(f"autotape: the program ended before compiling {' and '.join(stopped)} "
+                  "was done; the next run goes on from there (`python -m autotape "
+                  "warmup` compiles everything now)", file=sys.stderr, flush=True)

@@ -1,0 +1,179 @@
+"""A compiled function's calls while its kernels compile beside them (eager_calls.py):
+f run as eager code gives the replay's answers, for every method and under vmap; the
+first call after the kernels are ready lowers the recording and runs it; a call whose
+outputs come out structured otherwise records f again; at.jit records per call
+meanwhile."""
+import numba
+import numpy as np
+import pytest
+
+import autotape as at
+import autotape.engine as engine
+import autotape.func as F
+from autotape import eager_calls
+from autotape.program import LeanProgram
+from autotape.pytree import flatten
+
+
+@pytest.fixture
+def eager(monkeypatch):
+    """Calls run as while the kernels compile (the engine's sweeps on the Python tier)."""
+    monkeypatch.setattr(engine, "FORCE_PYTHON_TIER", [True])
+
+
+def rosen(u):
+    return (100 * (u[1:] - u[:-1] ** 2) ** 2 + (1 - u[:-1]) ** 2).sum()
+
+
+def two_args(x, k):
+    return {"energy": (at.sin(x) * k).sum() + k ** 2, "state": at.stack([x[0] * k, x[1]])}
+
+
+def with_constant(x):
+    return x[0] * x[1], np.ones(2)                   # (a constant output)
+
+
+def scalar_arg(t):
+    return at.exp(-t) * at.cos(3.0 * t)
+
+
+def oscillator(p):
+    x, v, xs = at.tensor(1.0), at.tensor(0.0), []
+    for _ in range(20):
+        x, v = x + 0.1 * v, v - 0.1 * (p[0] * x + p[1] * v)
+        xs.append(x)
+    return at.stack(xs)
+
+
+CASES = [(rosen, (np.linspace(-0.5, 1.5, 6),)),
+         (two_args, (np.array([0.3, -0.7]), 1.5)),
+         (with_constant, (np.array([2.0, 3.0]),)),
+         (scalar_arg, (0.4,)),
+         (oscillator, (np.array([4.0, 0.2]),))]
+
+
+def _close(got, want, rtol=1e-12):
+    g, w = flatten(got)[0], flatten(want)[0]
+    assert len(g) == len(w)
+    for a, b in zip(g, w):
+        a, b = np.asarray(a), np.asarray(b)
+        assert a.shape == b.shape
+        np.testing.assert_allclose(a, b, rtol=rtol, atol=1e-12)
+
+
+def _methods(f, args):
+    scalar = f in (rosen, scalar_arg)
+    out = {"call": lambda c: c(*args), "jacobian": lambda c: c.jacobian(*args),
+           "jacfwd": lambda c: c.jacfwd(*args), "jacrev": lambda c: c.jacrev(*args),
+           "jvp": lambda c: c.jvp(args, tuple(np.ones_like(np.asarray(a)) for a in args))}
+    if scalar:
+        out.update(value_and_grad=lambda c: c.value_and_grad(*args),
+                   grad=lambda c: c.grad(*args), hessian=lambda c: c.hessian(*args))
+    return out
+
+
+@pytest.mark.parametrize("f, args", CASES, ids=[f.__name__ for f, _ in CASES])
+def test_every_method_gives_the_replays_answers(f, args, monkeypatch):
+    compiled = at.compile(f, *args)
+    want = {name: call(compiled) for name, call in _methods(f, args).items()}
+    monkeypatch.setattr(engine, "FORCE_PYTHON_TIER", [True])
+    waiting = at.compile(f, *args)
+    for name, call in _methods(f, args).items():
+        _close(call(waiting), want[name])
+    assert all(p.pending and isinstance(p.lean, eager_calls.EagerProgram)
+               for p in waiting._programs.values())
+
+
+@pytest.mark.parametrize("f, args", CASES[:2] + CASES[3:], ids=lambda v: getattr(
+    v, "__name__", ""))
+def test_vmap_gives_the_replays_answers(f, args, monkeypatch):
+    rng = np.random.default_rng(0)
+    points = tuple(np.asarray(a) + 0.1 * rng.normal(size=(5,) + np.shape(a)) for a in args)
+    compiled = at.compile(f, *args)
+    methods = ["__call__", "jacobian", "jacfwd"] + (
+        ["grad", "value_and_grad", "hessian"] if f in (rosen, scalar_arg) else [])
+    want = [F.vmap(getattr(compiled, m) if m != "__call__" else compiled)(*points)
+            for m in methods]
+    monkeypatch.setattr(engine, "FORCE_PYTHON_TIER", [True])
+    waiting = at.compile(f, *args)
+    for m, w in zip(methods, want):
+        _close(F.vmap(getattr(waiting, m) if m != "__call__" else waiting)(*points), w)
+
+
+def test_the_first_call_once_the_kernels_are_ready_lowers_the_recording(monkeypatch):
+    x = np.linspace(-0.5, 1.5, 6)
+    monkeypatch.setattr(engine, "FORCE_PYTHON_TIER", [True])
+    c = at.compile(rosen, x)
+    v0, g0 = c.value_and_grad(x)
+    p, = c._programs.values()
+    assert p.pending
+    monkeypatch.setattr(engine, "FORCE_PYTHON_TIER", [False])
+    v1, g1 = c.value_and_grad(x)
+    assert not p.pending and isinstance(p.lean, LeanProgram) and c.traces == 1
+    np.testing.assert_allclose(g1.numpy(), g0.numpy(), rtol=1e-13)
+    assert v1.item() == pytest.approx(v0.item(), rel=1e-14)
+
+
+def test_wait_compiled_lowers_what_waits(eager):
+    c = at.compile(rosen, np.ones(4))
+    engine.FORCE_PYTHON_TIER[0] = False
+    assert c.wait_compiled() is c
+    assert not any(p.pending for p in c._programs.values())
+
+
+def test_outputs_structured_otherwise_record_again(eager):
+    def branchy(x):                                    # (a decision in Python)
+        return x.sum() * 2.0 if x[0].item() > 0 else at.tensor(1.0)
+    with pytest.warns(UserWarning):
+        c = at.compile(branchy, np.array([1.0, 2.0]))
+    assert c(np.array([1.0, 2.0])).item() == 6.0
+    with pytest.warns(UserWarning):
+        assert c(np.array([-1.0, 2.0])).item() == 1.0   # (a constant now: recorded again)
+        _, g = c.value_and_grad(np.array([-1.0, 2.0]))
+    np.testing.assert_array_equal(g.numpy(), [0.0, 0.0])
+
+
+def test_errors_are_the_replays(eager):
+    c = at.compile(lambda x: x * 2.0, np.ones(2))
+    with pytest.raises(RuntimeError, match="single scalar"):
+        c.value_and_grad(np.ones(2))
+    with pytest.raises(RuntimeError, match="single scalar"):
+        c.hessian(np.ones(2))
+
+
+def test_float32_programs_compile_their_kernels(eager):
+    c = at.compile(lambda x: (x * x).sum(), np.ones(2, np.float32))
+    p, = c._programs.values()
+    assert not p.pending and isinstance(p.lean, LeanProgram)
+
+
+def test_jit_records_each_call_meanwhile(eager):
+    @numba.njit
+    def energy(q):
+        e = 0.0
+        for i in range(q.size - 1):
+            e += (q[i + 1] - q[i]) ** 2 * (1.0 + 0.1 * i)
+        return e
+    q = np.array([0.0, 1.0, 3.0, 2.5])
+    waiting = at.jit(energy)
+    got = waiting.value_and_grad(q), waiting.jacfwd(q), F.vmap(waiting.grad)(
+        np.stack([q, q + 1.0]))
+    engine.FORCE_PYTHON_TIER[0] = False
+    ready = at.jit(energy)
+    want = ready.value_and_grad(q), ready.jacfwd(q), F.vmap(ready.grad)(
+        np.stack([q, q + 1.0]))
+    _close(got, want, rtol=1e-14)
+    assert ready._program([q]) is not None
+
+
+def test_a_warm_cache_is_ready_at_once(monkeypatch, tmp_path):
+    """The helper's mark in the cache says so (and with the helper off, always)."""
+    from autotape.kernels import background
+    monkeypatch.setattr(eager_calls, "_ready", [])
+    monkeypatch.setenv(background.ENABLED_ENV, "0")
+    assert eager_calls.ready()
+    monkeypatch.setattr(eager_calls, "_ready", [])
+    monkeypatch.setenv(background.ENABLED_ENV, "1")
+    monkeypatch.setattr(eager_calls, "mark_path", lambda: str(tmp_path / "mark"))
+    (tmp_path / "mark").write_text("ok\n")
+    assert eager_calls.ready()
