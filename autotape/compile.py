@@ -631,25 +631,28 @@ class Compiled:
 
     def _lower(self, p, kind):
         """The recording as a lean program, where it lowers (else the tape path runs
-        it), and what follows from that."""
+        it), and what follows from that. Another thread's call may read p meanwhile:
+        p's fields change from the eager program's to the lowered ones each in one
+        assignment, ``pending`` last."""
         tape, dtype = p.tape, p.dtype
-        p.pending = False
         targets = p.grads if kind == "hessian" else p.outputs
-        p.lean = LeanProgram.lower(tape, p.inputs, [v for k, v, _ in targets if k == "row"]) \
+        lean = LeanProgram.lower(tape, p.inputs, [v for k, v, _ in targets if k == "row"]) \
             if not p.guards else None
-        if p.lean is not None:
-            p.lean.what = loop_of(self.f)
+        if lean is not None:
+            lean.what = loop_of(self.f)
         # a program on large arrays runs one call like eager code (numpy's forwards and
         # the sweep's segments, on threads), not as a lean program (an instruction per
         # element) or in one fused compiled call (element by element, one thread); a
         # time-stepping loop, whose body the lean program compiles, from larger arrays
         # on; with checkpoints asked for, never (only the lean program keeps them)
-        loop = p.lean is not None and p.lean.loop is not None
-        p.wide = dtype != F32 and self.checkpoint is None and \
+        loop = lean is not None and lean.loop is not None
+        wide = dtype != F32 and self.checkpoint is None and \
             _wide(tape, LOOP_WIDE_MIN if loop else NUMPY_ROW_MIN)
-        p.fused = not p.guards and not tape.has_ops(MATMUL + 1, PYTHON_LAST) and not p.wide
+        p.wide, p.lean = wide, lean
+        p.fused = not p.guards and not tape.has_ops(MATMUL + 1, PYTHON_LAST) and not wide
         if self.checkpoint is not None:
             self._checkpoint(p)
+        p.pending = False
 
 
 def _arguments(args, example=False):

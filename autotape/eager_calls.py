@@ -27,9 +27,12 @@ from .tape import tape_of_its_own
 from .tensor import F64, Tensor, new_leaf
 from .thread_state import here
 
-# The kernels a compiled function's calls need: a helper compiles them all at once (the
-# warmup's steps for compiled functions), and calls switch when it is done.
-FAMILIES = ("autotape.kernels.program", "autotape.kernels.replay")
+# A helper compiles the kernels compiled functions' calls need, all at once (the warmup's
+# steps for compiled functions, then its mark in the cache), and calls switch when it is
+# done, or when these are on disk: what a call at one point of any method needs (a
+# cache filled with background compiling off has them; the rest, vmap's threaded kernels
+# and the tape path's replay, then compile when a call first needs them)
+ONE_POINT = ("lower", "live_sets", "run_points", "run_tangents")
 _HELPER = "from autotape import warmup\nwarmup.compiled_function_kernels()"
 _JOB = "compiled functions"
 _READY_MARK = "compiled-functions-ready"
@@ -44,7 +47,8 @@ def ready():
     if _ready:
         return True
     if not background.enabled() or os.path.exists(mark_path()) or all(
-            k.signatures or on_disk(k) for k in KERNELS if k.py_func.__module__ in FAMILIES):
+            k.signatures or on_disk(k) for k in KERNELS if k.py_func.__module__ ==
+            "autotape.kernels.program" and k.py_func.__name__ in ONE_POINT):
         _ready.append(True)
         return True
     if background.beside(_JOB, background.state(_JOB), _HELPER, (),

@@ -18,6 +18,7 @@ import time
 import pytest
 
 import autotape
+from autotape.kernels.cache import process_alive
 
 SCALAR = ("import autotape as at\n"
           "x = at.tensor(0.5, requires_grad=True)\n"
@@ -31,11 +32,24 @@ EVERY_FAMILY = ("import numpy as np, autotape as at\n"
                 "at.grad(loss, [x, a])\n")
 THEN_COMPILE = ("f = at.compile(lambda u: (at.sin(u) * u).sum(), np.ones(3))\n"
                 "f.grad(np.ones(3))\n")
+WARMED = []                 # a cache `python -m autotape warmup` filled, for the warm rows
+
+
+def warm_cache():
+    """A cache as ``python -m autotape warmup`` leaves it (once per session)."""
+    if not WARMED:
+        cache = tempfile.mkdtemp(prefix="autotape-warm-")
+        subprocess.run([sys.executable, "-m", "autotape", "warmup"], check=True,
+                       env=dict(os.environ, NUMBA_CACHE_DIR=cache),
+                       cwd=tempfile.gettempdir(), capture_output=True)
+        WARMED.append(cache)
+    return WARMED[0]
 
 
 def run(code, cache_dir, pythonpath=None):
     env = dict(os.environ, NUMBA_CACHE_DIR=cache_dir)
     env.pop("AUTOTAPE_BACKGROUND_WARMUP", None)     # as a user has it (conftest sets it)
+    env.pop("AUTOTAPE_BACKGROUND_COMPILE", None)
     if pythonpath:
         env["PYTHONPATH"] = pythonpath
     subprocess.run([sys.executable, "-c", code], env=env, check=True, cwd=tempfile.gettempdir())
@@ -43,11 +57,20 @@ def run(code, cache_dir, pythonpath=None):
 
 def _quiet():
     """Wait for background warmups that earlier cold runs started (they would slow
-    this one down)."""
+    this one down; a warmup stopped with its program leaves its pid file behind)."""
     deadline = time.time() + 600
-    while glob.glob(os.path.join(tempfile.gettempdir(), "autotape-cold-*", "kernels-*",
-                                 "warmup.pid")) and time.time() < deadline:
+    while time.time() < deadline and any(
+            _pid(path) and process_alive(_pid(path)) for path in glob.glob(os.path.join(
+                tempfile.gettempdir(), "autotape-cold-*", "kernels-*", "warmup.pid"))):
         time.sleep(0.5)
+
+
+def _pid(path):
+    try:
+        with open(path) as f:
+            return int(f.read() or 0)
+    except (OSError, ValueError):
+        return 0
 
 
 def _cold(benchmark, code):
@@ -75,16 +98,14 @@ def test_cold_every_op_family_then_first_compile(benchmark):
 
 @pytest.mark.benchmark(group="start-up, warm cache: fresh process to first gradient")
 def test_warm_cache(benchmark):
-    cache = tempfile.mkdtemp(prefix="autotape-warm-")
-    run(EVERY_FAMILY + THEN_COMPILE, cache)
+    cache = warm_cache()
     benchmark.pedantic(run, args=(EVERY_FAMILY + THEN_COMPILE, cache), rounds=5)
 
 
 @pytest.mark.benchmark(group="start-up, warm cache: fresh process to first gradient")
 def test_warm_cache_second_checkout(benchmark):
     """The cache filled from this checkout, used by a copy of the package elsewhere."""
-    cache = tempfile.mkdtemp(prefix="autotape-warm-")
-    run(EVERY_FAMILY + THEN_COMPILE, cache)
+    cache = warm_cache()
     copy = tempfile.mkdtemp(prefix="autotape-checkout-")
     shutil.copytree(os.path.dirname(autotape.__file__), os.path.join(copy, "autotape"))
     check = EVERY_FAMILY + THEN_COMPILE + (
@@ -159,7 +180,77 @@ def test_first_calls_of_a_new_loop_empty_cache(benchmark):
 @pytest.mark.benchmark(group="start-up: the first 12 calls of a compiled loop")
 def test_first_calls_of_a_new_loop_warm_cache(benchmark):
     """The kernels on disk, the loop's body not: it compiles beside the calls."""
-    cache = tempfile.mkdtemp(prefix="autotape-warm-")
-    run(EVERY_FAMILY + THEN_COMPILE, cache)
-    _quiet()                                         # (the background warmup it started)
-    _first_calls(benchmark, cache)
+    _first_calls(benchmark, warm_cache())
+
+
+# The README's tour with every call timed, in a fresh process on an empty cache: the
+# first gradient, and the longest call after it (none waits on the compiler: the sweeps
+# and compiled functions run on the Python tier and as eager code meanwhile), at.jit's
+# first call apart (it compiles fn for differentiable values in the foreground, once per
+# function and machine).
+TOUR = """
+import json, time
+t0 = time.perf_counter()
+import numpy as np
+import autotape as at
+import autotape.func as F
+import numba
+times = {"import": time.perf_counter() - t0}
+def timed(name, call):
+    t = time.perf_counter()
+    out = call()
+    times[name] = time.perf_counter() - t
+    return out
+x = at.tensor([5.0, 3.0], requires_grad=True)
+y = at.sin(x) * x + x ** 2
+timed("first gradient", lambda: at.grad(y.sum(), x, retain_graph=True))
+timed("backward", lambda: y.sum().backward())
+def higher():
+    g, = at.grad((x ** 3).sum(), x, create_graph=True)
+    return at.grad(g.sum(), x)
+timed("create_graph", higher)
+def rosen(u):
+    return (100 * (u[1:] - u[:-1] ** 2) ** 2 + (1 - u[:-1]) ** 2).sum()
+f = timed("at.compile", lambda: at.compile(rosen, np.zeros(10)))
+timed("value_and_grad", lambda: f.value_and_grad(np.full(10, 0.5)))
+timed("hessian", lambda: f.hessian(np.full(10, 0.5)))
+points = np.random.default_rng(0).normal(size=(1000, 10))
+timed("vmap 1000 points", lambda: F.vmap(f.value_and_grad)(points))
+def trajectory(p):
+    x, v, xs = at.tensor(1.0), at.tensor(0.0), []
+    for _ in range(50):
+        x, v = x + 0.1 * v, v - 0.1 * (p[0] * x + p[1] * v)
+        xs.append(x)
+    return at.stack(xs)
+timed("jacfwd", lambda: at.compile(trajectory, np.ones(2)).jacfwd(np.array([4.0, 0.2])))
+def banana(q):
+    return (q[0] - 1.0) ** 2 + 100.0 * (q[1] - q[0] ** 2) ** 2
+g = at.jit(numba.njit(banana))
+timed("at.jit first call", lambda: g.value_and_grad(np.array([0.5, 0.5])))
+timed("at.jit second call", lambda: g.value_and_grad(np.array([0.6, 0.5])))
+print(json.dumps(times))
+"""
+
+
+@pytest.mark.benchmark(group="start-up: the README tour, every call timed")
+def test_tour_every_call_empty_cache(benchmark):
+    _quiet()
+    env = dict(os.environ, NUMBA_CACHE_DIR=tempfile.mkdtemp(prefix="autotape-cold-"))
+    for name in ("AUTOTAPE_BACKGROUND_WARMUP", "AUTOTAPE_BACKGROUND_COMPILE"):
+        env.pop(name, None)                          # as a user has them
+    out = {}
+
+    def once():
+        done = subprocess.run([sys.executable, "-c", TOUR], env=env, check=True,
+                              capture_output=True, text=True, cwd=tempfile.gettempdir())
+        out["times"] = json.loads(done.stdout.splitlines()[-1])
+    benchmark.pedantic(once, rounds=1)
+    times = out["times"]
+    later = {k: v for k, v in times.items() if k not in ("import", "first gradient",
+                                                          "at.jit first call")}
+    benchmark.extra_info["import s"] = round(times["import"], 3)
+    benchmark.extra_info["first gradient s"] = round(times["first gradient"], 3)
+    benchmark.extra_info["longest later call s"] = round(max(later.values()), 3)
+    benchmark.extra_info["at.jit first call s"] = round(times["at.jit first call"], 3)
+    benchmark.extra_info["calls ms"] = {k: round(v * 1e3, 1) for k, v in times.items()}
+    _quiet()

@@ -177,3 +177,14 @@ def test_a_warm_cache_is_ready_at_once(monkeypatch, tmp_path):
     monkeypatch.setattr(eager_calls, "mark_path", lambda: str(tmp_path / "mark"))
     (tmp_path / "mark").write_text("ok\n")
     assert eager_calls.ready()
+
+
+def test_threads_call_it_at_once(eager):
+    import concurrent.futures
+    c = at.compile(rosen, np.ones(6))
+    points = [np.linspace(-1.0, 1.0, 6) * s for s in np.linspace(0.5, 1.5, 16)]
+    with concurrent.futures.ThreadPoolExecutor(4) as pool:
+        got = list(pool.map(lambda x: c.value_and_grad(x)[1].numpy(), points))
+    engine.FORCE_PYTHON_TIER[0] = False
+    for x, g in zip(points, got):
+        np.testing.assert_allclose(g, c.grad(x).numpy(), rtol=1e-13)
