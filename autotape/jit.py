@@ -39,8 +39,10 @@ from . import eager_calls
 from .custom import CustomOp
 from .grad_mode import is_grad_enabled
 from .pytree import flatten
-from .kernels import active
-from .kernels.cache import code_of, compile_notice, generated_file, import_generated
+from . import engine
+from .kernels import active, background
+from .kernels.cache import (cache_dir, code_of, compile_notice, generated_file,
+                            import_generated, on_disk)
 from .kernels.active import ActiveArray, ActiveType
 from .kernels.program import I_A, I_N, I_OP, I_OUT, I_SA, WIDTH
 from .opcodes import CONST, SOURCE_LAST
@@ -369,8 +371,31 @@ class Jit:
         if row < 0:                            # a constant output
             return np.zeros(total)
         adj, reached = _sweep_scratch(max(used, 1))
-        active.sweep(ops, values, used, row, adj, reached)
+        _sweep()(ops, values, used, row, adj, reached)
         return adj[:total].copy()
+
+
+_SWEEP_JOB = "at.jit's reverse sweep"
+_SWEEP_HELPER = ("import numpy as np\nfrom autotape.kernels.active import sweep\n"
+                 "sweep(np.zeros((1, 3), np.int64), np.zeros(1), 1, 0, np.zeros(1), "
+                 "np.zeros(1, np.bool_))\n")
+_sweep_ready = []
+
+
+def _sweep():
+    """The reverse sweep of at.jit's recordings: compiled, or, until a helper has
+    compiled it (a first call on a cold cache), the same code run by Python (the op
+    table's partials are plain functions there: the same numbers)."""
+    if engine.FORCE_PYTHON_TIER[0]:
+        return active.sweep.py_func
+    if _sweep_ready:
+        return active.sweep
+    if active.sweep.signatures or on_disk(active.sweep) or not background.enabled() or \
+            background.beside(_SWEEP_JOB, background.state(_SWEEP_JOB), _SWEEP_HELPER, (),
+                              _SWEEP_JOB, False, _SWEEP_JOB, cache_dir()):
+        _sweep_ready.append(True)
+        return active.sweep
+    return active.sweep.py_func
 
 
 def _split(jac, arrays, shape, lead=()):

@@ -3,6 +3,8 @@ f run as eager code gives the replay's answers, for every method and under vmap;
 first call after the kernels are ready lowers the recording and runs it; a call whose
 outputs come out structured otherwise records f again; at.jit records per call
 meanwhile."""
+import math
+
 import numba
 import numpy as np
 import pytest
@@ -188,3 +190,21 @@ def test_threads_call_it_at_once(eager):
     engine.FORCE_PYTHON_TIER[0] = False
     for x, g in zip(points, got):
         np.testing.assert_allclose(g, c.grad(x).numpy(), rtol=1e-13)
+
+
+def test_jit_sweep_run_by_python_gives_the_compiled_numbers(eager):
+    """at.jit's first call on a cold cache sweeps its recording with the sweep kernel's
+    own code run by Python while a helper compiles it."""
+    @numba.njit
+    def pendulum(p):
+        x, v = p[0], p[1]
+        for i in range(200):
+            a = -p[2] * math.sin(x) - 0.1 * v + 0.3 * math.cos(0.01 * i) * math.exp(-x * x)
+            x, v = x + 0.01 * v, v + 0.01 * a
+        return x * x + math.tanh(v) + abs(x - v) ** 1.5 / (1.0 + v * v)
+    p = np.array([0.4, -0.2, 1.3])
+    by_python = at.jit(pendulum).value_and_grad(p)
+    engine.FORCE_PYTHON_TIER[0] = False
+    compiled = at.jit(pendulum).value_and_grad(p)
+    assert by_python[0].item() == compiled[0].item()
+    np.testing.assert_allclose(by_python[1].numpy(), compiled[1].numpy(), rtol=1e-14)
