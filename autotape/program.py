@@ -9,7 +9,7 @@ import numpy as np
 from . import codegen
 from .kernels import background
 from .kernels.blas import DGEMM
-from .kernels.cache import compile_notice
+from .kernels.cache import compile_notice, on_disk
 from .kernels.calls import call_rows, driver
 from .kernels.elementwise import passes_nothing
 from .parallel import for_numba, parallel_launch
@@ -46,6 +46,22 @@ def loop_of(f):
         return f"the loop in {name}"
     return f"the loop in {name} ({os.path.basename(code.co_filename)}, line " \
            f"{code.co_firstlineno})"
+
+
+def threaded_ready(kernel):
+    """Whether the threaded kernel runs the points: compiled, on disk, or compiled here
+    (background compiling off). Otherwise the one-thread kernel runs them, the same
+    numbers, while the helper that compiles compiled functions' kernels gets to it
+    (eager_calls.py): a call never waits on it."""
+    if kernel in _THREADED_READY:
+        return True
+    if kernel.signatures or on_disk(kernel) or not background.enabled():
+        _THREADED_READY.add(kernel)
+        return True
+    return False
+
+
+_THREADED_READY = set()
 
 
 def chunk_size(nslots):
@@ -197,7 +213,7 @@ class LeanProgram:
         args = (self.instr, self.pool, self.divisor, live, self.const_slots,
                 self.const_vals, self.in_slots, self.out_slots, X, values, jac, jacobian,
                 chunk)
-        if workers > 1:
+        if workers > 1 and threaded_ready(run_points_parallel):
             with parallel_launch():
                 run_points_parallel(*args, workers, self.nslots)
         else:
@@ -274,7 +290,7 @@ class LeanProgram:
         workers = min(for_numba(), (B + chunk - 1) // chunk)
         args = (self.instr, self.pool, self.divisor, self.const_slots, self.const_vals,
                 self.in_slots, self.out_slots, X, S, values, tangents, chunk)
-        if workers > 1:
+        if workers > 1 and threaded_ready(run_tangents_parallel):
             with parallel_launch():
                 run_tangents_parallel(*args, workers, self.nslots)
         else:

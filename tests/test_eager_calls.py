@@ -208,3 +208,13 @@ def test_jit_sweep_run_by_python_gives_the_compiled_numbers(eager):
     compiled = at.jit(pendulum).value_and_grad(p)
     assert by_python[0].item() == compiled[0].item()
     np.testing.assert_allclose(by_python[1].numpy(), compiled[1].numpy(), rtol=1e-14)
+
+
+def test_points_run_on_one_thread_until_the_threaded_kernels_are_ready(monkeypatch):
+    import autotape.program as program
+    c = at.compile(rosen, np.ones(6))
+    points = np.random.default_rng(1).normal(size=(300, 6))
+    want = F.vmap(c.value_and_grad)(points), F.vmap(c.jacfwd)(points)
+    monkeypatch.setattr(program, "threaded_ready", lambda kernel: False)
+    got = F.vmap(c.value_and_grad)(points), F.vmap(c.jacfwd)(points)
+    _close(got, want, rtol=1e-15)
