@@ -81,7 +81,7 @@ class _Program:
     next call reuses one."""
     __slots__ = ("tape", "twins", "executor", "inputs", "input_rows", "shapes", "sizes",
                  "fused", "total_in", "outputs", "rebuild", "guards", "grads", "plans",
-                 "lean", "wide", "captured", "pending", "dtype")
+                 "lean", "wide", "captured", "pending", "dtype", "tape_path")
 
     def acquire(self):
         try:
@@ -484,8 +484,8 @@ class Compiled:
         p = self._program(key)
         if p is None:
             p = self._programs[key] = self._record(kind, args)
-        if p.pending and (not eager or eager_calls.ready()):
-            self._lower(p, kind)
+        if p.pending and (not eager or eager_calls.ready(p.tape_path)):
+            self._lower(p, kind, eager)
         return p if p.lean is not None and not (one_point and p.wide) else None
 
     def _at(self, kind, args, fused=False, checked=False):
@@ -610,16 +610,14 @@ class Compiled:
         p.rebuild, p.guards, p.plans = rebuild, trace.guards, {}
         tape.frozen = {}                       # (closed: no constant joins it any more)
         p.captured = _read_from_outside(trace)
-        p.total_in, p.dtype = sum(p.sizes), dtype
+        p.total_in, p.dtype, p.tape_path = sum(p.sizes), dtype, False
+        p.pending, p.wide, p.fused = True, False, False
+        p.lean = eager_calls.EagerProgram(self.f, kind, p.grads if kind == "hessian"
+                                          else p.outputs, p.shapes, _output)
         # (a float32 program's replay rounds each op's result as float32 tensors do, but
         # not the eager tier's every step: it compiles its kernels now)
-        p.pending = dtype != F32 and not eager_calls.ready()
-        if p.pending:
-            p.lean = eager_calls.EagerProgram(self.f, kind, p.grads if kind == "hessian"
-                                              else p.outputs, p.shapes, _output)
-            p.wide = p.fused = False
-        else:
-            self._lower(p, kind)
+        if dtype == F32 or eager_calls.ready():
+            self._lower(p, kind, eager=dtype != F32)
         if dtype == F32 and p.lean is None:
             raise TypeError(
                 "compile: a float32 program runs only as a lean program, and this one "
@@ -629,15 +627,19 @@ class Compiled:
         self.traces += 1
         return p
 
-    def _lower(self, p, kind):
+    def _lower(self, p, kind, eager=False):
         """The recording as a lean program, where it lowers (else the tape path runs
-        it), and what follows from that. Another thread's call may read p meanwhile:
-        p's fields change from the eager program's to the lowered ones each in one
-        assignment, ``pending`` last."""
+        it), and what follows from that; with ``eager``, a program on the tape path
+        stays eager code until the replay's kernels are ready too. Another thread's
+        call may read p meanwhile: p's fields change from the eager program's to the
+        lowered ones each in one assignment, ``pending`` last."""
         tape, dtype = p.tape, p.dtype
         targets = p.grads if kind == "hessian" else p.outputs
         lean = LeanProgram.lower(tape, p.inputs, [v for k, v, _ in targets if k == "row"]) \
             if not p.guards else None
+        if lean is None and eager and not eager_calls.ready(tape_path=True):
+            p.tape_path = True
+            return
         if lean is not None:
             lean.what = loop_of(self.f)
         # a program on large arrays runs one call like eager code (numpy's forwards and
@@ -850,7 +852,7 @@ def _unpickled_program(fields):
     """A program that runs only as its lean form (unpickled: no tape, no guards)."""
     p = _Program()
     p.tape, p.twins, p.executor, p.guards, p.plans, p.fused = None, [], None, [], {}, False
-    p.wide = p.pending = False                 # (it has only its lean form)
+    p.wide = p.pending = p.tape_path = False   # (it has only its lean form)
     p.captured = ()                            # (what f read stayed on the other side)
     p.inputs = p.input_rows = None
     for name, value in fields.items():

@@ -33,29 +33,36 @@ from .thread_state import here
 # cache filled with background compiling off has them; the rest, vmap's threaded kernels
 # and the tape path's replay, then compile when a call first needs them)
 ONE_POINT = ("lower", "live_sets", "run_points", "run_tangents")
+TAPE_PATH = ("forward_replay", "replay_and_sweep")   # (for recordings it does not lower)
 _HELPER = "from autotape import warmup\nwarmup.compiled_function_kernels()"
 _JOB = "compiled functions"
 _READY_MARK = "compiled-functions-ready"
-_ready = []
+_ready = set()        # what is ready: "one point", "tape path", or "all" (kept: it stays so)
 
 
-def ready():
-    """Whether compiled functions' calls run their kernels now; when not, their compile
-    has been started beside the calls (said once on stderr)."""
+def ready(tape_path=False):
+    """Whether compiled functions' calls run their kernels now (``tape_path``: the
+    calls of a recording the lean program does not lower, which replay the tape); when
+    not, their compile has been started beside the calls (said once on stderr)."""
     if engine.FORCE_PYTHON_TIER[0]:
         return False
-    if _ready:
+    level = "tape path" if tape_path else "one point"
+    if "all" in _ready or level in _ready:
         return True
-    if not background.enabled() or os.path.exists(mark_path()) or all(
-            k.signatures or on_disk(k) for k in KERNELS if k.py_func.__module__ ==
-            "autotape.kernels.program" and k.py_func.__name__ in ONE_POINT):
-        _ready.append(True)
+    if not background.enabled() or os.path.exists(mark_path()):
+        _ready.add("all")
+        return True
+    names = ONE_POINT + TAPE_PATH if tape_path else ONE_POINT
+    if all(k.signatures or on_disk(k) for k in KERNELS
+           if k.py_func.__module__ in ("autotape.kernels.program", "autotape.kernels.replay")
+           and k.py_func.__name__ in names):
+        _ready.add(level)
         return True
     if background.beside(_JOB, background.state(_JOB), _HELPER, (),
                          "the kernels of compiled functions (at.compile, vmap)", False,
                          _JOB, cache_dir(), "which run the functions as eager code until "
                          "they are ready"):
-        _ready.append(True)                    # done (or failed, and said so: the calls
+        _ready.add("all")                      # done (or failed, and said so: the calls
         return True                            # then compile what they need themselves)
     return False
 
@@ -63,9 +70,9 @@ def ready():
 def wait():
     """Wait for the helper compiling compiled functions' kernels, where one runs (a
     benchmark's ``wait_compiled``)."""
-    if not _ready and background.state(_JOB) is not None:
+    if "all" not in _ready and background.state(_JOB) is not None:
         background.wait(_JOB)
-        _ready.append(True)
+        _ready.add("all")
 
 
 def mark_path():

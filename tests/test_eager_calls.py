@@ -171,10 +171,10 @@ def test_jit_records_each_call_meanwhile(eager):
 def test_a_warm_cache_is_ready_at_once(monkeypatch, tmp_path):
     """The helper's mark in the cache says so (and with the helper off, always)."""
     from autotape.kernels import background
-    monkeypatch.setattr(eager_calls, "_ready", [])
+    monkeypatch.setattr(eager_calls, "_ready", set())
     monkeypatch.setenv(background.ENABLED_ENV, "0")
     assert eager_calls.ready()
-    monkeypatch.setattr(eager_calls, "_ready", [])
+    monkeypatch.setattr(eager_calls, "_ready", set())
     monkeypatch.setenv(background.ENABLED_ENV, "1")
     monkeypatch.setattr(eager_calls, "mark_path", lambda: str(tmp_path / "mark"))
     (tmp_path / "mark").write_text("ok\n")
@@ -218,3 +218,20 @@ def test_points_run_on_one_thread_until_the_threaded_kernels_are_ready(monkeypat
     monkeypatch.setattr(program, "threaded_ready", lambda kernel: False)
     got = F.vmap(c.value_and_grad)(points), F.vmap(c.jacfwd)(points)
     _close(got, want, rtol=1e-15)
+
+
+def test_a_recording_on_the_tape_path_waits_for_the_replays_kernels(monkeypatch):
+    def peaked(x):                                  # (max: the lean program has no row)
+        return x.max() * 2.0 + (x * x).sum()
+    x = np.array([0.5, 2.0, -1.0])
+    want = at.compile(peaked, x).value_and_grad(x)
+    waiting = {"tape path": True}
+    monkeypatch.setattr(eager_calls, "ready", lambda tape_path=False: not (
+        tape_path and waiting["tape path"]))
+    c = at.compile(peaked, x)
+    p, = c._programs.values()
+    _close(c.value_and_grad(x), want)
+    assert p.pending and p.tape_path and isinstance(p.lean, eager_calls.EagerProgram)
+    waiting["tape path"] = False
+    _close(c.value_and_grad(x), want)
+    assert not p.pending and p.lean is None          # (the tape path replays it now)
