@@ -615,9 +615,14 @@ def _own_code():
     return code_of(inspect.getsource(sys.modules[__name__]))
 
 
+_LIBRARIES = ("numba", "numpy", "math", "cmath", "operator", "builtins", "autotape")
+
+
 def _named(value, depth=0):
     """A value as numba compiles it in, as text (None where it has no such name: an
-    object of the user's own, whose state a digest cannot follow)."""
+    object or a function of the user's own, whose state or code a digest of names
+    cannot follow; an njit function fn calls is transformed, and its source is a part
+    of the tree of its own)."""
     if value is None or isinstance(value, (bool, int, float, complex, str, bytes,
                                            np.number, np.bool_)):
         return f"{type(value).__name__}:{value!r}"
@@ -628,17 +633,15 @@ def _named(value, depth=0):
             np.ascontiguousarray(value).tobytes()).hexdigest()
     if isinstance(value, types.ModuleType):
         return f"module:{value.__name__}"
-    if isinstance(value, Dispatcher):
-        value = value.py_func                  # (its transformed source is a part too)
-    if isinstance(value, (type, types.FunctionType, types.BuiltinFunctionType, np.ufunc,
-                          numba.core.types.Type)) or callable(value) and \
-            getattr(value, "__module__", "").split(".")[0] in ("numba", "numpy", "math",
-                                                               "cmath", "autotape"):
-        return f"{type(value).__name__}:{getattr(value, '__module__', '')}." \
-               f"{getattr(value, '__qualname__', repr(value))}"
-    if isinstance(value, (tuple, list)) and depth < 4:
-        items = [_named(v, depth + 1) for v in value]
+    if isinstance(value, numba.core.types.Type):
+        return f"numba type:{value!r}"
+    if isinstance(value, (tuple, list)):
+        items = [_named(v, depth + 1) for v in value] if depth < 4 else [None]
         return None if None in items else f"{type(value).__name__}:({','.join(items)})"
+    module = getattr(value, "__module__", None) or ""
+    if callable(value) and not isinstance(value, Dispatcher) and \
+            module.split(".")[0] in _LIBRARIES:
+        return f"{type(value).__name__}:{module}.{getattr(value, '__qualname__', value)}"
     return None
 
 

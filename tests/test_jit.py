@@ -587,3 +587,27 @@ def test_a_recorder_is_kept_on_disk_and_named_after_what_it_reads(tmp_path):
     assert second[:2] == [repr(2.0 * 0.25 + 4.0), "1"]
     assert other[:2] == [repr(3.0 * 0.25 + 4.0), "0"]   # (SCALE changed: its own)
     assert first[2] == second[2] == other[2] == "1"
+
+
+@numba.extending.register_jitable
+def _doubled(x):
+    return 2.0 * x
+
+
+@numba.njit
+def _calls_a_plain_helper(x):
+    return _doubled(x) * x
+
+
+def test_a_recorder_that_reads_a_function_of_the_users_is_not_kept_on_disk():
+    """A register_jitable helper is compiled into the recorder, but no digest of names
+    follows its code: such a recorder is compiled in each process (never stale)."""
+    from numba.core.caching import NullCache
+    f = at.jit(_calls_a_plain_helper)
+    assert f.grad(3.0).item() == 12.0
+    recorder, = f._recorders.values()
+    assert isinstance(recorder._cache, NullCache)
+    g = at.jit(numba.njit(lambda x: np.sin(x) * x))         # (library names only: kept)
+    g.grad(1.0)
+    recorder, = g._recorders.values()
+    assert not isinstance(recorder._cache, NullCache)
