@@ -36,6 +36,8 @@ from collections import namedtuple
 import numpy as np
 
 from .thread_state import here
+from .kernels import background
+from .kernels.cache import on_disk
 from .kernels.staging import address_of, bits_equal, decode_rows
 from .kernels.sweep import families_of
 from .opcodes import CONST, IMPORT, LEAF
@@ -283,11 +285,11 @@ class Tape:
         i64 = np.int64
         extra = np.array(self.extra, i64)
         size, ndim = np.array(self.shape_size, i64), np.array(self.shape_ndim, i64)
-        rows, start, total = decode_rows(staged, extra, size, ndim)
+        rows, start, total = _reader(decode_rows, n)(staged, extra, size, ndim)
         ipool, dims = np.array(self.ipool or [0], i64), np.array(self.shape_dims or [0], i64)
         cols = self._columns = Columns(
             n, rows, ipool, ndim, start, dims, size, np.array(self.big_addr or [0], i64),
-            total, (rows, ipool, ndim, start, dims, size), families_of(rows))
+            total, (rows, ipool, ndim, start, dims, size), _reader(families_of, n)(rows))
         return cols
 
     def kernel_args(self):
@@ -401,6 +403,24 @@ class Tape:
             self.arena[loc] = float(data[0]) if data.size else 0.0
         else:
             self.arrays[array_index(loc)][:] = data
+
+
+# rows: a tape this small is read by the readers' code run by Python while they are
+# neither compiled nor on disk (a first gradient on a cold cache; compiling the two takes
+# ~0.9 s, and the sweep's helper compiles them); Python reads ~10 us a row
+PYTHON_READ_MAX = 20000
+_READERS_READY = set()
+
+
+def _reader(kernel, n):
+    """``kernel`` (decode_rows, families_of), or its code run by Python (the same
+    integers) for a small tape while it is not compiled."""
+    if kernel in _READERS_READY or n > PYTHON_READ_MAX:
+        return kernel
+    if kernel.signatures or on_disk(kernel) or not background.enabled():
+        _READERS_READY.add(kernel)
+        return kernel
+    return kernel.py_func
 
 
 _SLOTS = [name for name in Tape.__slots__ if name != "__weakref__"]

@@ -187,3 +187,33 @@ def test_a_graph_with_a_custom_op_on_an_older_tape_sweeps_compiled():
     finally:
         engine.FORCE_PYTHON_TIER[0] = False
     same([g], [6.0 * np.array([1.0, 4.0])])
+
+
+@pytest.mark.parametrize("name, inputs, make", list(programs()), ids=lambda v: v
+                         if isinstance(v, str) else "")
+def test_a_small_tape_read_by_python_gives_the_compiled_columns(name, inputs, make,
+                                                                 monkeypatch):
+    """A first gradient on a cold cache reads its tape with decode_rows' and
+    families_of's code run by Python while they compile (tape._reader)."""
+    from autotape import tape as tape_module
+    tape = make()._tape
+    compiled = tape.columns()
+    tape._columns = None
+    calls = []
+
+    class NotCompiled:                          # (a kernel neither compiled nor on disk)
+        signatures = ()
+
+        def __init__(self, kernel):
+            self.py_func = lambda *args: calls.append(kernel) or kernel.py_func(*args)
+
+        def __call__(self, *args):
+            raise AssertionError("compiled while the Python tier reads")
+    for name_ in ("decode_rows", "families_of"):
+        monkeypatch.setattr(tape_module, name_, NotCompiled(getattr(tape_module, name_)))
+    monkeypatch.setattr(tape_module, "on_disk", lambda kernel: False)
+    monkeypatch.setattr(background, "enabled", lambda: True)
+    by_python = tape.columns()
+    assert len(calls) == 2
+    for field in ("rows", "shape_start", "total_size", "families"):
+        np.testing.assert_array_equal(getattr(by_python, field), getattr(compiled, field))
