@@ -22,6 +22,7 @@ from . import engine
 from .grad_mode import enable_grad
 from .kernels import background
 from .kernels.cache import KERNELS, cache_dir, on_disk
+from .program import KERNELS_JOB, kernels_beside
 from .pytree import flatten
 from .tape import tape_of_its_own
 from .tensor import F64, Tensor, new_leaf
@@ -34,8 +35,6 @@ from .thread_state import here
 # and the tape path's replay, then compile when a call first needs them)
 ONE_POINT = ("lower", "live_sets", "run_points", "run_tangents")
 TAPE_PATH = ("forward_replay", "replay_and_sweep")   # (for recordings it does not lower)
-_HELPER = "from autotape import warmup\nwarmup.compiled_function_kernels()"
-_JOB = "compiled functions"
 _READY_MARK = "compiled-functions-ready"
 _ready = set()        # what is ready: "one point", "tape path", or "all" (kept: it stays so)
 
@@ -58,10 +57,7 @@ def ready(tape_path=False):
            and k.py_func.__name__ in names):
         _ready.add(level)
         return True
-    if background.beside(_JOB, background.state(_JOB), _HELPER, (),
-                         "the kernels of compiled functions (at.compile, vmap)", False,
-                         _JOB, cache_dir(), "which run the functions as eager code until "
-                         "they are ready"):
+    if kernels_beside():
         _ready.add("all")                      # done (or failed, and said so: the calls
         return True                            # then compile what they need themselves)
     return False
@@ -70,8 +66,8 @@ def ready(tape_path=False):
 def wait():
     """Wait for the helper compiling compiled functions' kernels, where one runs (a
     benchmark's ``wait_compiled``)."""
-    if "all" not in _ready and background.state(_JOB) is not None:
-        background.wait(_JOB)
+    if "all" not in _ready and background.state(KERNELS_JOB) is not None:
+        background.wait(KERNELS_JOB)
         _ready.add("all")
 
 

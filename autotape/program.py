@@ -9,7 +9,7 @@ import numpy as np
 from . import codegen
 from .kernels import background
 from .kernels.blas import DGEMM
-from .kernels.cache import compile_notice, on_disk
+from .kernels.cache import cache_dir, compile_notice, on_disk
 from .kernels.calls import call_rows, driver
 from .kernels.elementwise import passes_nothing
 from .parallel import for_numba, parallel_launch
@@ -50,15 +50,30 @@ def loop_of(f):
 
 def threaded_ready(kernel):
     """Whether the threaded kernel runs the points: compiled, on disk, or compiled here
-    (background compiling off). Otherwise the one-thread kernel runs them, the same
-    numbers, while the helper that compiles compiled functions' kernels gets to it
-    (eager_calls.py): a call never waits on it."""
+    (background compiling off), or the helper compiling compiled functions' kernels is
+    done. Otherwise the one-thread kernel runs them, the same numbers, while the helper
+    gets to it (started here if need be): a call never waits on it."""
     if kernel in _THREADED_READY:
         return True
-    if kernel.signatures or on_disk(kernel) or not background.enabled():
+    if kernel.signatures or on_disk(kernel) or not background.enabled() or \
+            kernels_beside():
         _THREADED_READY.add(kernel)
         return True
     return False
+
+
+KERNELS_JOB = "compiled functions"
+_KERNELS_HELPER = "from autotape import warmup\nwarmup.compiled_function_kernels()"
+
+
+def kernels_beside():
+    """Start the helper that compiles every kernel compiled functions' calls use (once
+    per process; said once on stderr) or poll it: True once it is done (or failed: the
+    calls then compile what they need themselves)."""
+    return background.beside(KERNELS_JOB, background.state(KERNELS_JOB), _KERNELS_HELPER,
+                             (), "the kernels of compiled functions (at.compile, vmap)",
+                             False, KERNELS_JOB, cache_dir(), "which run as eager code "
+                             "(or vmap's points on one thread) until they are ready")
 
 
 _THREADED_READY = set()

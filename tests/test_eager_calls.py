@@ -235,3 +235,18 @@ def test_a_recording_on_the_tape_path_waits_for_the_replays_kernels(monkeypatch)
     waiting["tape path"] = False
     _close(c.value_and_grad(x), want)
     assert not p.pending and p.lean is None          # (the tape path replays it now)
+
+
+def test_points_on_one_thread_start_the_helper_that_compiles_the_threaded_kernels(
+        monkeypatch):
+    """A cache that has the one-point kernels but not the threaded ones (filled with
+    background compiling off) still gets them: the first call that wants them starts
+    the helper."""
+    import autotape.program as program
+    started = []
+    monkeypatch.setattr(program, "_THREADED_READY", set())
+    monkeypatch.setattr(program, "on_disk", lambda kernel: False)
+    monkeypatch.setattr(program.background, "enabled", lambda: True)
+    monkeypatch.setattr(program, "kernels_beside", lambda: started.append(1) or False)
+    fake = type("NotCompiled", (), {"signatures": ()})()
+    assert not program.threaded_ready(fake) and started == [1]
