@@ -36,13 +36,13 @@ from .executor import FUSE_MIN
 from .functions.shaping import roll
 from .jit import jit as jit_
 from .kernels import background, cache
+from .kernels.loops import GROUPS as LOOP_GROUPS, compile_around
 from .kernels.blas import DGEMM
 from .kernels.sweep import (ALL_FAMILIES, ELEMENTWISE, REDUCE, VARIANTS, linalg_row_vjp,
                             sweep_for)
 from .linalg import det, inv
 from .ops.elementwise import exp, sigmoid, sin, tanh, where
 from .parallel import get_num_threads, set_num_threads, usable_cores
-from .program import COMPILE_LOOP_AFTER, GENERATED_ENV
 
 __all__ = ["warmup"]
 
@@ -85,27 +85,11 @@ def _more_compiled():
 
 
 def _compiled_loops():
-    def decay(k):                             # a time-stepping loop: its compiled body
-        y = k[0] * 1.0
-        for _ in range(200):
-            y = y - 0.01 * k[1] * y
-        return y
-    for generated in (None, "0"):            # (the whole program as generated code,
-        saved = os.environ.get(GENERATED_ENV)  # and the loop body the interpreter
-        if generated is not None:              # calls where none is generated)
-            os.environ[GENERATED_ENV] = generated
-        try:
-            loop = compile_(decay, np.ones(2))
-            for _ in range(COMPILE_LOOP_AFTER + 1):
-                loop.grad(np.ones(2))
-                func.vmap(loop.grad)(np.ones((8, 2)))
-                loop.jacfwd(np.ones(2))
-                func.vmap(loop.jacfwd)(np.ones((8, 2)))
-        finally:
-            if saved is None:
-                os.environ.pop(GENERATED_ENV, None)
-            else:
-                os.environ[GENERATED_ENV] = saved
+    # the interpreter's kernels that run around a compiled loop body, for float64 (the
+    # bodies are each program's own, compiled beside its calls: none compiled here
+    # would be reused)
+    for group in LOOP_GROUPS:
+        compile_around(np.dtype(np.float64), group)
 
 
 def _arrays():
@@ -165,7 +149,7 @@ STEPS = [("numpy.linalg sweep", _linalg), ("compiled programs", _compiled),
 # seconds each step compiled for on a cold cache (the 2-core VM, one process): how
 # ``warmup`` shares the steps out between its processes
 STEP_SECONDS = {"numpy.linalg sweep": 17, "compiled programs": 24, "scalar sweep": 4,
-                "array sweep": 30, "compiled Jacobians, points": 7, "compiled loops": 15,
+                "array sweep": 30, "compiled Jacobians, points": 7, "compiled loops": 10,
                 "elementwise sweep": 12, "replayed programs": 22, "threaded kernels": 28,
                 "numba code (at.jit)": 4}
 
