@@ -33,7 +33,7 @@ from .thread_state import here
 # done, or when these are on disk: what a call at one point of any method needs (a
 # cache filled with background compiling off has them; the rest, vmap's threaded kernels
 # and the tape path's replay, then compile when a call first needs them)
-ONE_POINT = ("lower", "live_sets", "run_points", "run_tangents")
+ONE_POINT = ("lower", "live_sets", "run_points")   # (forward mode: by reverse meanwhile)
 TAPE_PATH = ("forward_replay", "replay_and_sweep")   # (for recordings it does not lower)
 _READY_MARK = "compiled-functions-ready"
 _ready = set()        # what is ready: "one point", "tape path", or "all" (kept: it stays so)

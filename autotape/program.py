@@ -48,16 +48,17 @@ def loop_of(f):
            f"{code.co_firstlineno})"
 
 
-def threaded_ready(kernel):
-    """Whether the threaded kernel runs the points: compiled, on disk, or compiled here
-    (background compiling off), or the helper compiling compiled functions' kernels is
-    done. Otherwise the one-thread kernel runs them, the same numbers, while the helper
-    gets to it (started here if need be): a call never waits on it."""
-    if kernel in _THREADED_READY:
+def kernel_ready(kernel):
+    """Whether a kernel a call could do without runs it: compiled, on disk, or compiled
+    here (background compiling off), or the helper compiling compiled functions' kernels
+    is done. Otherwise the call takes another way to the same numbers while the helper
+    gets to it (started here if need be): the points on one thread for the threaded
+    kernels, a reverse sweep per output for forward mode's. A call never waits on it."""
+    if kernel in _KERNELS_READY:
         return True
     if kernel.signatures or on_disk(kernel) or not background.enabled() or \
             kernels_beside():
-        _THREADED_READY.add(kernel)
+        _KERNELS_READY.add(kernel)
         return True
     return False
 
@@ -76,7 +77,7 @@ def kernels_beside():
                              "(or vmap's points on one thread) until they are ready")
 
 
-_THREADED_READY = set()
+_KERNELS_READY = set()
 
 
 def chunk_size(nslots):
@@ -228,7 +229,7 @@ class LeanProgram:
         args = (self.instr, self.pool, self.divisor, live, self.const_slots,
                 self.const_vals, self.in_slots, self.out_slots, X, values, jac, jacobian,
                 chunk)
-        if workers > 1 and threaded_ready(run_points_parallel):
+        if workers > 1 and kernel_ready(run_points_parallel):
             with parallel_launch():
                 run_points_parallel(*args, workers, self.nslots)
         else:
@@ -305,13 +306,16 @@ class LeanProgram:
         workers = min(for_numba(), (B + chunk - 1) // chunk)
         args = (self.instr, self.pool, self.divisor, self.const_slots, self.const_vals,
                 self.in_slots, self.out_slots, X, S, values, tangents, chunk)
-        if workers > 1 and threaded_ready(run_tangents_parallel):
+        if workers > 1 and kernel_ready(run_tangents_parallel):
             with parallel_launch():
                 run_tangents_parallel(*args, workers, self.nslots)
-        else:
+        elif kernel_ready(run_tangents):
             n = self.nslots * chunk
             scratch = _scratch((1 + K) * n, X.dtype)
             run_tangents(*args, scratch[:n], scratch[n:(1 + K) * n])
+        else:                                  # (J @ S by reverse sweeps meanwhile)
+            values, jac = self.run(X, jacobian=True)
+            return values, np.matmul(jac, S).astype(X.dtype, copy=False)
         return values, tangents
 
     # -- the whole program as generated code (codegen.py) ----------------------------------

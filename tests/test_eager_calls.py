@@ -211,13 +211,17 @@ def test_jit_sweep_run_by_python_gives_the_compiled_numbers(eager):
 
 
 def test_points_run_on_one_thread_until_the_threaded_kernels_are_ready(monkeypatch):
+    """... and forward mode by reverse sweeps until its kernel is ready."""
     import autotape.program as program
     c = at.compile(rosen, np.ones(6))
     points = np.random.default_rng(1).normal(size=(300, 6))
-    want = F.vmap(c.value_and_grad)(points), F.vmap(c.jacfwd)(points)
-    monkeypatch.setattr(program, "threaded_ready", lambda kernel: False)
-    got = F.vmap(c.value_and_grad)(points), F.vmap(c.jacfwd)(points)
-    _close(got, want, rtol=1e-15)
+    calls = [lambda: F.vmap(c.value_and_grad)(points), lambda: F.vmap(c.jacfwd)(points),
+             lambda: c.jacfwd(points[0]), lambda: c.hessian(points[0]),
+             lambda: c.jvp((points[0],), (points[1],))]
+    want = [call() for call in calls]
+    monkeypatch.setattr(program, "kernel_ready", lambda kernel: False)
+    for call, w in zip(calls, want):
+        _close(call(), w, rtol=1e-12)
 
 
 def test_a_recording_on_the_tape_path_waits_for_the_replays_kernels(monkeypatch):
@@ -244,9 +248,9 @@ def test_points_on_one_thread_start_the_helper_that_compiles_the_threaded_kernel
     the helper."""
     import autotape.program as program
     started = []
-    monkeypatch.setattr(program, "_THREADED_READY", set())
+    monkeypatch.setattr(program, "_KERNELS_READY", set())
     monkeypatch.setattr(program, "on_disk", lambda kernel: False)
     monkeypatch.setattr(program.background, "enabled", lambda: True)
     monkeypatch.setattr(program, "kernels_beside", lambda: started.append(1) or False)
     fake = type("NotCompiled", (), {"signatures": ()})()
-    assert not program.threaded_ready(fake) and started == [1]
+    assert not program.kernel_ready(fake) and started == [1]
