@@ -30,9 +30,9 @@ from .thread_state import here
 
 # A helper compiles the kernels compiled functions' calls need, all at once (the warmup's
 # steps for compiled functions, then its mark in the cache), and calls switch when it is
-# done, or when these are on disk: what a call at one point of any method needs (a
-# cache filled with background compiling off has them; the rest, vmap's threaded kernels
-# and the tape path's replay, then compile when a call first needs them)
+# done, or when these are on disk: what a call at one point needs. Until the others are
+# there too, forward mode takes reverse sweeps and vmap's points run on one thread
+# (program.kernel_ready), and a recording on the tape path stays eager code.
 ONE_POINT = ("lower", "live_sets", "run_points")   # (forward mode: by reverse meanwhile)
 TAPE_PATH = ("forward_replay", "replay_and_sweep")   # (for recordings it does not lower)
 _READY_MARK = "compiled-functions-ready"

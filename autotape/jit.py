@@ -371,7 +371,7 @@ class Jit:
         if row < 0:                            # a constant output
             return np.zeros(total)
         adj, reached = _sweep_scratch(max(used, 1))
-        _sweep()(ops, values, used, row, adj, reached)
+        _sweep(used)(ops, values, used, row, adj, reached)
         return adj[:total].copy()
 
 
@@ -380,15 +380,19 @@ _SWEEP_HELPER = ("import numpy as np\nfrom autotape.kernels.active import sweep\
                  "sweep(np.zeros((1, 3), np.int64), np.zeros(1), 1, 0, np.zeros(1), "
                  "np.zeros(1, np.bool_))\n")
 _sweep_ready = []
+# rows: a recording this long is swept compiled even before a helper has compiled the
+# sweep (Python sweeps ~5 us a row; compiling it takes ~2 s)
+PYTHON_SWEEP_MAX = 200_000
 
 
-def _sweep():
+def _sweep(rows):
     """The reverse sweep of at.jit's recordings: compiled, or, until a helper has
-    compiled it (a first call on a cold cache), the same code run by Python (the op
-    table's partials are plain functions there: the same numbers)."""
+    compiled it (a first call on a cold cache), for a recording of at most
+    PYTHON_SWEEP_MAX rows, the same code run by Python (the op table's partials are
+    plain functions there: the same numbers)."""
     if engine.FORCE_PYTHON_TIER[0]:
         return active.sweep.py_func
-    if _sweep_ready:
+    if _sweep_ready or rows > PYTHON_SWEEP_MAX:
         return active.sweep
     if active.sweep.signatures or on_disk(active.sweep) or not background.enabled() or \
             background.beside(_SWEEP_JOB, background.state(_SWEEP_JOB), _SWEEP_HELPER, (),
