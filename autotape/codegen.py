@@ -15,10 +15,11 @@ per instruction over slot arrays. Here the program is straight code instead:
 - the reverse sweep per point: the forward pass stores the carried state every
   ``stride`` repetitions (``CK``); the sweep steps back through the repetitions, each
   one's values recomputed from its state. On the CPU every state is kept (stride 1:
-  memory is cheap there, recomputing is not); on the GPU every ~sqrt(repeats)-th, and
-  the sweep re-runs each segment from its checkpoint keeping the segment's states
-  (``SG``), so a point needs ``(segments + stride) * carried`` doubles: memory grows
-  with the state and sqrt(steps), not with the program;
+  memory is cheap there, recomputing is not), and so on the GPU up to KEEP_ALL_BYTES a
+  point; past that every ~sqrt(repeats)-th, and the sweep re-runs each segment from
+  its checkpoint keeping the segment's states (``SG``), so a point needs
+  ``(segments + stride) * carried`` doubles: memory grows with the state and
+  sqrt(steps), not with the program;
 - forward mode with ``L`` tangent lanes per value, all locals (``d{name}_{l}``).
 
 The op math is the op table's (kernels/elementwise.py: ``unary_value``, ``times``,
@@ -64,6 +65,10 @@ MAX_LINES = 6000         # lines of one generated module (a reverse sweep per ou
                          # line: Lorenz-96's 4700 lines 15-27 s, beside the calls)
 MAX_LANES = 32           # forward-mode lanes kept in registers
 THREADS = 128
+# bytes a point: up to this, the GPU's reverse sweep keeps every repetition's state (its
+# forward steps run twice, as a hand-written adjoint's; checkpointed: three times). The
+# 200-step pendulum keeps 3200 bytes: 65,536 points take 210 MB.
+KEEP_ALL_BYTES = 4096
 
 
 class Unsupported(Exception):
@@ -234,8 +239,13 @@ class Plan:
         return [q for q in self.outside if self.loop is not None and q >= self.body.start]
 
     def stride_for(self, target):
-        """Repetitions between checkpoints: ~sqrt(repeats) on the GPU, 1 on the CPU."""
-        return self.stride if target == "cuda" else 1
+        """Repetitions between checkpoints: 1 (every repetition's state kept) on the CPU,
+        and on the GPU while a point's states fit in KEEP_ALL_BYTES; past that
+        ~sqrt(repeats)."""
+        if target == "cuda" and self.loop is not None and \
+                8 * len(self.carried) * self.loop[2] > KEEP_ALL_BYTES:
+            return self.stride
+        return 1
 
     def scratch(self, target):
         """(CK, SG): the doubles a point's reverse sweep keeps, checkpoints and a
@@ -243,9 +253,10 @@ class Plan:
         n = len(self.carried)
         if self.loop is None:
             return 0, 0
-        if target == "cuda":
-            return n * self.segments, n * self.stride
-        return n * self.loop[2], 0
+        stride = self.stride_for(target)
+        if stride == 1:
+            return n * self.loop[2], 0
+        return n * self.segments, n * stride
 
     def bytes_per_point(self, target="cuda"):
         """Memory a point needs beyond its inputs and results: the checkpointed states

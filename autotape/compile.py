@@ -444,23 +444,28 @@ class Compiled:
             raise ValueError("vmap on the GPU: with device points f must return one "
                              "recorded Tensor")
         out_shape = p.outputs[0][2]
-        X = gpu.as_device(points).reshape(B, -1)
-        values, jac = _gpu_run(p, X, method)
+        value = (B,) + out_shape
         if method == "hessian":
-            if jac.shape[1] != p.total_in:
+            if p.lean.out_slots.size != p.total_in:
                 raise ValueError("vmap on the GPU: with device points, the hessian of an f "
                                  "whose gradient is constant in some input; pass host "
                                  "points")
-            return jac.reshape((B,) + shape[1:] * 2)
-        value = values.reshape((B,) + out_shape)
-        if method == "__call__":
-            return value
-        if method in ("jacobian", "jacfwd", "jacrev"):
-            return jac.reshape((B,) + out_shape + shape[1:])
-        if math.prod(out_shape) != 1:
+            shapes = (None, (B,) + shape[1:] * 2)
+        elif method == "__call__":
+            shapes = (value, None)
+        elif method in ("jacobian", "jacfwd", "jacrev"):
+            shapes = (value, value + shape[1:])
+        elif math.prod(out_shape) != 1:
             raise RuntimeError(f"{method}: f must return a single scalar Tensor")
-        grads = jac.reshape((B,) + shape[1:])
-        return grads if method == "grad" else (value, grads)
+        else:
+            shapes = (value if method == "value_and_grad" else None, shape)
+        X = gpu.as_device(points)
+        if X.ndim != 2:
+            X = X.reshape(B, -1)
+        values, jac = _gpu_run(p, X, method, shapes)
+        if method == "hessian" or method in ("jacobian", "jacfwd", "jacrev", "grad"):
+            return jac
+        return values if method == "__call__" else (values, jac)
 
     def _gpu_program(self, kind, args):
         """The lean program for these arguments' shapes, which the GPU runs."""
@@ -885,22 +890,23 @@ def _forward_jacobian(p, X):
     return p.lean.tangents(X, np.eye(p.total_in, dtype=X.dtype)[None])
 
 
-def _gpu_run(p, X, method):
+def _gpu_run(p, X, method, shapes=None):
     """Values and, but for ``__call__``, the Jacobian of the program's outputs at the
     points X on the GPU: forward mode (a tangent lane per input, in registers) for
     jacfwd and hessian, and for jacobian where inputs are fewer than outputs; else a
     reverse sweep per output. Forward mode where the GPU cannot run it (a program
-    written for the interpreter kernel, too many lanes) is done in reverse."""
+    written for the interpreter kernel, too many lanes) is done in reverse. ``shapes``:
+    device results' shapes (gpu.run_points)."""
     if method == "__call__":
-        return gpu.run_points(p.lean, X, False)
+        return gpu.run_points(p.lean, X, False, shapes)
     forward = method in ("jacfwd", "hessian") or (
         method == "jacobian" and p.total_in < p.lean.out_slots.size)
     if forward:
         try:
-            return gpu.run_tangents(p.lean, X, np.eye(p.total_in))
+            return gpu.run_tangents(p.lean, X, np.eye(p.total_in), shapes)
         except gpu.Unsupported:
             pass
-    return gpu.run_points(p.lean, X, True)
+    return gpu.run_points(p.lean, X, True, shapes)
 
 
 def _lean_jacobian_at(p, X):

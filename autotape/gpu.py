@@ -15,6 +15,7 @@ run the same kernels in numba's simulator (slow: for tests).
 import importlib
 import math
 import os
+import sys
 import threading
 
 import numpy as np
@@ -30,6 +31,8 @@ SCRATCH_BYTES = 4 << 30     # device memory for the points' slots, per launch
 
 def cuda_module():
     """``numba.cuda``, usable here, or a RuntimeError saying what to install."""
+    if _CUDA:
+        return _CUDA[0]
     try:
         cuda = importlib.import_module("numba.cuda")   # (optional: imported on demand)
     except ImportError as e:
@@ -47,7 +50,11 @@ def cuda_module():
                            "is False): install the extra .[cuda] (numba-cuda with the CUDA "
                            "12 wheels) on a machine with an NVIDIA GPU and driver, or set "
                            "NUMBA_ENABLE_CUDASIM=1 to run the kernels in numba's simulator")
+    _CUDA.append(cuda)
     return cuda
+
+
+_CUDA = []                  # numba.cuda once found usable (a check per call costs ~10 us)
 
 
 def is_device_array(a):
@@ -65,16 +72,19 @@ def is_device_array(a):
 def as_device(a):
     """A device array of a's (a view: no copy, no trip through the host)."""
     cuda = cuda_module()
+    if cuda.devicearray.is_cuda_ndarray(a):   # numba's own (wrapping costs ~20 us)
+        return a
     if hasattr(cuda, "as_cuda_array"):
         return cuda.as_cuda_array(a)
     return a                                   # (the simulator's own arrays)
 
 
-def run_points(lean, X, jacobian):
+def run_points(lean, X, jacobian, shapes=None):
     """Values (B, outputs) and, with ``jacobian``, d output / d input (B, outputs,
     inputs) of the lean program at the points X (B, inputs), on the GPU: host arrays
-    for a host X, device arrays for a device X. The program runs as a kernel written
-    for it (codegen.py); one it cannot write (``explain_gpu`` says why) runs on the
+    for a host X, device arrays for a device X (``shapes``: the shapes to hand those
+    out in, the same elements). The program runs as a kernel written for it
+    (codegen.py); one it cannot write (``explain_gpu`` says why) runs on the
     instruction interpreter kernel."""
     cuda = cuda_module()
     if lean.user_calls is not None:
@@ -82,9 +92,10 @@ def run_points(lean, X, jacobian):
                          "the CPU only (their functions are CPU code)")
     on_device, Xd = _points(cuda, X)
     B, outs, ins = Xd.shape[0], lean.out_slots.size, lean.in_slots.size
-    values = cuda.device_array((B, outs))
-    jac = cuda.device_array((B, outs, ins) if jacobian else (1, 1, 1))
     state = _state(lean)
+    values = _result(state, cuda, "values", (B, outs))
+    jac = _result(state, cuda, "jacobian", (B, outs, ins)) if jacobian else \
+        _result(state, cuda, "no jacobian", (1, 1, 1))     # (never handed out)
     try:
         plan = codegen.plan(lean)
         kernels = _generated(state, ("cuda", "reverse"), lambda: codegen.reverse_source(plan))
@@ -100,20 +111,20 @@ def run_points(lean, X, jacobian):
         for p0 in range(0, B, step):
             p1 = min(B, p0 + step)
             blocks = max(1, math.ceil((p1 - p0) / THREADS))
+            # (one launch: the arrays themselves; a slice costs ~40 us of host time)
+            X_, v_, j_ = (Xd, values, jac) if p1 - p0 == B else \
+                (Xd[p0:p1], values[p0:p1], jac[p0:p1])
             if jacobian:
-                kernels.run_reverse[blocks, THREADS](Xd[p0:p1], tab, values[p0:p1],
-                                                     jac[p0:p1], CK, SG)
+                kernels.run_reverse[blocks, THREADS](X_, tab, v_, j_, CK, SG)
             else:
-                kernels.run_values[blocks, THREADS](Xd[p0:p1], tab, values[p0:p1])
-    if on_device:
-        return values, (jac if jacobian else None)
-    return values.copy_to_host(), (jac.copy_to_host() if jacobian else None)
+                kernels.run_values[blocks, THREADS](X_, tab, v_)
+    return _hand_out(on_device, (values, jac if jacobian else None), shapes)
 
 
-def run_tangents(lean, X, S):
+def run_tangents(lean, X, S, shapes=None):
     """Forward mode on the GPU: values (B, outputs) and tangents (B, outputs, K) in
     the K directions S (K, inputs), each thread carrying its K lanes in registers.
-    Host or device arrays as ``run_points``."""
+    Host or device arrays, and ``shapes``, as ``run_points``."""
     cuda = cuda_module()
     if lean.user_calls is not None:
         raise ValueError("autotape: a program calling numba-compiled custom ops runs on "
@@ -128,13 +139,12 @@ def run_tangents(lean, X, S):
     state = _state(lean)
     kernels = _generated(state, ("cuda", "tangent", K),
                          lambda: codegen.tangent_source(plan, K))
-    values, tangents = cuda.device_array((B, outs)), cuda.device_array((B, outs, K))
+    values = _result(state, cuda, "values", (B, outs))
+    tangents = _result(state, cuda, "tangents", (B, outs, K))
     if B:
         kernels.run_tangent[max(1, math.ceil(B / THREADS)), THREADS](
             Xd, _table(state, cuda, plan), _directions(state, cuda, S), values, tangents)
-    if on_device:
-        return values, tangents
-    return values.copy_to_host(), tangents.copy_to_host()
+    return _hand_out(on_device, (values, tangents), shapes)
 
 
 def explain_gpu(lean):
@@ -147,7 +157,9 @@ def explain_gpu(lean):
         return f"the instruction interpreter kernel, because {e}"
     loop = "" if plan.loop is None else (
         f", its loop of {plan.loop[2]} repetitions a loop in the kernel carrying "
-        f"{len(plan.carried)} values, checkpointed every {plan.stride}")
+        f"{len(plan.carried)} values, " + (
+            "every repetition's state kept" if plan.stride_for("cuda") == 1 else
+            f"checkpointed every {plan.stride_for('cuda')}"))
     return (f"a kernel written for it{loop}; a point's reverse sweep keeps "
             f"{plan.bytes_per_point()} bytes")
 
@@ -199,12 +211,49 @@ def _table(state, cuda, plan):
 def _scratch(state, cuda, name, size):
     """A device buffer of at least ``size`` doubles, kept per program and per thread
     (a call's allocations cost more than its kernel; a thread's launches run in its
-    order on its stream, so its next call may reuse what its last one used)."""
+    order on its stream, so its next call may reuse what its last one used). The
+    kernels index it by their own sizes, so it is handed over whole (not sliced)."""
     mine = state.setdefault("scratch", threading.local()).__dict__
     found = mine.get(name)
     if found is None or found.size < size:
         found = mine[name] = cuda.device_array(size)
-    return found[:size]
+    return found
+
+
+def _result(state, cuda, name, shape):
+    """A result array of ``shape``, from memory kept per program and thread: on an H100
+    allocating one and freeing the last call's cost ~0.1 ms of host time, more than
+    the rest of a call's Python. Kept memory is written again only once nothing else
+    holds it (``_unshared``): a result the caller keeps, or a view, a slice or a CuPy or
+    torch array of it, makes the next call take new memory. The kernels are launched
+    on this thread's stream after the last call's, so they never overlap."""
+    mine = state.setdefault("results", threading.local()).__dict__
+    kept = mine.get(name)
+    if kept is None or kept.shape != shape or not _unshared(kept):
+        kept = mine[name] = cuda.device_array(shape)
+    return kept
+
+
+def _unshared(kept):
+    """Whether nothing but the pool holds a kept result's memory. Every array handed
+    out is a new wrapper of it (``_hand_out``), so each holds its owner object (numba:
+    ``gpu_data``; the simulator: the numpy array inside), and a slice holds another
+    owner that numba counts on the allocation (``refct``). CPython's reference counts
+    say how many hold the owner."""
+    if hasattr(kept, "gpu_data"):
+        return sys.getrefcount(kept.gpu_data) == 2 and kept.gpu_data._mem.refct == 1
+    return sys.getrefcount(kept._ary) == 2            # (numba's simulator)
+
+
+def _hand_out(on_device, arrays, shapes):
+    """The results for the caller: new wrappers of the kept arrays (never the kept ones
+    themselves, whose holders ``_unshared`` could not see), in ``shapes`` where given
+    (None there: not wanted); host copies for host points."""
+    if not on_device:
+        return tuple(None if a is None else a.copy_to_host() for a in arrays)
+    shapes = shapes or tuple(None if a is None else a.shape for a in arrays)
+    return tuple(None if a is None or s is None else a.reshape(s)
+                 for a, s in zip(arrays, shapes))
 
 
 def _directions(state, cuda, S):

@@ -121,7 +121,7 @@ def report():
                     out["kernels"][f"{name}.{kernel}.sm_{cc[0]}{cc[1]}"] = entry
         out.setdefault("bytes_per_point", {})[name] = plan.bytes_per_point()
         out.setdefault("carried", {})[name] = len(plan.carried)
-        out.setdefault("stride", {})[name] = plan.stride if plan.loop else None
+        out.setdefault("stride", {})[name] = plan.stride_for("cuda") if plan.loop else None
     for cc in ARCHES:                 # the interpreter kernel (kernels/gpu.py)
         _device_functions_for(cuda, cc)
         kernels = importlib.import_module("autotape.kernels.gpu")

@@ -86,13 +86,57 @@ def test_hessian_on_the_gpu_equals_the_cpu():
 
 
 def test_the_memory_of_65536_pendulums_of_200_steps():
-    # the bound: under 1 GB of device memory by the kernel's own accounting
+    # the bound: under 1 GB of device memory by the kernel's own accounting;
+    # 200 states of (x, v) fit KEEP_ALL_BYTES, so every one is kept
     th = W.thetas(1)
     c = at.compile(lambda t: W.driven_pendulum_at(t, 200), th[0])
     plan = codegen.plan(_lean(c, th[0]))
-    assert plan.stride * plan.stride >= plan.loop[2] > (plan.stride - 1) ** 2
+    assert plan.stride_for("cuda") == 1
+    assert plan.bytes_per_point() == 8 * 2 * plan.loop[2] <= codegen.KEEP_ALL_BYTES
     assert plan.bytes_per_point() * 65_536 < 1 << 30
-    assert plan.bytes_per_point() == 8 * 2 * (plan.segments + plan.stride)
+
+
+def test_a_long_loop_is_checkpointed_every_sqrt_steps(monkeypatch):
+    # past KEEP_ALL_BYTES a point keeps every ~sqrt(R)-th state and one segment's: the
+    # sweep re-runs each segment from its checkpoint; answers as the CPU's
+    monkeypatch.setattr(codegen, "KEEP_ALL_BYTES", 0)
+    th = W.thetas(4)
+    c = at.compile(lambda t: W.driven_pendulum_at(t, 30), th[0])
+    plan = codegen.plan(_lean(c, th[0]))
+    stride = plan.stride_for("cuda")
+    assert stride * stride >= plan.loop[2] > (stride - 1) ** 2 and stride > 1
+    assert plan.bytes_per_point() == 8 * 2 * (plan.segments + stride)
+    assert "checkpointed every" in gpu.explain_gpu(_lean(c, th[0]))
+    _same_everywhere(c, th, ("value_and_grad", "jacrev"))
+
+
+def test_results_on_the_device_are_reused_only_once_nothing_holds_them(cuda):
+    # the result pool: memory a caller (or a view, or a slice) still holds is never
+    # written again; memory nothing holds is
+    th = W.thetas(8)
+    c = at.compile(lambda t: W.driven_pendulum_at(t, 10), th[0])
+    call = F.vmap(c.value_and_grad, device="cuda")
+    d1, d2 = cuda.to_device(th), cuda.to_device(th * 1.01)
+    v1, g1 = call(d1)
+    want_v, want_g = v1.copy_to_host(), g1.copy_to_host()
+    kept = gpu._state(_lean(c, th[0]))["results"].__dict__
+    first = kept["jacobian"]
+    v2, g2 = call(d2)                            # g1 and v1 held: new memory
+    assert kept["jacobian"] is not first
+    np.testing.assert_array_equal(g1.copy_to_host(), want_g)
+    np.testing.assert_array_equal(v1.copy_to_host(), want_v)
+    second, want2, want_v2 = kept["jacobian"], g2.copy_to_host(), v2.copy_to_host()
+    part, shaped = g2[2:5], v2.reshape(2, 4)
+    del v1, g1, v2, g2
+    g3 = call(d1)[1]                             # a slice, a view hold the memory
+    assert kept["jacobian"] is not second
+    np.testing.assert_array_equal(part.copy_to_host(), want2[2:5])
+    np.testing.assert_array_equal(g3.copy_to_host(), want_g)
+    third = kept["jacobian"]
+    del g3
+    np.testing.assert_array_equal(call(d2)[1].copy_to_host(), want2)
+    assert kept["jacobian"] is third             # nothing held it: written again
+    np.testing.assert_array_equal(shaped.copy_to_host().ravel(), want_v2)   # (a view)
 
 
 _loss_in_the_loop = loss_in_the_loop(at)

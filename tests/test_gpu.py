@@ -110,5 +110,6 @@ def test_without_numba_cuda_the_error_says_what_to_install(monkeypatch):
             raise ImportError("No module named 'numba.cuda'")
         return real(name, *args)
     monkeypatch.setattr(gpu.importlib, "import_module", missing)
+    monkeypatch.setattr(gpu, "_CUDA", [])      # (found usable once, it is kept)
     with pytest.raises(RuntimeError, match=r"pip install 'autotape\[cuda\]'"):
         gpu.cuda_module()
