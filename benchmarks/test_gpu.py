@@ -189,6 +189,23 @@ def test_gpu_autotape(benchmark, cuda, thetas, cpu_result, kernel):
     benchmark.pedantic(run, rounds=20, warmup_rounds=2)
 
 
+@GROUP
+def test_gpu_autotape_checkpointed(benchmark, cuda, thetas, cpu_result, monkeypatch):
+    # the reverse sweep checkpointed every ~sqrt(steps) (what a longer loop gets past
+    # codegen.KEEP_ALL_BYTES): 464 bytes a point, each step run three times
+    monkeypatch.setattr(gpu.codegen, "KEEP_ALL_BYTES", 0)
+    c = at.compile(_pendulum, thetas[0])
+    benchmark.extra_info["kernel"] = gpu.explain_gpu(c._lean("value", [thetas[0]]).lean)
+    d = cuda.to_device(thetas)
+    np.testing.assert_allclose(F.vmap(c.value_and_grad, device="cuda")(d)[1].copy_to_host(),
+                               cpu_result[1], rtol=1e-12, atol=1e-12)
+
+    def run():
+        F.vmap(c.value_and_grad, device="cuda")(d)
+        cuda.synchronize()
+    benchmark.pedantic(run, rounds=20, warmup_rounds=2)
+
+
 def _launch_alone(cuda, c, d, points):
     """The generated reverse kernel launched directly into kept arrays: the kernel's own
     time, without vmap's host work (finding the program, allocating the results)."""
