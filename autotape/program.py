@@ -3,6 +3,7 @@ then evaluated at one point or at B points at once, on every core. compile.py us
 for every recording it can lower (``at.compile``, ``autotape.func.vmap``)."""
 import concurrent.futures
 import os
+import time
 
 import numpy as np
 
@@ -31,6 +32,9 @@ KEEP_PROGRAM_SCRATCH_BYTES = 64 << 20
 # A loop's body is compiled (a few seconds, beside the calls; then cached on disk) once a
 # program has run this many times: a function called once needs no compiler.
 COMPILE_LOOP_AFTER = 2
+# seconds between a call's looks for code compiling beside the calls (a look costs ~30
+# us: the cache's paths and marks; the epidemic's interpreted call ~55 us)
+LOOK_EVERY = 0.02
 GENERATED_ENV = "AUTOTAPE_GENERATED"   # =0: programs run without codegen.py's kernels
 GENERATED_SLICE = 64                   # points per thread, at least, in generated kernels
 GENERATED_SCRATCH_BYTES = 4 << 20      # states a thread keeps for a generated reverse sweep
@@ -96,7 +100,8 @@ class LeanProgram:
     __slots__ = ("instr", "pool", "divisor", "live", "const_slots", "const_vals",
                  "in_slots", "out_slots", "nslots", "loop", "loop_kernels", "loop_slots",
                  "loop_table", "loop_code", "loop_ready", "what",
-                 "calls", "segments", "reached", "user_calls", "driver", "codegen")
+                 "calls", "segments", "reached", "user_calls", "driver", "codegen",
+                 "next_look")
 
     @classmethod
     def lower(cls, tape, in_rows, out_rows, loops=True):
@@ -156,7 +161,7 @@ class LeanProgram:
                 p.const_vals = np.concatenate([const_vals, values.reshape(-1).astype(
                     const_vals.dtype)])
                 p.nslots = nslots + values.size
-        p.calls = 0
+        p.calls, p.next_look = 0, 0.0
         return p
 
     def checkpoint(self, budget):
@@ -175,7 +180,7 @@ class LeanProgram:
     def __getstate__(self):
         state = {name: getattr(self, name) for name in self.__slots__
                  if name not in ("loop_kernels", "calls", "segments", "reached", "driver",
-                                 "codegen", "loop_code", "loop_ready")}
+                                 "codegen", "loop_code", "loop_ready", "next_look")}
         state["budget"] = self.segments.budget if self.segments is not None else False
         return state
 
@@ -185,7 +190,7 @@ class LeanProgram:
             setattr(self, name, value)
         self.loop_kernels = self.segments = self.reached = self.driver = None
         self.codegen = self.loop_code = self.loop_ready = None
-        self.calls = 0
+        self.calls, self.next_look = 0, 0.0
         if budget is not False:
             self.checkpoint(budget)
 
@@ -353,16 +358,19 @@ class LeanProgram:
             return found
         self.calls += 1
         wait = not background.enabled()
-        if self.calls < COMPILE_LOOP_AFTER and not wait:
+        if not wait and (self.calls < COMPILE_LOOP_AFTER or not self._look()):
             return None
-        plan = codegen.plan(self)
-        try:
-            key, source = codegen.tangent_source(plan, lanes, "cpu") if lanes else \
-                codegen.reverse_source(plan, "cpu")
-        except codegen.Unsupported:
-            self.codegen[kind] = False
-            return None
-        found = codegen.cpu_module(key, source, wait=wait, what=self.what)
+        written = self.codegen.get(("source",) + kind)   # (writing it takes ~2 ms: once)
+        if written is None:
+            plan = codegen.plan(self)
+            try:
+                written = codegen.tangent_source(plan, lanes, "cpu") if lanes else \
+                    codegen.reverse_source(plan, "cpu")
+            except codegen.Unsupported:
+                self.codegen[kind] = False
+                return None
+            self.codegen[("source",) + kind] = written
+        found = codegen.cpu_module(*written, wait=wait, what=self.what)
         if found is not None:
             self.codegen[kind] = found
         return found
@@ -414,9 +422,18 @@ class LeanProgram:
             return True
         self.calls += 1
         wait = self.segments is not None or not background.enabled()
-        if self.calls < COMPILE_LOOP_AFTER and not wait:
+        if not wait and (self.calls < COMPILE_LOOP_AFTER or not self._look()):
             return False
         return self._compile_loop(dtype, group, wait)
+
+    def _look(self):
+        """Whether this call looks for code compiling beside the calls: once every
+        LOOK_EVERY seconds (a look that finds it ready switches the program for good)."""
+        now = time.monotonic()
+        if now < self.next_look:
+            return False
+        self.next_look = now + LOOK_EVERY
+        return True
 
     def _compile_loop(self, dtype, group, wait):
         if self.loop_code is None:              # (two threads may both write it: equal)

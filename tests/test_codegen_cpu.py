@@ -118,6 +118,27 @@ def test_compiled_beside_the_calls_then_switched_to(monkeypatch, capfd,
     np.testing.assert_array_equal(again, got)
 
 
+def test_waiting_calls_write_the_code_once_and_look_now_and_then(monkeypatch):
+    # while a helper compiles the code, a call costs what the interpreter costs: the
+    # code is written once (~2 ms a time), the cache looked at once every LOOK_EVERY
+    monkeypatch.setenv(background.ENABLED_ENV, "1")
+    written, looks = [], []
+    source = codegen.reverse_source
+    monkeypatch.setattr(codegen, "reverse_source",
+                        lambda *a: written.append(a) or source(*a))
+    monkeypatch.setattr(codegen, "cpu_module", lambda *a, **k: looks.append(a))  # (never ready)
+    monkeypatch.setattr(program, "LOOK_EVERY", 3600.0)
+    th = W.thetas(2)
+    c = at.compile(lambda t: W.driven_pendulum_at(t, 30), th[0])
+    want = c.value_and_grad(th[1])[1].numpy()
+    for _ in range(6):
+        np.testing.assert_array_equal(c.value_and_grad(th[1])[1].numpy(), want)
+    assert len(written) == 1 and len(looks) == 1
+    _lean(c, th[1]).next_look -= 3600.0          # (the hour has passed)
+    c.value_and_grad(th[1])
+    assert len(written) == 1 and len(looks) == 2
+
+
 def test_autotape_generated_0_turns_it_off(monkeypatch):
     monkeypatch.setenv(program.GENERATED_ENV, "0")
     th = W.thetas(1)
