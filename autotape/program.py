@@ -201,6 +201,11 @@ class LeanProgram:
         values = np.empty((B, self.out_slots.size), X.dtype)
         jac = np.empty((B, self.out_slots.size, self.in_slots.size) if jacobian
                        else (0, 0, 0), X.dtype)
+        if self.user_calls is None:
+            whole = self._generated(X.dtype)
+            if whole is not None:
+                self._run_generated(whole, X, values, jac, jacobian)
+                return values, (jac if jacobian else None)
         live = self.live
         if live is None:
             live = live_sets(self.instr, self.pool, self.nslots, self.out_slots) \
@@ -211,10 +216,6 @@ class LeanProgram:
         workers = 1 if B == 1 else min(for_numba(), (B + chunk - 1) // chunk)
         if self.user_calls is not None:
             self._run_driver(X, values, jac, jacobian, live)
-            return values, (jac if jacobian else None)
-        whole = self._generated(X.dtype)
-        if whole is not None:
-            self._run_generated(whole, X, values, jac, jacobian)
             return values, (jac if jacobian else None)
         if not self._generating(X.dtype) and \
                 self._loop_ready(X.dtype, "reverse" if B == 1 else "reverse_points"):
@@ -351,9 +352,11 @@ class LeanProgram:
         long (then False is kept: the loop body runs it). As ``_loop_ready``: from the
         COMPILE_LOOP_AFTER-th call on it compiles beside the calls."""
         kind = ("cpu", "tangent", lanes) if lanes else ("cpu", "reverse")
+        found = self.codegen.get(kind) if self.codegen else None
+        if found and dtype == np.float64 and self.segments is None:
+            return found      # (compiled: what _generating checks held when it was found)
         if not self._generating(dtype, kind):
             return None
-        found = self.codegen.get(kind)
         if found is not None:
             return found
         self.calls += 1
@@ -382,6 +385,13 @@ class LeanProgram:
         plan = codegen.plan(self)
         tab = plan.table
         ck, sg = plan.scratch("cpu")
+        if X.shape[0] == 1:         # one point: no slices, no threads (~5 us of a call)
+            if jacobian:
+                whole.run_reverse(X, tab, values, jac, np.empty(max(1, ck)),
+                                  np.empty(max(1, sg)))
+            else:
+                whole.run_values(X, tab, values)
+            return
         # points in runs whose kept states fit GENERATED_SCRATCH_BYTES
         run = max(1, GENERATED_SCRATCH_BYTES // max(8 * (ck + sg), 1))
 
