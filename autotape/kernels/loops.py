@@ -288,9 +288,9 @@ class _Body:
         if owner is not None and owner in self.temporary:
             name, index = ("GT" if adjoint else "DT" if tangent else "T"), \
                 f"{c - self.base}{k}"
-        else:
-            name, index = ("G" if adjoint else "D" if tangent else "V"), \
-                f"{c}{' + o' if moved else ''}{k}"
+        else:                                       # (Vo: V from this repetition on)
+            name, index = ("G" if adjoint else "D" if tangent else "V") + \
+                ("o" if moved else ""), f"{c}{k}"
         if tangent:
             index = f"({index}) * K + l"
         return f"{name}[({index}) * C + j]" if points else f"{name}[{index}]"
@@ -356,8 +356,8 @@ _ARRAY_NAMES = {False: {0: "V", 1: "V", 2: "T"}, True: {0: "G", 1: "G", 2: "GT"}
 def _source(kind, points, which=False):
     """The element a gather's or scatter's source ``s`` of ``kind`` names (which: False
     values, True adjoints, "tangent" tangents in lane l), as an expression."""
-    name = _ARRAY_NAMES[which][kind]
-    index = "s + o" if kind == 1 else "s"
+    name = _ARRAY_NAMES[which][kind] + ("o" if kind == 1 else "")
+    index = "s"
     if which == "tangent":
         index = f"({index}) * K + l"
     return f"{name}[({index}) * C + j]" if points else f"{name}[{index}]"
@@ -696,10 +696,13 @@ _FUNCTIONS = '''
 
 @numba.njit(cache=True, error_model="numpy", nogil=True)
 def forward{suffix}(V, delta, first, repeats, shift, tb{points}):
+    if first < repeats and first * delta < shift:   # (Vo = V[o:] needs o >= 0)
+        raise ValueError("autotape internal error: a loop window below slot 0")
     T = np.empty({size}{times_c}, V.dtype)
     {hoisted}
     for t in range(first, repeats):
         o = t * delta - shift
+        Vo = V[o{times_c}:]
         {forward}
 
 
@@ -712,21 +715,27 @@ def clear{suffix}(G, delta, first, repeats, shift, tb{points}):
 
 @numba.njit(cache=True, error_model="numpy", nogil=True)
 def tangent{suffix}(V, D, delta, first, repeats, K, shift, tb{points}):
+    if first < repeats and first * delta < shift:   # (Vo = V[o:] needs o >= 0)
+        raise ValueError("autotape internal error: a loop window below slot 0")
     T = np.empty({size}{times_c}, V.dtype)
     DT = np.empty({size} * K{times_c}, V.dtype)
     {tangent_hoisted}
     for t in range(first, repeats):
         o = t * delta - shift
+        Vo, Do = V[o{times_c}:], D[o * K{times_c}:]
         {tangent}
 
 
 @numba.njit(cache=True, error_model="numpy", nogil=True)
 def reverse{suffix}(V, G, delta, first, repeats, shift, tb{points}):
+    if first < repeats and first * delta < shift:   # (Vo = V[o:] needs o >= 0)
+        raise ValueError("autotape internal error: a loop window below slot 0")
     T = np.empty({size}{times_c}, V.dtype)
     GT = np.empty({size}{times_c}, V.dtype)
     {hoisted}
     for t in range(repeats - 1, first - 1, -1):
         o = t * delta - shift
+        Vo, Go = V[o{times_c}:], G[o{times_c}:]
         {again}
         {reverse}
 '''
