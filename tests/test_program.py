@@ -445,3 +445,33 @@ def test_a_body_too_long_to_compile_stays_with_the_interpreter(monkeypatch):
     assert c._lean("value", [x]).lean.loop is None
     np.testing.assert_allclose(c.grad(x).numpy(), at.compile(_long_pendulum, x).grad(x)
                                .numpy(), rtol=1e-14)
+
+
+def test_a_broadcast_operands_adjoint_is_summed_in_a_local(loop_bodies):
+    # c * u in a loop body: c's adjoint gets a term at every element; the generated
+    # reverse sums them in a local in the same order, so the bits are the interpreter's
+    x = np.array([0.5])
+    c, plain = at.compile(_burgers, x), at.compile(_burgers, x)
+    for s in (1.0, 0.9, 1.1):
+        c.grad(x * s)
+    lean = c._programs[next(iter(c._programs))].lean
+    assert lean.loop_kernels is not None
+    assert "acc0 += " in lean.loop_code[1]            # (the body's generated source)
+    _on_interpreter(plain)
+    for s in (1.0, 0.7):
+        np.testing.assert_array_equal(c.grad(x * s).numpy(), plain.grad(x * s).numpy())
+
+
+def test_broadcast_sums_only_where_nothing_else_touches_the_element():
+    from autotape.kernels.loops import _broadcast_sums
+    loop = ["for k in range(4):"]
+    body = ["gx, gy = f64(Go[20 + k]) * f64(T[3 + k]), f64(Go[20 + k]) * f64(T[9])",
+            "GT[9] += gx", "GT[3 + k] = gy"]
+    lines, before, after = _broadcast_sums(loop, body)
+    assert lines[1] == "acc0 += gx" and before == ["acc0 = f64(GT[9])"] and \
+        after == ["GT[9] = acc0"]
+    clash = body[:2] + ["GT[6 + k] = gy"]           # 6 + 3 = 9: the loop writes GT[9]
+    assert _broadcast_sums(loop, clash)[0] == clash
+    other_name = ["G[2] += f64(Go[5 + k])"]          # G and Go: the same memory
+    assert _broadcast_sums(loop, other_name)[0] == other_name
+    assert _broadcast_sums(["for k in range(4):", "for j in range(C):"], body)[0] == body

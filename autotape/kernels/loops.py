@@ -17,6 +17,7 @@ as does a reverse sweep that does not reach every instruction of the body.
 """
 import hashlib
 import os
+import re
 import threading
 
 import numba
@@ -429,16 +430,71 @@ def _scatter_to(kinds, points, g):
     return lines
 
 
-def _block(loops, statements):
+def _block(loops, statements, before=(), after=()):
     """Statements (lists of lines, nested by 4 spaces) inside the given loop headers, as
-    lines of the body (8 spaces deep in the template)."""
-    out, depth = [], 0
+    lines of the body (8 spaces deep in the template); ``before`` and ``after`` the
+    loops, lines outside them."""
+    out, depth = list(before), 0
     for header in loops:
         out.append("    " * depth + header)
         depth += 1
     for line in statements:
         out.append("    " * depth + line)
-    return out
+    return out + list(after)
+
+
+_ACCESS = re.compile(r"\b(GT|Go|G)\[([^\]]+)\]")
+_SUM = re.compile(r"^(GT|Go|G)\[(\d+)\] \+= (.*)$")
+
+
+def _broadcast_sums(loops, backward):
+    """(statements, before, after): a broadcast operand's adjoint, added to at every k
+    (``GT[1145] += gx``), summed in a local instead and stored once after the loop, in
+    the same order (the same bits). Through memory each addition waited on the last
+    one's store and the loop did not vectorize: a Burgers body's reverse sweep took
+    2.1x the time. Only where nothing else in the loop can touch that element: the
+    other accesses to its array are ``c + k`` ranges that miss it, and none goes
+    through the other name of the same array (G and Go)."""
+    if len(loops) != 1 or not loops[0].startswith("for k in range("):
+        return backward, (), ()
+    n = int(loops[0][len("for k in range("):-2])
+    out, before, after = list(backward), [], []
+    for i, line in enumerate(backward):
+        found = _SUM.match(line)
+        if not found:
+            continue
+        name, index = found.group(1), int(found.group(2))
+        if not _only_here(name, index, n, backward, i):
+            continue
+        acc = f"acc{len(before)}"
+        before.append(f"{acc} = f64({name}[{index}])")
+        out[i] = f"{acc} += {found.group(3)}"
+        after.append(f"{name}[{index}] = {acc}")
+    return out, before, after
+
+
+def _only_here(name, index, n, lines, at):
+    """Whether line ``at`` is the only one of these (run for k < n) that reads or writes
+    ``name[index]``."""
+    family = {"GT": {"GT"}, "G": {"G", "Go"}, "Go": {"G", "Go"}}[name]
+    for i, line in enumerate(lines):
+        if i == at:
+            line = line.split(" += ", 1)[1]     # (the sum's own target)
+        for other, expr in _ACCESS.findall(line):
+            if other not in family:
+                continue
+            if other != name:
+                return False                    # (G[c] and Go[c' + k]: o unknown here)
+            parts = [p.strip() for p in expr.split("+")]
+            if not parts[0].isdigit() or any(p != "k" for p in parts[1:]):
+                return False
+            base, stride = int(parts[0]), len(parts) - 1
+            if stride == 0:
+                if base == index:
+                    return False
+            elif base <= index < base + stride * n and (index - base) % stride == 0:
+                return False
+    return True
 
 
 def _instruction(body, q, points):
@@ -673,7 +729,7 @@ def _first_writes_assign(body, steps, points):
                 for e in range(c, c + count):
                     if e in temps:
                         start(temps[e])
-        lines += _block(loops, backward)
+        lines += _block(loops, *_broadcast_sums(loops, backward))
     zero = []
     for u in sorted(zeroed):
         b = int(instr[u, I_OUT]) - body.base
