@@ -595,12 +595,15 @@ def _kernels(fixed_c, one_lane=False):
         if fixed_c:
             C = fixed_c
         KC = K * C
+        # (a slot's lanes through a view from it on, T[s * KC:]: an index holding a slot
+        # number could be negative to numba, whose wraparound check per lane kept the
+        # lane loops from vectorizing)
         for q in range(q0, q1):
             op, out, n = instr[q, I_OP], instr[q, I_OUT], instr[q, I_N]
             if op == COPY:
-                a = instr[q, I_A]
+                Tz, Tx = T[out * KC:], T[instr[q, I_A] * KC:]
                 for k in range(n * KC):
-                    T[out * KC + k] = T[a * KC + k]
+                    Tz[k] = Tx[k]
             elif op == GATHER:
                 p = instr[q, I_P]
                 for k in range(n):
@@ -625,15 +628,16 @@ def _kernels(fixed_c, one_lane=False):
                 a, sa = instr[q, I_A], instr[q, I_SA]
                 for k in range(n):
                     x, z = a + k * sa, out + k
+                    Tx, Tz = T[x * KC:], T[z * KC:]
                     for j in range(C):
                         d = unary_partial(op, np.float64(V[x * C + j]), np.float64(V[z * C + j]))
                         for l in range(K):
-                            T[(z * K + l) * C + j] = tangent_times(
-                                op, np.float64(T[(x * K + l) * C + j]), d)
+                            Tz[l * C + j] = tangent_times(op, np.float64(Tx[l * C + j]), d)
             elif op <= BINARY_LAST:
                 a, b, sa, sb = instr[q, I_A], instr[q, I_B], instr[q, I_SA], instr[q, I_SB]
                 for k in range(n):
                     x, y, z = a + k * sa, b + k * sb, out + k
+                    Tx, Ty, Tz = T[x * KC:], T[y * KC:], T[z * KC:]
                     for j in range(C):
                         xv, yv, zv = np.float64(V[x * C + j]), np.float64(V[y * C + j]), \
                             np.float64(V[z * C + j])
@@ -645,9 +649,8 @@ def _kernels(fixed_c, one_lane=False):
                             dx, dy = binary_partial_x(op, xv, yv, zv), \
                                 binary_partial_y(op, xv, yv, zv)
                         for l in range(K):
-                            T[(z * K + l) * C + j] = \
-                                tangent_times(op, np.float64(T[(x * K + l) * C + j]), dx) + \
-                                tangent_times(op, np.float64(T[(y * K + l) * C + j]), dy)
+                            Tz[l * C + j] = tangent_times(op, np.float64(Tx[l * C + j]), dx) + \
+                                tangent_times(op, np.float64(Ty[l * C + j]), dy)
             else:                                                   # WHERE
                 a, b, c = instr[q, I_A], instr[q, I_B], instr[q, I_C]
                 sa, sb, sc = instr[q, I_SA], instr[q, I_SB], instr[q, I_SC]
