@@ -52,7 +52,8 @@ from .kernels.elementwise import passes_nothing
 from .kernels.loops import binary_adjoints, pool_reads
 from .kernels.program import (COPY, GATHER, I_A, I_N, I_OP, I_OUT, I_SA, SCATTER_ADD,
                               live_sets)
-from .opcodes import ADD, BINARY_LAST, DIV, MUL, SUB, UNARY_LAST, opcode_name
+from .opcodes import (ABS, ADD, BINARY_LAST, CEIL, DIV, FLOOR, MUL, NEG, RELU, ROUND, SIGN,
+                      SQUARE, SUB, UNARY_LAST, opcode_name)
 
 # Past these sizes a program runs on the interpreter kernel: numba's compile time grows
 # faster than the code (measured on 2 cores: a body of 207 element operations 19 s, of
@@ -69,6 +70,10 @@ THREADS = 128
 # forward steps run twice, as a hand-written adjoint's; checkpointed: three times). The
 # 200-step pendulum keeps 3200 bytes: 65,536 points take 210 MB.
 KEEP_ALL_BYTES = 4096
+# ops the CPU's reverse sweep recomputes from a repetition's state; every other op's
+# values (exp, sin, pow, ...) it keeps from the forward pass and reads back: the 100k-op
+# scalar chain (sin, exp) took 1.23 ms recomputing them, 5 transcendentals a step
+RECOMPUTED = frozenset({ADD, SUB, MUL, DIV, NEG, ABS, SQUARE, RELU, SIGN, FLOOR, CEIL, ROUND})
 
 
 class Unsupported(Exception):
@@ -247,6 +252,19 @@ class Plan:
             return self.stride
         return 1
 
+    def kept(self, target):
+        """The body instructions whose values the reverse sweep reads back rather than
+        recomputes (on the CPU, where memory is cheap: those not in RECOMPUTED)."""
+        if target != "cpu" or self.loop is None:
+            return []
+        return [q for q in self.body if int(self.instr[q, I_OP]) >= 0 and
+                int(self.instr[q, I_OP]) not in RECOMPUTED]
+
+    def width(self, target):
+        """Doubles a repetition keeps: its state (the carried values) and, on the CPU,
+        the kept instructions' values."""
+        return len(self.carried) + sum(int(self.instr[q, I_N]) for q in self.kept(target))
+
     def scratch(self, target):
         """(CK, SG): the doubles a point's reverse sweep keeps, checkpoints and a
         segment's states."""
@@ -255,7 +273,7 @@ class Plan:
             return 0, 0
         stride = self.stride_for(target)
         if stride == 1:
-            return n * self.loop[2], 0
+            return self.width(target) * self.loop[2], 0
         return n * self.segments, n * stride
 
     def bytes_per_point(self, target="cuda"):
@@ -492,14 +510,27 @@ def _outputs(plan):
     return [plan.operand(-1, int(s), False, False) for s in plan.lean.out_slots]
 
 
-def _state(plan, array, index):
-    """Lines storing or loading the carried values at checkpoint ``index``."""
-    n = len(plan.carried)
+def _state(plan, array, index, width=None):
+    """Lines storing or loading the carried values at checkpoint ``index`` (of
+    ``width`` doubles: the carried values first)."""
+    n = len(plan.carried) if width is None else width
     return [(f"{array}[(({index}) * {n} + {k}) * B + p]", f"s{j}")
             for k, j in enumerate(sorted(plan.carried))]
 
 
-def _reverse_for_output(code, plan, o, live, stride):
+def _kept_values(plan, index, target):
+    """Per kept instruction (Plan.kept), its values' places in CK at repetition
+    ``index`` and their names: {q: [(place, name)]}."""
+    width, k, out = plan.width(target), len(plan.carried), {}
+    for q in plan.kept(target):
+        names, _ = plan.elements(q, True)
+        out[q] = [(f"CK[(({index}) * {width} + {k + e}) * B + p]", name)
+                  for e, name in enumerate(names)]
+        k += len(names)
+    return out
+
+
+def _reverse_for_output(code, plan, o, live, stride, target="cuda"):
     """Output o's reverse sweep (its Jacobian row), over the instructions it reaches;
     the loop's state checkpointed every ``stride`` repetitions (1: every one kept)."""
     start, period, repeats, delta = plan.loop or (0, 0, 0, 0)
@@ -537,10 +568,16 @@ def _reverse_for_output(code, plan, o, live, stride):
         def step_back(array, index):
             """Repetition t's reverse: its state loaded, its values recomputed, the
             adjoints it hands back."""
-            for where, s in _state(plan, array, index):
+            kept = _kept_values(plan, index, target) if array == "CK" else {}
+            for where, s in _state(plan, array, index, plan.width(target)
+                                   if array == "CK" else None):
                 code.add(f"{s} = {where}")
             for q in plan.body:
-                _forward(code, plan, q, True)
+                if q in kept:                   # (read back, not recomputed)
+                    for where, name in kept[q]:
+                        code.add(f"{name} = {where}")
+                else:
+                    _forward(code, plan, q, True)
             for j in range(delta):
                 code.add(f"gb{j} = ga{j}" if j in handed else f"gb{j} = 0.0")
             for j in carried:
@@ -650,20 +687,24 @@ def reverse_source(plan, target="cuda"):
         if plan.loop is not None:
             with code.block(f"for t in range({plan.loop[2]}):"):
                 if with_jac and stride == 1:
-                    for where, s in _state(plan, "CK", "t"):
+                    for where, s in _state(plan, "CK", "t", plan.width(target)):
                         code.add(f"{where} = {s}")
                 elif with_jac:
                     with code.block(f"if t % {stride} == 0:"):
                         for where, s in _state(plan, "CK", f"t // {stride}"):
                             code.add(f"{where} = {s}")
                 _body_forward(code, plan)
+                if with_jac and stride == 1:
+                    for places in _kept_values(plan, "t", target).values():
+                        for where, name in places:
+                            code.add(f"{where} = {name}")
         _straight(code, plan, plan.after())
         for o, (value, _) in enumerate(_outputs(plan)):
             code.add(f"values[p, {o}] = {value}")
         if with_jac:
             for o in range(lean.out_slots.size):
                 code.add(f"# output {o}")
-                _reverse_for_output(code, plan, o, live[o], stride)
+                _reverse_for_output(code, plan, o, live[o], stride, target)
             parts.append(_kernel("run_reverse", "X, tab, values, jac, CK, SG", code, target))
         else:
             parts.append(_kernel("run_values", "X, tab, values", code, target))

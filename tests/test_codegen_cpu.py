@@ -16,6 +16,8 @@ import autotape as at
 import autotape.func as F
 from autotape import codegen, program
 from autotape.kernels import background
+from autotape.kernels.program import I_OP
+from autotape.opcodes import EXP, SIN
 from programs import LOOP_BODIES, loop_model, loss_in_the_loop
 from test_background import THETA, _model
 
@@ -173,3 +175,22 @@ def test_code_too_long_to_compile_leaves_it_to_the_loop_body(monkeypatch):
     assert lean.codegen[("cpu", "reverse")] and lean.codegen[("cpu", "tangent", 4)] is False
     _identical(c, twin, th, ("value_and_grad", "jacfwd"))
     assert lean.loop_ready                               # (the tangent's loop body)
+
+
+def test_the_reverse_sweep_reads_back_dear_values_instead_of_recomputing():
+    # sin and exp values kept from the forward pass (codegen.RECOMPUTED says which ops
+    # are recomputed): the same bits as recomputing them, and as the interpreter
+    c, twin = _twins(_chain, np.array([0.3]))
+    plan = codegen.plan(_lean(c, np.array([0.3])))
+    kept = plan.kept("cpu")
+    assert {int(plan.instr[q, I_OP]) for q in kept} == {SIN, EXP}
+    assert plan.width("cpu") == len(plan.carried) + len(kept)
+    assert plan.kept("cuda") == []
+    _identical(c, twin, [np.array([0.3]), np.array([-1.2])], ("value_and_grad",))
+
+
+def _chain(x):
+    y = x[0]
+    for _ in range(300):
+        y = at.exp(at.sin(y * 1.0001 + 0.5)) / 2.5
+    return y
