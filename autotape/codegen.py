@@ -98,6 +98,7 @@ class Plan:
     last repetition); ``stride`` the checkpoint spacing in repetitions."""
 
     def __init__(self, lean):
+        self._kept = None
         if lean.user_calls is not None:
             raise Unsupported("it calls numba-compiled custom ops (CPU code)")
         self.lean = lean
@@ -257,8 +258,10 @@ class Plan:
         recomputes (on the CPU, where memory is cheap: those not in RECOMPUTED)."""
         if target != "cpu" or self.loop is None:
             return []
-        return [q for q in self.body if int(self.instr[q, I_OP]) >= 0 and
-                int(self.instr[q, I_OP]) not in RECOMPUTED]
+        if self._kept is None:                  # (once: the code and its scratch agree)
+            self._kept = [q for q in self.body if int(self.instr[q, I_OP]) >= 0 and
+                          int(self.instr[q, I_OP]) not in RECOMPUTED]
+        return self._kept
 
     def width(self, target):
         """Doubles a repetition keeps: its state (the carried values) and, on the CPU,
@@ -701,6 +704,12 @@ def reverse_source(plan, target="cuda"):
         _straight(code, plan, plan.after())
         for o, (value, _) in enumerate(_outputs(plan)):
             code.add(f"values[p, {o}] = {value}")
+        if with_jac and target == "cpu":
+            ck, sg = plan.scratch(target)
+            code.lines.insert(0, " " * 4 * _DEPTH[target] + f"if CK.size < {ck} * B or "
+                              f"SG.size < {sg} * B:  # (no write past them)")
+            code.lines.insert(1, " " * 4 * (_DEPTH[target] + 1) + "raise ValueError("
+                              "\"autotape internal error: scratch too small\")")
         if with_jac:
             for o in range(lean.out_slots.size):
                 code.add(f"# output {o}")

@@ -12,7 +12,7 @@ import pytest
 import autotape as at
 import autotape.func as F
 import workloads as W
-from autotape import program
+from autotape import codegen, program
 from conftest import run_paired
 
 MODELS = {"pendulum": W.pendulum_at, "driven": W.driven_pendulum_at}
@@ -64,3 +64,24 @@ def test_generated_against_loop_bodies(benchmark, model, points):
     np.testing.assert_array_equal(a[1].numpy(), b[1].numpy())     # bit for bit
     run_paired(benchmark, _as(True, calls[0]), _as(False, calls[1]),
                "generated/loop_bodies", rounds=60 if points == 1 else 8)
+
+
+KEPT_MODELS = {"chain": (W.chain_at, np.array([0.3])),
+               "pendulum": (lambda t: W.pendulum_at(t, 1000), W.thetas(1)[0]),
+               "driven": (lambda t: W.driven_pendulum_at(t, 1000), W.thetas(1)[0])}
+
+
+@pytest.mark.parametrize("model", sorted(KEPT_MODELS))
+def test_kept_values_against_recomputing_them(benchmark, model, monkeypatch):
+    # the reverse sweep reading back sin / exp values the forward pass kept
+    # (codegen.RECOMPUTED), against recomputing every op from the repetition's state
+    benchmark.group = f"generated code, dear values kept / recomputed: {model}, value + " \
+                      "gradient"
+    f, x = KEPT_MODELS[model]
+    ours = _compiled(f, x, True)
+    assert codegen.plan(ours._lean("value", [x]).lean).kept("cpu")
+    monkeypatch.setattr(codegen, "RECOMPUTED", frozenset(range(1000)))
+    theirs = _compiled(f, x, True)
+    np.testing.assert_array_equal(ours.grad(x).numpy(), theirs.grad(x).numpy())
+    run_paired(benchmark, lambda: ours.value_and_grad(x), lambda: theirs.value_and_grad(x),
+               "kept/recomputed", rounds=100)

@@ -10,6 +10,7 @@ import time
 from pathlib import Path
 
 import numpy as np
+import pytest
 from hypothesis import given, settings
 
 import autotape as at
@@ -187,6 +188,10 @@ def test_the_reverse_sweep_reads_back_dear_values_instead_of_recomputing():
     assert plan.width("cpu") == len(plan.carried) + len(kept)
     assert plan.kept("cuda") == []
     _identical(c, twin, [np.array([0.3]), np.array([-1.2])], ("value_and_grad",))
+    whole = _lean(c, np.array([0.3])).codegen[("cpu", "reverse")]
+    with pytest.raises(ValueError, match="scratch too small"):      # (never past it)
+        whole.run_reverse(np.array([[0.3]]), plan.table, np.empty((1, 1)),
+                          np.empty((1, 1, 1)), np.empty(plan.width("cpu")), np.empty(1))
 
 
 def _chain(x):
