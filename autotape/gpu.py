@@ -239,10 +239,14 @@ def _unshared(kept):
     out is a new wrapper of it (``_hand_out``), so each holds its owner object (numba:
     ``gpu_data``; the simulator: the numpy array inside), and a slice holds another
     owner that numba counts on the allocation (``refct``). CPython's reference counts
-    say how many hold the owner."""
-    if hasattr(kept, "gpu_data"):
-        return sys.getrefcount(kept.gpu_data) == 2 and kept.gpu_data._mem.refct == 1
-    return sys.getrefcount(kept._ary) == 2            # (numba's simulator)
+    say how many hold the owner. A numba whose arrays are built otherwise gets new
+    memory at every call: never shared memory."""
+    try:
+        if hasattr(kept, "gpu_data"):
+            return sys.getrefcount(kept.gpu_data) == 2 and kept.gpu_data._mem.refct == 1
+        return sys.getrefcount(kept._ary) == 2        # (numba's simulator)
+    except AttributeError:
+        return False
 
 
 def _hand_out(on_device, arrays, shapes):
