@@ -138,6 +138,7 @@ def test_background_warmup_starts_once_per_cold_cache(tmp_path, monkeypatch):
     monkeypatch.setattr(cache, "cache_dir", lambda: str(tmp_path))
     started = []
     monkeypatch.setattr(warmup.subprocess, "Popen", lambda *a, **k: started.append(a[0]))
+    monkeypatch.setattr(warmup, "_background", [])   # (the fakes are no processes to stop)
     monkeypatch.setenv(warmup.BACKGROUND_ENV, "0")
     warmup._start_background()
     assert started == []
