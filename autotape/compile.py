@@ -463,7 +463,7 @@ class Compiled:
         if X.ndim != 2:
             X = X.reshape(B, -1)
         values, jac = _gpu_run(p, X, method, shapes)
-        if method == "hessian" or method in ("jacobian", "jacfwd", "jacrev", "grad"):
+        if method in ("hessian", "jacobian", "jacfwd", "jacrev", "grad"):
             return jac
         return values if method == "__call__" else (values, jac)
 

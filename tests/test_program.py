@@ -12,6 +12,7 @@ import pytest
 import autotape as at
 import autotape.func as F
 from autotape import opcodes
+from autotape.kernels.loops import _broadcast_sums
 from test_op_table import SAMPLES, _recorded_ops
 
 # the ops the lean program leaves to the tape's interpreting kernels
@@ -463,7 +464,6 @@ def test_a_broadcast_operands_adjoint_is_summed_in_a_local(loop_bodies):
 
 
 def test_broadcast_sums_only_where_nothing_else_touches_the_element():
-    from autotape.kernels.loops import _broadcast_sums
     loop = ["for k in range(4):"]
     body = ["gx, gy = f64(Go[20 + k]) * f64(T[3 + k]), f64(Go[20 + k]) * f64(T[9])",
             "GT[9] += gx", "GT[3 + k] = gy"]
