@@ -28,6 +28,7 @@ from ..opcodes import (ADD, BINARY_LAST, DIV, MUL, SUB, UNARY_FIRST, UNARY_LAST,
 from . import background
 from .cache import cache_dir, generated_file, import_generated
 from .elementwise import passes_nothing
+from .fusion import ROUNDED, deferred, fused_forward, fused_groups, fused_reverse
 from .program import (COPY, GATHER, I_A, I_N, I_OP, I_OUT, I_P, I_SA, SCATTER_ADD,
                       forward_range, forward_range_points, load_chunk, load_tangent_chunk,
                       reverse_range, reverse_range_points, seed_adjoints, store_adjoints,
@@ -450,7 +451,7 @@ _SUM = re.compile(r"^(GT|Go|G)\[(\d+)\] \+= (.*)$")
 def _broadcast_sums(loops, backward):
     """(statements, before, after): a broadcast operand's adjoint, added to at every k
     (``GT[1145] += gx``), summed in a local instead and stored once after the loop, in
-    the same order (the same bits). Through memory each addition waited on the last
+    the same order and rounded as the storage rounds (the same bits). Through memory each addition waited on the last
     one's store and the loop did not vectorize: a Burgers body's reverse sweep took
     2.1x the time. Only where nothing else in the loop can touch that element: the
     other accesses to its array are ``c + k`` ranges that miss it, and none goes
@@ -467,8 +468,8 @@ def _broadcast_sums(loops, backward):
         if not _only_here(name, index, n, backward, i):
             continue
         acc = f"acc{len(before)}"
-        before.append(f"{acc} = f64({name}[{index}])")
-        out[i] = f"{acc} += {found.group(3)}"
+        before.append(f"{acc} = {name}[{index}]")
+        out[i] = f"{acc} = {ROUNDED}({acc} + ({found.group(3).split('  #')[0]}))"
         after.append(f"{name}[{index}] = {acc}")
     return out, before, after
 
@@ -636,28 +637,87 @@ def _tangent_body(body, points):
 def _body(body, points):
     """The forward lines, the forward lines of the temporaries (the reverse sweep's
     recomputation), the reverse lines and the lines zeroing the kept slots' adjoints of
-    one repetition; with ``points``, for a chunk of C points."""
+    one repetition; with ``points``, for a chunk of C points. Runs of elementwise
+    instructions over the same cells go in one element loop (kernels/fusion.py)."""
     instr, fwd, again, rev, clear, hoisted = body.instr, [], [], [], [], []
     invariant = _invariant(body)
+    code = {q: _instruction(body, q, points) for q in range(body.start, body.start + body.period)}
+    groups = fused_groups(body, list(code), invariant)
+    group_of = {q: g for g, _ in groups for q in g}
+    skipped_in = {id(g): skipped for g, skipped in groups}
+    readers, vjp_readers = _readers(body)
     for q in range(body.start, body.start + body.period):
         n = int(instr[q, I_N])
-        loops, forward, backward, writes = _instruction(body, q, points)
-        lines = _block(loops, forward)
-        if q in invariant:
-            hoisted.extend(lines)               # (a temporary: nothing to clear)
-        elif q in body.temporary:
-            fwd.extend(lines)
-            if q in body.recomputed:
-                again.extend(lines)
+        loops, forward, backward, writes = code[q]
+        g = group_of.get(q)
+        if g is not None and q != g[0]:
+            pass                                # (written with the run's first)
+        elif g is not None:
+            outside = {m for m in g if readers[m] - set(g)}
+            fwd.extend(_block(loops, fused_forward(
+                body, g, {m: code[m][1] for m in g}, set(g),
+                outside | (set(g) - body.temporary), points)))
+            redo = set(g) & body.recomputed     # (the run's reverse recomputes them
+            needed = {m for m in redo if (vjp_readers[m] | readers[m] & body.recomputed)
+                      - set(g)}                 # too: stored for the others only)
+            if needed:
+                again.extend(_block(loops, fused_forward(
+                    body, g, {m: code[m][1] for m in g}, redo, needed, points)))
+        elif q in invariant:
+            hoisted.extend(_block(loops, forward))   # (a temporary: nothing to clear)
         else:
-            fwd.extend(lines)
+            fwd.extend(_block(loops, forward))
+            if q in body.recomputed:
+                again.extend(_block(loops, forward))
+        if q not in invariant and q not in body.temporary:
             out = int(instr[q, I_OUT])
             clear.append(f"G[({out} + o) * C:({out + n} + o) * C] = 0.0" if points else
                          f"G[{out} + o:{out + n} + o] = 0.0")
         if backward:
             rev.append((q, loops, backward, writes))
-    reverse, zero = _first_writes_assign(body, rev[::-1], points)
-    return fwd, again, zero + reverse, clear, hoisted
+    steps, zero = _first_writes_assign(body, rev[::-1], points)
+    reverse, done, scratch, pending = [], set(), [0], []
+    for q, loops, backward in steps + [(-1, None, None)]:
+        while pending and pending[0][0] > q:    # (a run's deferred terms: each member's
+            _, head, flush = pending.pop(0)     # after the skipped ones above it)
+            reverse += _block(head, *_broadcast_sums(head, flush))
+        g = group_of.get(q)
+        if q < 0:
+            break
+        if g is None:
+            reverse += _block(loops, *_broadcast_sums(loops, backward))
+        elif id(g) not in done:
+            done.add(id(g))
+            values = fused_forward(body, g, {m: code[m][1] for m in g},
+                                   set(g) & body.recomputed, set(), points)
+            lines, flushes = fused_reverse(
+                body, g, values, [(m, b) for m, _, b in steps if m in g],
+                set(g) & body.recomputed, deferred(body, g, skipped_in[id(g)]), scratch,
+                points)
+            reverse += _block(loops, *_broadcast_sums(loops, lines))
+            pending = [(m, loops, flush) for m, flush in flushes] + pending
+    return fwd, again, zero + reverse, clear, hoisted, scratch[0]
+
+
+def _readers(body):
+    """Per instruction: the instructions that read its output, and those whose VJPs
+    read its value."""
+    instr = body.instr
+    writes = {}
+    for q in range(body.start, body.start + body.period):
+        for k in range(int(instr[q, I_N])):
+            writes[int(instr[q, I_OUT]) + k] = q
+    readers = {q: set() for q in range(body.start, body.start + body.period)}
+    vjp_readers = {q: set() for q in readers}
+    for q in readers:
+        for e in body.moved_reads(q):
+            if e in writes:
+                readers[writes[e]].add(q)
+        for col in _reads_back(int(instr[q, I_OP])):
+            for e in body._elements(q, col):
+                if e in writes:
+                    vjp_readers[writes[e]].add(q)
+    return readers, vjp_readers
 
 
 def _invariant(body):
@@ -689,10 +749,11 @@ def _invariant(body):
 
 
 def _first_writes_assign(body, steps, points):
-    """The reverse lines, where the first write (in the sweep's order) to a temporary's
-    adjoint covering it whole assigns rather than adds; and the lines zeroing, at the
-    top of each repetition, only the temporaries' adjoints that something reads or adds
-    to before any such write (GT[:] = 0 would store every temporary, every repetition)."""
+    """The reverse steps (q, loop headers, lines), where the first write (in the sweep's
+    order) to a temporary's adjoint covering it whole assigns rather than adds; and the
+    lines zeroing, at the top of each repetition, only the temporaries' adjoints that
+    something reads or adds to before any such write (GT[:] = 0 would store every
+    temporary, every repetition)."""
     instr = body.instr
     temps = {}                                  # element slot -> temporary instruction
     for u in body.temporary:
@@ -729,7 +790,7 @@ def _first_writes_assign(body, steps, points):
                 for e in range(c, c + count):
                     if e in temps:
                         start(temps[e])
-        lines += _block(loops, *_broadcast_sums(loops, backward))
+        lines.append((q, loops, backward))
     zero = []
     for u in sorted(zeroed):
         b = int(instr[u, I_OUT]) - body.base
@@ -788,6 +849,7 @@ def reverse{suffix}(V, G, delta, first, repeats, shift, tb{points}):
         raise ValueError("autotape internal error: a loop window below slot 0")
     T = np.empty({size}{times_c}, V.dtype)
     GT = np.empty({size}{times_c}, V.dtype)
+    W = np.empty({buffered}{times_c})               # (deferred adjoint terms: fusion.py)
     {hoisted}
     for t in range(repeats - 1, first - 1, -1):
         o = t * delta - shift
@@ -798,7 +860,7 @@ def reverse{suffix}(V, G, delta, first, repeats, shift, tb{points}):
 
 
 def _functions(body, points):
-    fwd, again, rev, clear, hoisted = _body(body, points)
+    fwd, again, rev, clear, hoisted, buffered = _body(body, points)
     tangent, tangent_hoisted = _tangent_body(body, points)
     join = "\n        ".join
     hoisted = "\n    ".join(hoisted) or "pass"
@@ -807,7 +869,8 @@ def _functions(body, points):
         "{points}", ", C" if points else "").replace("{times_c}", " * C" if points else "") \
         .replace("{size}", str(max(body.size, 1))).replace("{forward}", join(fwd)).replace(
             "{again}", join(again) or "pass").replace("{reverse}", join(rev) or "pass") \
-        .replace("{clear}", join(clear) or "pass").replace("{hoisted}", hoisted)
+        .replace("{clear}", join(clear) or "pass").replace("{hoisted}", hoisted) \
+        .replace("{buffered}", str(max(buffered, 1)))
 
 
 _lock = threading.Lock()

@@ -391,12 +391,15 @@ def _elementwise_operand(rows, ipool, i, t):
 @register_jitable
 def _emit_gather(code, pool, divisor, out, src):
     """out[k] = src[k]: as COPY instructions where the sources run in few contiguous
-    stretches (a slice, a roll, a concatenation), else one GATHER through the pool."""
+    stretches (a 1-D roll, a slice, a concatenation: 64 elements a run on average), else
+    one GATHER through the pool. A 2-D roll of a 32 x 32 grid (64 runs of 16) as copies
+    cost a compiled loop body 64 loops (3300 lines, 25 s to compile), as a gather one
+    (500 lines, 1.7 s); the interpreter runs it 7% slower."""
     n, runs = src.size, 1
     for k in range(1, n):
         if src[k] != src[k - 1] + 1:
             runs += 1
-    if runs <= max(2, n // 8):
+    if runs <= max(2, n // 64):
         start = 0
         for k in range(1, n + 1):
             if k == n or src[k] != src[k - 1] + 1:

@@ -1,0 +1,263 @@
+"""Element loops fused: a run of a loop body's elementwise instructions over the same
+cells written as one loop over the cells, each value a scalar, in the forward and in
+the reverse sweep (kernels/loops.py writes the code, one loop per instruction, and
+hands the runs it finds here).
+
+Unfused, every instruction stores its cells and the next one loads them again, and the
+reverse sweep adds each adjoint into memory for the one before to read back: a Burgers
+step's body was ~20 loops over 128 cells, each a few loads and stores an element.
+Fused, a value another instruction of the run reads at the same cell is a local
+(``z{q}``), stored only where something outside the run reads it, and an adjoint that
+stays in the run is a local too (``a{q}``).
+
+The bits stay the interpreter's: values are rounded to the storage dtype where they
+would have been stored, and each adjoint element receives its terms in the order the
+unfused sweep adds them. That order is what decides where a run ends:
+
+- an instruction reads an output of the run only at the same cell (``u[k]``, never
+  ``u[k + 1]``, which the loop has not computed yet);
+- where two instructions of the run add into the adjoint of one outside array (a
+  stencil reading ``u`` at several offsets), the later one's terms reach every element
+  no later than the earlier one's (its offset no smaller); a broadcast operand's
+  adjoint (every cell adds to it) is added to by one instruction of the run at most.
+"""
+import re
+
+from ..opcodes import WHERE
+from .program import COPY, GATHER, I_A, I_N, I_OP, I_OUT, I_SA, SCATTER_ADD
+
+ROUNDED = "V.dtype.type"    # a scalar as the storage holds it (float32 values round)
+MIN_RUN = 2                 # instructions a run needs to be fused (benchmarks set it past
+                            # any body's length to time the unfused code beside)
+
+
+def _reads(body, q):
+    """Instruction q's operands: (column, slot, stride, moved) for each present one that
+    is not a per-repetition constant (those are read from the table, no adjoint)."""
+    instr, out = body.instr, []
+    op = int(instr[q, I_OP])
+    for col in (I_A, I_A + 1, I_A + 2):
+        c = int(instr[q, col])
+        if c < 0 or (q, col) in body.table[2]:
+            continue
+        stride = 1 if op == COPY else int(instr[q, I_SA + col - I_A])
+        out.append((col, c, stride, int(instr[q + body.period, col]) != c))
+    return out
+
+
+def fusable(body, q):
+    op, n = int(body.instr[q, I_OP]), int(body.instr[q, I_N])
+    return n > 1 and op != GATHER and op != SCATTER_ADD and op >= COPY
+
+
+def _adds(body, q, outs=()):
+    """The operand elements whose adjoints in memory instruction q adds to, as (slot,
+    length, stride, moved, column): all but the run's own outputs ``outs`` (locals)."""
+    n = int(body.instr[q, I_N])
+    return [(c, n if stride else 1, stride, moved, col)
+            for col, c, stride, moved in _reads(body, q)
+            if body.gets_adjoint(q, col) and not (moved and stride == 1 and c in outs)]
+
+
+def _overlap(a, b):
+    return a[3] == b[3] and a[0] < b[0] + b[1] and b[0] < a[0] + a[1]
+
+
+def _clash(later, earlier):
+    """Whether adjoint term ``later`` (of a later instruction than ``earlier``'s) would
+    reach a shared element after it in one element loop: a broadcast one shares an
+    element with any other; a stencil's at a smaller offset than the earlier one's."""
+    return _overlap(later, earlier) and (later[2] == 0 or earlier[2] == 0 or
+                                         later[0] < earlier[0])
+
+
+def _touches(body, q, outs, n):
+    """Whether instruction q reads any of the outputs starting at ``outs`` (n cells)."""
+    if _pooled(int(body.instr[q, I_OP])):
+        return any(o <= e < o + n for e in body.moved_reads(q) for o in outs)
+    m = int(body.instr[q, I_N])
+    return any(moved and o < c + (m if stride else 1) and c < o + n
+               for col, c, stride, moved in _reads(body, q) for o in outs)
+
+
+def _pooled(op):
+    return op == GATHER or op == SCATTER_ADD
+
+
+def fused_groups(body, order, hoisted):
+    """Runs of the body's instructions ``order`` (ascending) that fuse (see the module's
+    rules), as (members, skipped): two or more members, and the instructions amid them
+    that are not (``hoisted`` ones, run before the loop; and others that no later
+    member reads and that read no member, run after the run's loop)."""
+    groups, group, outs, adds, skipped = [], [], {}, [], []
+    between = []                                # skipped since the run's last member
+
+    def close():
+        if len(group) >= max(MIN_RUN, 2):
+            groups.append((list(group), list(skipped)))
+    for q in order:
+        n = int(body.instr[q, I_N])
+        if group:
+            size = int(body.instr[group[0], I_N])
+            moved_after = [b for b in between if b not in hoisted]
+            joins = q not in hoisted and n == size and fusable(body, q) and \
+                not _touches(body, q, [int(body.instr[b, I_OUT]) for b in moved_after],
+                             max([int(body.instr[b, I_N]) for b in moved_after] + [0]))
+            if joins:
+                for col, c, stride, moved in _reads(body, q):
+                    length = n if stride else 1
+                    inside = [m for m, o in outs.items()
+                              if moved and o < c + length and c < o + n]
+                    if inside and (stride != 1 or c != outs[inside[0]]):
+                        joins = False           # (another cell of the run's own output)
+                for term in _adds(body, q, set(outs.values())):
+                    for a, m in adds:           # (a WHERE's terms are never deferred:
+                        if _overlap(term, a) and WHERE in (   # one branch writes nothing)
+                                int(body.instr[q, I_OP]), int(body.instr[m, I_OP])):
+                            joins = False
+            if joins:
+                skipped += between
+                between = []
+                group.append(q)
+                outs[q] = int(body.instr[q, I_OUT])
+                adds.extend((a, q) for a in _adds(body, q, set(outs.values())))
+                continue
+            if q in hoisted or (not _pooled(int(body.instr[q, I_OP])) and
+                                not _touches(body, q, list(outs.values()), size)):
+                between.append(q)               # (a later member may still come)
+                continue
+            close()
+            group, outs, adds, skipped, between = [], {}, [], [], []
+        if q not in hoisted and fusable(body, q):
+            group, outs, adds = [q], {q: int(body.instr[q, I_OUT])}, []
+            adds.extend((a, q) for a in _adds(body, q))
+    close()
+    return groups
+
+
+def deferred(body, group, skipped):
+    """The run's adjoint terms, as (member, column), that its element loop writes to a
+    buffer and adds after the loop instead, one member after another (latest first):
+    those that would otherwise reach an element before a later member's term (a
+    stencil, a broadcast operand), and then every earlier member's terms that share an
+    element with a deferred one (they must come after it); and those that share an
+    element with a skipped instruction's (whose reverse runs amid the members' deferred
+    terms, in the sweep's order)."""
+    outs = {int(body.instr[m, I_OUT]) for m in group}
+    looped, later, chosen = [], [], set()
+    for s in skipped:
+        later += _adds(body, s)
+    for m in reversed(group):                   # (the sweep's order)
+        terms = _adds(body, m, outs)
+        mine = {t[4] for t in terms
+                if any(_overlap(t, d) for d in later) or any(_clash(l, t) for l in looped)}
+        grown = True
+        while grown:                            # (one member's terms on an element stay
+            grown = False                       # in its own order: deferred together)
+            for t in terms:
+                if t[4] not in mine and any(_overlap(t, u) for u in terms if u[4] in mine):
+                    mine.add(t[4])
+                    grown = True
+        for t in terms:
+            if t[4] in mine:
+                later.append(t)
+                chosen.add((m, t[4]))
+            else:
+                looped.append(t)
+    return chosen
+
+
+def _name_pattern(ref):
+    """A regex finding the array reference ``ref`` and not a longer name ending in it
+    (``T[3 + k]`` inside ``GT[3 + k]``)."""
+    return re.compile(r"(?<![A-Za-z0-9_])" + re.escape(ref))
+
+
+def _statement(line):
+    """(target, expression) of a generated ``target = expression  # comment`` line."""
+    code = line.split("  #", 1)[0]
+    target, expr = code.split(" = ", 1)
+    return target, expr
+
+
+def fused_forward(body, group, forward, computed, stored, points):
+    """The statements of one element of the run ``group``: each instruction of
+    ``computed`` (in order) into ``z{q}`` from its forward line (``forward[q]``, the
+    unfused one), reading the earlier ones' locals, and stored where ``stored`` says."""
+    scalars = {}
+    lines = []
+    for q in group:
+        if q not in computed:
+            continue
+        target, expr = _statement(forward[q][0])
+        for m, name in scalars.items():
+            expr = _name_pattern(body.ref(m, I_OUT, " + k", False, points)).sub(name, expr)
+        lines.append(f"z{q} = {ROUNDED}({expr})")
+        if q in stored:
+            lines.append(f"{target} = z{q}")
+        scalars[q] = f"z{q}"
+    return lines
+
+
+_WRITE = re.compile(r"^(\s*)([A-Za-z_]\w*\[[^\]]*\]) (\+=|=) (.*)$")
+
+
+def fused_reverse(body, group, values, backward, recomputed, later, scratch, points):
+    """(statements of one element of the run's reverse sweep, the statements adding its
+    deferred terms after the loop, as (member, lines), latest first): ``values`` (the statements
+    recomputing the run's values ``recomputed`` as locals), then the instructions'
+    reverse lines ``backward`` ((member, lines), latest first, the assignments already
+    chosen), reading those locals; the adjoints of the run's own outputs become locals
+    ``a{q}``, started from memory (what later instructions added) unless the first term
+    assigns; the terms ``later`` (deferred's) go to the float64 buffer W from element
+    ``scratch[0]`` on (moved past them)."""
+    refs = {q: body.ref(q, I_OUT, " + k", True, points) for q in group}
+    patterns = {q: _name_pattern(ref) for q, ref in refs.items()}
+    own = {q: _name_pattern(body.ref(q, I_OUT, " + k", False, points)) for q in recomputed}
+    n = int(body.instr[group[0], I_N])
+    lines, started, flushes = [], set(), []
+
+    def start(q):
+        if q not in started:
+            started.add(q)
+            lines.insert(0, f"a{q} = {refs[q]}")
+    for m, member_lines in backward:
+        targets = {body.ref(m, col, " + k" if stride else "", True, points)
+                   for col, c, stride, moved in _reads(body, m) if (m, col) in later}
+        flush = []
+        for line in member_lines:
+            for q, pattern in own.items():
+                line = pattern.sub(f"z{q}", line)
+            found = _WRITE.match(line.split("  #", 1)[0])
+            if not found:
+                for q, pattern in patterns.items():
+                    if pattern.search(line):
+                        start(q)
+                        line = pattern.sub(f"a{q}", line)
+                lines.append(line)
+                continue
+            indent, target, how, expr = found.groups()
+            for q, pattern in patterns.items():
+                if pattern.search(expr):
+                    start(q)
+                    expr = pattern.sub(f"a{q}", expr)
+            owner = next((q for q, ref in refs.items() if ref == target), None)
+            if owner is not None and how == "=":    # (the first term: see
+                started.add(owner)                  # _first_writes_assign)
+                lines.append(f"{indent}a{owner} = {ROUNDED}({expr})")
+            elif owner is not None:
+                start(owner)
+                lines.append(f"{indent}a{owner} = {ROUNDED}(a{owner} + ({expr}))")
+            elif target in targets:
+                if how != "+=":
+                    raise AssertionError("autotape internal error: a deferred adjoint "
+                                         "term that assigns")
+                w = f"({scratch[0]} + k) * C + j" if points else f"{scratch[0]} + k"
+                scratch[0] += n
+                lines.append(f"{indent}W[{w}] = {expr}")
+                flush.append(f"{target} += W[{w}]")
+            else:
+                lines.append(f"{indent}{target} {how} {expr}")
+        if flush:
+            flushes.append((m, flush))
+    return list(values) + lines, flushes

@@ -1,0 +1,124 @@
+"""Fused element loops in compiled loop bodies (kernels/fusion.py): runs of elementwise
+instructions over the same cells become one loop with scalar locals, and give the
+interpreter's values and gradients bit for bit (float64 and float32), also where
+adjoint terms must be deferred to keep their order: stencils reading one array at
+several offsets, broadcast parameters, boundary pieces amid a run."""
+import re
+
+import numpy as np
+import pytest
+from hypothesis import HealthCheck, given, settings
+from hypothesis import strategies as st
+
+import autotape as at
+import autotape.func as F
+from autotape.kernels import fusion
+
+CELLS = 20
+OFFSETS = st.sampled_from([0, 1, 2])
+TERMS = st.lists(st.tuples(OFFSETS, OFFSETS, st.sampled_from(["add", "sub", "mul", "where",
+                                                                "param"])),
+                 min_size=2, max_size=6)
+
+
+def _stencil_model(terms, steps=40):
+    """A step reading u[o:o+n] slices at the drawn offsets, combined by the drawn ops,
+    a parameter broadcast over the cells, a boundary kept by concatenate."""
+    def f(p):
+        u = np.cos(np.linspace(0.0, 3.0, CELLS)).astype(p.dtype)
+        loss = p[0] * 0.0
+        for _ in range(steps):
+            n = CELLS - 2
+            acc = u[1:-1] * p[1]
+            for a, b, kind in terms:
+                x, y = u[a:a + n], u[b:b + n]
+                if kind == "add":
+                    acc = acc + 0.1 * x + y * 0.05
+                elif kind == "sub":
+                    acc = acc - 0.05 * (x - y)
+                elif kind == "mul":
+                    acc = acc + 0.1 * x * y
+                elif kind == "where":
+                    acc = np.where(x > y, acc + 0.01 * x, acc - 0.01 * y)
+                else:
+                    acc = acc + p[0] * (x - 0.5 * y)
+            u = np.concatenate([u[:1], 0.5 * u[1:-1] + 0.01 * acc, u[-1:]])
+            loss = loss + (u * u).mean()
+        return loss
+    return f
+
+
+def _compiled_and_plain(f, x):
+    c, plain = at.compile(f, x), at.compile(f, x)
+    points = [x * s for s in (1.0, 0.9, 1.1, 0.8, 1.2)]       # past COMPILE_LOOP_AFTER
+    got = [c.value_and_grad(p) for p in points]
+    lean = next(iter(c._programs.values())).lean
+    assert lean.loop is not None and lean.loop_kernels is not None
+    for prog in plain._programs.values():
+        prog.lean.loop = None                                # (the interpreter)
+    return c, plain, points, got, lean
+
+
+@settings(max_examples=8, deadline=None,
+          suppress_health_check=[HealthCheck.function_scoped_fixture])
+@given(TERMS)
+def test_random_stencils_keep_the_interpreters_bits(loop_bodies, terms):
+    x = np.array([0.3, 0.9])
+    c, plain, points, got, lean = _compiled_and_plain(_stencil_model(terms), x)
+    for p, (value, g) in zip(points, got):
+        want, want_g = plain.value_and_grad(p)
+        np.testing.assert_array_equal(value.numpy(), want.numpy())
+        np.testing.assert_array_equal(g.numpy(), want_g.numpy())
+
+
+def _burgers(p):
+    u = np.sin(np.linspace(0.0, 2.0 * np.pi, CELLS)).astype(p.dtype)
+    for _ in range(40):
+        ux = np.concatenate([u[1:2] - u[0:1], 0.5 * (u[2:] - u[:-2]), u[-1:] - u[-2:-1]])
+        uxx = np.concatenate([np.zeros(1, p.dtype), u[2:] - 2.0 * u[1:-1] + u[:-2],
+                              np.zeros(1, p.dtype)])
+        u = u - 0.01 * p[1] * u * ux + 0.01 * p[0] * uxx
+    return (u * u).sum()
+
+
+@pytest.mark.parametrize("dtype", [np.float64, np.float32])
+def test_a_stencil_run_is_one_loop_with_deferred_terms(loop_bodies, dtype):
+    # u read at offsets 2, 0 and 1 in one run (uxx, then ux's middle): the later
+    # instructions' terms would reach an element first, so the earlier ones go through
+    # the buffer W, added after the loop in the unfused order; a boundary piece amid the
+    # run is skipped over, its reverse run between the deferred terms
+    x = np.array([0.3, 0.9], dtype)
+    c, plain, points, got, lean = _compiled_and_plain(_burgers, x)
+    reverse = _function(lean.loop_code[1], "reverse")
+    assert re.search(r"\bz\d+ = V\.dtype\.type\(", reverse)      # values as locals
+    assert re.search(r"\ba\d+ = ", reverse)                        # adjoints as locals
+    assert len(re.findall(r"\bW\[\d+ \+ k\] = ", reverse)) >= 2    # deferred terms
+    for p, (value, g) in zip(points, got):
+        want, want_g = plain.value_and_grad(p)
+        np.testing.assert_array_equal(value.numpy(), want.numpy())
+        np.testing.assert_array_equal(g.numpy(), want_g.numpy())
+    many = np.stack(points)                                  # (the chunk-of-points code)
+    np.testing.assert_array_equal(F.vmap(c.grad)(many).numpy(),
+                                  np.stack([g.numpy() for _, g in got]))
+
+
+def test_fused_and_unfused_code_agree_and_fusing_shortens_the_body(loop_bodies,
+                                                                  monkeypatch):
+    terms = [(0, 2, "add"), (1, 0, "mul"), (2, 1, "sub")]
+    x = np.array([0.3, 0.9])
+    c, _, points, got, lean = _compiled_and_plain(_stencil_model(terms), x)
+    fused = lean.loop_code[1]
+    monkeypatch.setattr(fusion, "MIN_RUN", 10 ** 9)
+    _, _, _, plain_got, plain_lean = _compiled_and_plain(_stencil_model(terms), x)
+    unfused = plain_lean.loop_code[1]
+    assert not re.search(r"\bz\d+ = ", unfused) and re.search(r"\bz\d+ = ", fused)
+    assert fused.count("for k in range(") < unfused.count("for k in range(")
+    for (v, g), (pv, pg) in zip(got, plain_got):
+        np.testing.assert_array_equal(g.numpy(), pg.numpy())
+        np.testing.assert_array_equal(v.numpy(), pv.numpy())
+
+
+def _function(source, name):
+    """The text of one generated function of a loop body's module."""
+    start = source.index(f"def {name}(")
+    return source[start:source.index("@numba.njit", start)]
