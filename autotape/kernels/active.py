@@ -36,7 +36,7 @@ from ..opcodes import (ABS, ADD, ARCCOS, ARCCOSH, ARCSIN, ARCSINH, ARCTAN, ARCTA
                        ARCTANH, CONST, COSH, DIV, ERF, EXP, EXP2, EXPM1, HYPOT, LEAF, LOG,
                        LOG10, LOG1P, LOG2, MAXIMUM, MINIMUM, MUL, NEG, POW, SIN, COS,
                        SINH, SQRT, SUB, TAN, TANH, UNARY_LAST)
-from .cache import cached_njit
+from .cache import cached_njit, distinct
 from .elementwise import (binary_partial_x, binary_partial_y, binary_value, times,
                           unary_partial, unary_value)
 
@@ -196,8 +196,8 @@ def _is_number(t):
     return isinstance(t, (types.Float, types.Integer, types.Boolean))
 
 
-_same = numba.njit(inline="always")(lambda x: x)
-_constant_of = numba.njit(inline="always")(lambda x: constant(float(x)))
+_same = numba.njit(inline="always")(distinct(lambda x: x, "same"))
+_constant_of = numba.njit(inline="always")(distinct(lambda x: constant(float(x)), "constant_of"))
 
 
 def _operands(x, y):
@@ -219,7 +219,7 @@ def _register_binary(fn, op):
         if conv is None:
             return None
         fx, fy = conv
-        return lambda x, y: binary(op, fx(x), fy(y))
+        return distinct(lambda x, y: binary(op, fx(x), fy(y)), op, fx is _same, fy is _same)
 
 
 for _fn, _op in [(operator.add, ADD), (operator.sub, SUB), (operator.mul, MUL),
@@ -238,7 +238,7 @@ def _register_unary(fn, op):
     @overload(fn)
     def impl(x):
         if isinstance(x, ActiveType):
-            return lambda x: unary(op, x)
+            return distinct(lambda x: unary(op, x), op)
         return None
 
 
@@ -274,7 +274,7 @@ def _register_compare(fn):
         def compare(x, y):
             a, b = fx(x), fy(y)
             return decide(a, b, fn(a.value, b.value))
-        return compare
+        return distinct(compare, fn.__name__, fx is _same, fy is _same)
 
 
 for _fn in (operator.lt, operator.le, operator.gt, operator.ge, operator.eq, operator.ne):
@@ -455,7 +455,7 @@ def _register_array_binary(fn, op):
                 for index in np.ndindex(x.values.shape):
                     _put(out, index, binary(op, _element(x, index), _element(y, index)))
                 return out
-            return both
+            return distinct(both, op)
         scalar = y if ax else x
         if not (ax or ay) or not (isinstance(scalar, ActiveType) or _is_number(scalar)):
             return None
@@ -466,14 +466,14 @@ def _register_array_binary(fn, op):
                 for index in np.ndindex(x.values.shape):
                     _put(out, index, binary(op, _element(x, index), s))
                 return out
-            return array_scalar
+            return distinct(array_scalar, op, convert is _same)
 
         def scalar_array(x, y):
             s, out = convert(x), _fresh(y.values.shape)
             for index in np.ndindex(y.values.shape):
                 _put(out, index, binary(op, s, _element(y, index)))
             return out
-        return scalar_array
+        return distinct(scalar_array, op, convert is _same)
 
 
 for _fn, _op in [(operator.add, ADD), (operator.sub, SUB), (operator.mul, MUL),
@@ -496,7 +496,7 @@ def _register_array_update(fn, op):
                 for index in np.ndindex(a.values.shape):
                     _put(a, index, binary(op, _element(a, index), _element(b, index)))
                 return a
-            return update_array
+            return distinct(update_array, op)
         if not (isinstance(b, ActiveType) or _is_number(b)):
             return None
         convert = _same if isinstance(b, ActiveType) else _constant_of
@@ -506,7 +506,7 @@ def _register_array_update(fn, op):
             for index in np.ndindex(a.values.shape):
                 _put(a, index, binary(op, _element(a, index), s))
             return a
-        return update_scalar
+        return distinct(update_scalar, op, convert is _same)
 
 
 for _fn, _op in [(operator.iadd, ADD), (operator.isub, SUB), (operator.imul, MUL),
@@ -525,7 +525,7 @@ def _register_array_unary(fn, op):
             for index in np.ndindex(a.values.shape):
                 _put(out, index, unary(op, _element(a, index)))
             return out
-        return each
+        return distinct(each, op)
 
 
 for _fn, _op in _UNARY:
@@ -631,8 +631,8 @@ def _allocator(stub, fill, numpy_fn):
             def alloc(shape, dtype=None):
                 return ActiveArray(np.full(shape, fill), np.full(shape, -1, np.int64),
                                    np.zeros(1, np.intp))
-            return alloc
-        return lambda shape, dtype=None: numpy_fn(shape, dtype)
+            return distinct(alloc, stub.__name__)
+        return distinct(lambda shape, dtype=None: numpy_fn(shape, dtype), stub.__name__)
 
 
 _allocator(zeros, 0.0, np.zeros)
@@ -662,14 +662,16 @@ def _like(stub, fill, numpy_fn):
                 dtype, (types.NoneType, types.Omitted)) or
                 isinstance(values.dtype, types.Float)):
             if _is_active_array(a):
-                return lambda a, dtype=None: ActiveArray(
+                return distinct(lambda a, dtype=None: ActiveArray(
                     np.full(a.values.shape, fill), np.full(a.values.shape, -1, np.int64),
-                    np.zeros(1, np.intp))
-            return lambda a, dtype=None: ActiveArray(
-                np.full(a.shape, fill), np.full(a.shape, -1, np.int64), np.zeros(1, np.intp))
+                    np.zeros(1, np.intp)), stub.__name__, "active")
+            return distinct(lambda a, dtype=None: ActiveArray(
+                np.full(a.shape, fill), np.full(a.shape, -1, np.int64), np.zeros(1, np.intp)),
+                stub.__name__, "array")
         if _is_active_array(a):
-            return lambda a, dtype=None: numpy_fn(a.values, dtype)
-        return lambda a, dtype=None: numpy_fn(a, dtype)
+            return distinct(lambda a, dtype=None: numpy_fn(a.values, dtype), stub.__name__,
+                            "active")
+        return distinct(lambda a, dtype=None: numpy_fn(a, dtype), stub.__name__, "array")
 
 
 _like(zeros_like, 0.0, np.zeros_like)

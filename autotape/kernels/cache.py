@@ -291,6 +291,24 @@ def _install_locator():
 _install_locator()
 
 
+# ---- closures in kernels --------------------------------------------------------------------
+# numba names a compiled function by its qualified name and a number it counts per
+# process. The closures one factory makes share a qualified name (``f.<locals>.loops``),
+# so two kernels cached by two processes can hold two different closures under one
+# symbol, and a process that loads both links one of them for both: a tanh row's VJP
+# computed with exp's partial, silently (seen: Hessian-vector products wrong after the
+# sweep's family variants were compiled by different processes). Every closure a kernel
+# calls is therefore named after what makes it differ.
+
+def distinct(fn, *parts):
+    """``fn`` (a closure a kernel calls) under a qualified name of its own, made of its
+    factory's and ``parts`` (what its code depends on besides its argument types)."""
+    base = fn.__qualname__.replace(".<locals>.", "_").replace("<lambda>", "lambda")
+    fn.__qualname__ = fn.__name__ = "_".join([base] + [str(p).replace("-", "m")
+                                                     for p in parts])
+    return fn
+
+
 # ---- generated modules (kernels/loops.py, codegen.py) -----------------------------------------
 
 def generated_file(folder, filename, source):

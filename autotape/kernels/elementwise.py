@@ -22,7 +22,7 @@ from ..opcodes import (ABS, ADD, ARCCOS, ARCCOSH, ARCSIN, ARCSINH, ARCTAN, ARCTA
                        MUL, NEG, NOT_EQUAL, POW, RECIPROCAL, RELU, ROUND, SIGMOID, SIGN, SIN,
                        SINH, SOFTPLUS, SQRT, SQUARE, SUB, TAN, TANH, UNARY_LAST)
 from ..tape_format import A, AUX, B, OP, where_condition
-from .cache import cached_njit
+from .cache import cached_njit, distinct
 from .context import (accumulator, adjoint, first_write, first_write_lane, has_adjoint,
                       lane_block, live, operand_map, size_of, trailing, value)
 
@@ -364,7 +364,6 @@ def where_forward(ctx, i):
 def _unary_loops(code):
     """The VJP loop of a unary op; with ``code`` >= 0 the opcode is a closure constant,
     so the table folds to its one line and the loop vectorises (as _same_shape_loops)."""
-    @register_jitable
     def loops(op, x, z, g, ga, assign):
         if code >= 0:
             op = code
@@ -374,7 +373,7 @@ def _unary_loops(code):
         else:
             for k in range(z.size):
                 ga[k] += times(op, g[k], unary_partial(op, x[k], z[k]))
-    return loops
+    return register_jitable(distinct(loops, code))
 
 
 _unary_tanh, _unary_exp, _unary_sigmoid, _unary_relu, _unary_square, _unary_neg, \
@@ -418,7 +417,6 @@ def _same_shape_loops(code):
     """The VJP loops of a binary op on operands of the output's size (or one element).
     With ``code`` >= 0 the opcode is a closure constant, so the table folds to one line
     and the loops vectorise; with -1 they take the runtime opcode ``op``."""
-    @register_jitable
     def loops(ctx, op, a, b, x, y, z, g, sx, sy):
         if code >= 0:
             op = code
@@ -443,7 +441,7 @@ def _same_shape_loops(code):
                 for k in range(n):
                     gb[k * sy] += times(op, g[k], binary_partial_y(op, x[k * sx], y[k * sy],
                                                                    z[k]))
-    return loops
+    return register_jitable(distinct(loops, code))
 
 
 _same_shape_add, _same_shape_sub, _same_shape_mul, _same_shape_div, _same_shape_pow, \
@@ -453,7 +451,6 @@ _same_shape_add, _same_shape_sub, _same_shape_mul, _same_shape_div, _same_shape_
 def _chunk_loops(code):
     """The loops of binary_chunk; ``code`` as in _same_shape_loops (a constant opcode
     folds the table to its line, so the loops vectorise)."""
-    @register_jitable
     def loops(op, x, y, z, g, sx, sy, want_a, assign_a, ga, want_b, assign_b, gb):
         if code >= 0:
             op = code
@@ -470,7 +467,7 @@ def _chunk_loops(code):
         elif want_b:
             for k in range(n):
                 gb[k] += times(op, g[k], binary_partial_y(op, x[k * sx], y[k * sy], z[k]))
-    return loops
+    return register_jitable(distinct(loops, code))
 
 
 _chunk_add, _chunk_sub, _chunk_mul, _chunk_div, _chunk_pow, _chunk_any = (
@@ -522,7 +519,6 @@ def _trailing_loops(code):
     """The VJP loops of a binary op whose operands each repeat along leading axes of the
     output (a bias row, say): the output is walked as rows of the smaller period, so
     every inner loop is contiguous and free of index arithmetic. ``code`` as above."""
-    @register_jitable
     def loops(ctx, op, a, b, x, y, z, g):
         if code >= 0:
             op = code
@@ -556,7 +552,7 @@ def _trailing_loops(code):
                     for j in range(period):
                         gr[oy + j * sy] += times(op, g[base + j], binary_partial_y(
                             op, x[ox + j * sx], y[oy + j * sy], z[base + j]))
-    return loops
+    return register_jitable(distinct(loops, code))
 
 
 _trailing_add, _trailing_sub, _trailing_mul, _trailing_div, _trailing_any = (

@@ -27,7 +27,7 @@ from ..opcodes import (ADD, BINARY_LAST, CONCAT, CUSTOM, DIV, MEAN, MUL, PUT_ADD
                        WHERE)
 from ..tape_format import A, AUX, B, OP, VLOC, array_location, operand, operand_count, \
     where_condition
-from .cache import cached_njit
+from .cache import cached_njit, distinct
 from .context import operand_map, shape_of, size_of, sweep_context, value
 from .elementwise import (binary_partial_x, binary_partial_y, binary_value, passes_nothing,
                           tangent_times, times, unary_partial, unary_value)
@@ -712,6 +712,8 @@ def _kernels(fixed_c, one_lane=False):
                 for j in range(m):
                     jac[p0 + j, o, e] = G[s + j]
 
+    for kernel in (chunk, forward, reverse, tangent_chunk, tangent):
+        distinct(kernel, fixed_c, int(one_lane))  # (three sets: cache.distinct says why)
     return chunk, forward, reverse, tangent_chunk, tangent
 
 

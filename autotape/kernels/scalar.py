@@ -11,6 +11,8 @@ import math
 import numpy as np
 from numba.extending import overload
 
+from .cache import distinct
+
 __all__ = ["floor", "ceil", "trunc", "fmod"]
 
 INTEGRAL = 4503599627370496.0      # 2**52: a float this large (or inf, nan) is integral
@@ -39,7 +41,7 @@ def fmod(x, y):
 def _register(stub, numpy_fn, rounding):
     @overload(stub, target="cpu")
     def on_cpu(x):
-        return lambda x: numpy_fn(x)
+        return distinct(lambda x: numpy_fn(x), numpy_fn.__name__)
 
     @overload(stub, target="generic")
     def anywhere(x):
@@ -48,7 +50,7 @@ def _register(stub, numpy_fn, rounding):
                 return x
             r = float(rounding(x))
             return r if r != 0.0 else math.copysign(0.0, x)   # (numpy's signed zeros)
-        return rounded
+        return distinct(rounded, numpy_fn.__name__)   # (cache.distinct says why)
 
 
 _register(floor, np.floor, math.floor)

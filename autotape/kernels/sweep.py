@@ -27,7 +27,7 @@ from ..opcodes import (BINARY_FIRST, BINARY_LAST, CONST, INDEX_FIRST, INDEX_LAST
                        UNARY_LAST, WHERE)
 from ..tape_format import A, B, OP, SHAPE, VLOC, operand, operand_count, reach
 from .cache import cached_njit
-from .context import (accumulator, adjoint, f64_pointer, first_write, has_adjoint, size_of,
+from .context import (adjoint, f64_pointer, first_write, has_adjoint, size_of,
                       sweep_context, value)
 from .elementwise import (binary_chunk, binary_partial_x, binary_partial_y, binary_vjp,
                           elementwise_vjp_lanes, passes_nothing, times, unary_loop,
