@@ -740,8 +740,9 @@ def _invariant(body):
                 continue
             if c < 0 or int(instr[q + body.period, col]) == c:
                 continue                        # none, or fixed
-            owner = body._owner(c)
-            if owner is None or owner not in found:
+            # every element it reads: an operand may span the outputs of several
+            # instructions (the pieces of a split op), of which only some are invariant
+            if not {body._owner(e) for e in body._elements(q, col)} <= found:
                 ok = False
         if ok:
             found.add(q)
