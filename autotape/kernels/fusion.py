@@ -73,14 +73,15 @@ def _clash(later, earlier):
 
 def _touches(body, q, outs, n):
     """Whether instruction q reads any of the outputs starting at ``outs`` (n cells)."""
-    if _pooled(int(body.instr[q, I_OP])):
+    if pooled(int(body.instr[q, I_OP])):
         return any(o <= e < o + n for e in body.moved_reads(q) for o in outs)
     m = int(body.instr[q, I_N])
     return any(moved and o < c + (m if stride else 1) and c < o + n
                for col, c, stride, moved in _reads(body, q) for o in outs)
 
 
-def _pooled(op):
+def pooled(op):
+    """Whether an instruction of kind ``op`` reads its sources from the pool."""
     return op == GATHER or op == SCATTER_ADD
 
 
@@ -122,7 +123,7 @@ def fused_groups(body, order, hoisted):
                 outs[q] = int(body.instr[q, I_OUT])
                 adds.extend((a, q) for a in _adds(body, q, set(outs.values())))
                 continue
-            if q in hoisted or (not _pooled(int(body.instr[q, I_OP])) and
+            if q in hoisted or (not pooled(int(body.instr[q, I_OP])) and
                                 not _touches(body, q, list(outs.values()), size)):
                 between.append(q)               # (a later member may still come)
                 continue

@@ -29,6 +29,7 @@ from . import background
 from .cache import cache_dir, generated_file, import_generated
 from .elementwise import passes_nothing
 from .fusion import ROUNDED, deferred, fused_forward, fused_groups, fused_reverse
+from .fusion import pooled as _pooled
 from .program import (COPY, GATHER, I_A, I_N, I_OP, I_OUT, I_P, I_SA, SCATTER_ADD,
                       forward_range, forward_range_points, load_chunk, load_tangent_chunk,
                       reverse_range, reverse_range_points, seed_adjoints, store_adjoints,
@@ -235,7 +236,7 @@ class _Body:
         self.table = table if table is not None else (0, 0, {})
         body = range(start, start + period)
         self.base = min(int(instr[q, I_OUT]) for q in body)
-        writes = {}                                 # element slot -> instruction
+        self.writes = writes = {}                   # element slot -> instruction
         for q in body:
             for k in range(int(instr[q, I_N])):
                 writes[int(instr[q, I_OUT]) + k] = q
@@ -347,10 +348,6 @@ class _Body:
         return c not in self.constants or int(self.instr[q + self.period, col]) != c
 
 
-def _pooled(op):
-    return op == GATHER or op == SCATTER_ADD
-
-
 _ARRAY_NAMES = {False: {0: "V", 1: "V", 2: "T"}, True: {0: "G", 1: "G", 2: "GT"},
                 "tangent": {0: "D", 1: "D", 2: "DT"}}
 
@@ -451,11 +448,11 @@ _SUM = re.compile(r"^(GT|Go|G)\[(\d+)\] \+= (.*)$")
 def _broadcast_sums(loops, backward):
     """(statements, before, after): a broadcast operand's adjoint, added to at every k
     (``GT[1145] += gx``), summed in a local instead and stored once after the loop, in
-    the same order and rounded as the storage rounds (the same bits). Through memory each addition waited on the last
-    one's store and the loop did not vectorize: a Burgers body's reverse sweep took
-    2.1x the time. Only where nothing else in the loop can touch that element: the
-    other accesses to its array are ``c + k`` ranges that miss it, and none goes
-    through the other name of the same array (G and Go)."""
+    the same order and rounded as the storage rounds (the same bits). Through memory
+    each addition waited on the last one's store and the loop did not vectorize: a
+    Burgers body's reverse sweep took 2.1x the time. Only where nothing else in the
+    loop can touch that element: the other accesses to its array are ``c + k`` ranges
+    that miss it, and none goes through the other name of the same array (G and Go)."""
     if len(loops) != 1 or not loops[0].startswith("for k in range("):
         return backward, (), ()
     n = int(loops[0][len("for k in range("):-2])
@@ -642,6 +639,7 @@ def _body(body, points):
     instr, fwd, again, rev, clear, hoisted = body.instr, [], [], [], [], []
     invariant = _invariant(body)
     code = {q: _instruction(body, q, points) for q in range(body.start, body.start + body.period)}
+    forwards = {q: lines[1] for q, lines in code.items()}
     groups = fused_groups(body, list(code), invariant)
     group_of = {q: g for g, _ in groups for q in g}
     skipped_in = {id(g): skipped for g, skipped in groups}
@@ -655,14 +653,13 @@ def _body(body, points):
         elif g is not None:
             outside = {m for m in g if readers[m] - set(g)}
             fwd.extend(_block(loops, fused_forward(
-                body, g, {m: code[m][1] for m in g}, set(g),
-                outside | (set(g) - body.temporary), points)))
+                body, g, forwards, set(g), outside | (set(g) - body.temporary), points)))
             redo = set(g) & body.recomputed     # (the run's reverse recomputes them
             needed = {m for m in redo if (vjp_readers[m] | readers[m] & body.recomputed)
                       - set(g)}                 # too: stored for the others only)
             if needed:
-                again.extend(_block(loops, fused_forward(
-                    body, g, {m: code[m][1] for m in g}, redo, needed, points)))
+                again.extend(_block(loops, fused_forward(body, g, forwards, redo, needed,
+                                                         points)))
         elif q in invariant:
             hoisted.extend(_block(loops, forward))   # (a temporary: nothing to clear)
         else:
@@ -688,8 +685,8 @@ def _body(body, points):
             reverse += _block(loops, *_broadcast_sums(loops, backward))
         elif id(g) not in done:
             done.add(id(g))
-            values = fused_forward(body, g, {m: code[m][1] for m in g},
-                                   set(g) & body.recomputed, set(), points)
+            values = fused_forward(body, g, forwards, set(g) & body.recomputed, set(),
+                                   points)
             lines, flushes = fused_reverse(
                 body, g, values, [(m, b) for m, _, b in steps if m in g],
                 set(g) & body.recomputed, deferred(body, g, skipped_in[id(g)]), scratch,
@@ -702,11 +699,7 @@ def _body(body, points):
 def _readers(body):
     """Per instruction: the instructions that read its output, and those whose VJPs
     read its value."""
-    instr = body.instr
-    writes = {}
-    for q in range(body.start, body.start + body.period):
-        for k in range(int(instr[q, I_N])):
-            writes[int(instr[q, I_OUT]) + k] = q
+    instr, writes = body.instr, body.writes
     readers = {q: set() for q in range(body.start, body.start + body.period)}
     vjp_readers = {q: set() for q in readers}
     for q in readers:
