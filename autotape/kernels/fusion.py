@@ -12,14 +12,15 @@ stays in the run is a local too (``a{q}``).
 
 The bits stay the interpreter's: values are rounded to the storage dtype where they
 would have been stored, and each adjoint element receives its terms in the order the
-unfused sweep adds them. That order is what decides where a run ends:
+unfused sweep adds them:
 
-- an instruction reads an output of the run only at the same cell (``u[k]``, never
-  ``u[k + 1]``, which the loop has not computed yet);
-- where two instructions of the run add into the adjoint of one outside array (a
-  stencil reading ``u`` at several offsets), the later one's terms reach every element
-  no later than the earlier one's (its offset no smaller); a broadcast operand's
-  adjoint (every cell adds to it) is added to by one instruction of the run at most.
+- a run ends where an instruction would read an output of the run at another cell
+  (``u[k + 1]``, which the loop has not computed yet);
+- where two instructions of the run add into the adjoint of one outside array and the
+  loop would deliver an earlier one's term first (a stencil reading ``u`` at a larger
+  offset first; a broadcast operand, which every cell adds to), the earlier ones' terms
+  go to a float64 buffer and are added after the loop, one instruction after another
+  (``deferred``); a WHERE's terms (one branch writes nothing) end the run instead.
 """
 import re
 
@@ -46,6 +47,8 @@ def _reads(body, q):
 
 
 def fusable(body, q):
+    """Whether instruction q may be a member of a run: elementwise, WHERE or COPY, over
+    more than one cell."""
     op, n = int(body.instr[q, I_OP]), int(body.instr[q, I_N])
     return n > 1 and op != GATHER and op != SCATTER_ADD and op >= COPY
 
