@@ -19,10 +19,15 @@ table's partials, all in compiled code.
 (tensor(7.8997146), tensor(7.26941224))
 """
 import ast
+import builtins
 import functools
 import hashlib
+import importlib
 import inspect
+import io
 import math  # noqa: F401  (the examples' njit functions use it)
+import os
+import pickle
 import re
 import sys
 import textwrap
@@ -35,7 +40,7 @@ from numba.core.caching import NullCache
 from numba.core.dispatcher import Dispatcher
 from numba.core.errors import NumbaError
 
-from . import eager_calls
+from . import eager_calls, jit_python
 from .custom import CustomOp
 from .grad_mode import is_grad_enabled
 from .pytree import flatten
@@ -107,7 +112,8 @@ class Jit:
         self.argnums = _argnums(argnums)
         self._tuple = isinstance(argnums, (tuple, list))   # (results as a tuple, as jax)
         self.name = getattr(fn, "__name__", "fn")
-        self._recorders = {}
+        self._recorders, self._trees, self._helper_args = {}, {}, {}
+        self._python_fails = False   # (fn raised in Python mode: record compiled only)
         self._programs = {}      # argument shapes -> (lean program, output shape), or
         self._lock = threading.Lock()   # False where fn takes decisions on values
         self._rows = START_ROWS
@@ -330,9 +336,13 @@ class Jit:
     def _record(self, arrays):
         """Record fn at the arguments: (output values, their rows, (ops, values, rows
         used), output shape, the decisions it took on recorded values)."""
-        recorder = self._recorder([a.ndim if self._differentiated(k) else None
-                                   for k, a in enumerate(arrays)])
+        ndims = [a.ndim if self._differentiated(k) else None for k, a in enumerate(arrays)]
+        recorder = self._recorder(ndims)
         inputs = [a if a.ndim else a.item() for a in arrays]
+        if not recorder.signatures:
+            recorded = self._record_beside(recorder, ndims, arrays, inputs)
+            if recorded is not None:
+                return recorded
         while True:
             rows = self._rows
             header, ops, values = _buffers(rows)
@@ -361,9 +371,63 @@ class Jit:
                 recorder = self._recorders.get(key)
                 if recorder is None:
                     tree = _Tree()
-                    recorder = self._recorders[key] = _make_recorder(
-                        _transformed(self.fn, tree), ndims, self.name, tree)
+                    tree.user = _transformed(self.fn, tree)
+                    recorder = _make_recorder(tree.user, ndims, self.name, tree)
+                    self._trees[key] = tree
+                    self._recorders[key] = recorder
         return recorder
+
+    def _record_beside(self, recorder, ndims, arrays, inputs):
+        """A recording while numba compiles the recorder in a helper process: fn run by
+        Python (jit_python.py; the same rows); None where the compiled recorder is to
+        record: it is compiled or on disk, or cannot be compiled beside (background
+        compiling off, a tree read values it cannot name), or Python cannot run fn as
+        numba would (the call then waits for the helper)."""
+        tree = self._trees[tuple(ndims)]
+        if engine.FORCE_PYTHON_TIER[0]:
+            return self._record_in_python(tree, ndims, inputs)
+        if self._python_fails or tree.module is None or not background.enabled() or \
+                not all(a.dtype.kind in "bi" or a.dtype == np.float64 for a in arrays):
+            return None                        # (float32 data: numpy's rules differ)
+        signature = tuple(numba.typeof(a) for a in (np.empty(active.HEADER, np.int64),
+                                                    *inputs))
+        key = f"at.jit {tree.module[0]} {signature}"
+        was = background.state(key)
+        if was is None and on_disk(recorder):
+            return None
+        if was is None:
+            recipe = tree.recipe(*tree.module, signature)
+            if recipe is None:
+                return None
+            path = os.path.join(os.path.dirname(tree.module[1]), "recipe_" + hashlib.sha256(
+                key.encode()).hexdigest()[:24] + ".pkl")
+            tmp = f"{path}.{os.getpid()}.tmp"
+            with open(tmp, "wb") as f:
+                f.write(recipe)
+            os.replace(tmp, path)
+            self._helper_args[key] = [path]
+        what = f"{loop_of(self.fn)[len('the loop in '):]} for at.jit"
+        if background.beside(key, was, _HELPER, self._helper_args.get(key, []), what, False,
+                             key, cache_dir(), meanwhile="its calls record in Python until "
+                             "it is ready"):
+            return None
+        try:
+            return self._record_in_python(tree, ndims, inputs)
+        except jit_python.TooLong:
+            pass
+        except Exception:                      # (numba's recording says what, or records)
+            self._python_fails = True
+        background.beside(key, background.state(key), _HELPER, [], what, True, key,
+                          cache_dir())
+        return None
+
+    def _record_in_python(self, tree, ndims, inputs):
+        """The recording by Python (None where fn had no source to transform)."""
+        if id(tree.user) not in tree.python:
+            return None
+        values, rows, tape, shape, decisions = jit_python.record(
+            tree.python_function(tree.user), inputs, ndims)
+        return values, rows, tape, tuple(shape), decisions
 
     def _gradient(self, tape, row, total):
         """d output(row) / d the inputs, flat (the inputs are the tape's first rows)."""
@@ -567,27 +631,86 @@ def _make_recorder(user, ndims, name, tree):
         exec(source, namespace)
         namespace["user"] = user
         return numba.njit(error_model="numpy", nogil=True)(namespace["record"])
-    module = import_generated(f"autotape_jit_{digest}",
-                              generated_file("jit", f"record_{digest}.py", source))
+    tree.module = (f"autotape_jit_{digest}",
+                   generated_file("jit", f"record_{digest}.py", source))
+    return _cached_recorder(*tree.module, user)
+
+
+def _cached_recorder(name, path, user):
+    """The recorder kept in numba's disk cache: the generated module at ``path`` calling
+    ``user`` (fn compiled for differentiable values)."""
+    module = import_generated(name, path)
     module.user = user
     return numba.njit(error_model="numpy", nogil=True, cache=True)(module.record)
+
+
+# ---- compiling a recorder in a helper process ------------------------------------------------
+
+_HELPER = "from autotape.jit import compile_recorder\ncompile_recorder(sys.argv[1])\n"
+
+
+def compile_recorder(path):
+    """A helper process's job: the recorder whose recipe (``_Tree.recipe``) is at
+    ``path``, compiled for its signature into numba's disk cache."""
+    functions = {}
+
+    class Callee(str):
+        """A function of the recipe, by its symbol (built before its callers)."""
+
+    def load(pid):
+        kind, name = pid
+        return importlib.import_module(name) if kind == "module" else Callee(name)
+
+    with open(path, "rb") as f:
+        unpickler = pickle.Unpickler(f)
+        unpickler.persistent_load = load
+        recipe = unpickler.load()
+    for name, symbol, source, names in recipe["functions"]:
+        namespace = {k: functions[v] if isinstance(v, Callee) else v
+                     for k, v in names.items()}
+        namespace["__builtins__"] = builtins
+        exec(compile(source, f"<at.jit {name}>", "exec"), namespace)
+        fn = namespace[name]
+        fn.__name__ = fn.__qualname__ = symbol
+        functions[symbol] = numba.njit(error_model="numpy", nogil=True)(fn)
+    user = functions[recipe["functions"][-1][1]]
+    _cached_recorder(recipe["module"], recipe["path"], user).compile(recipe["signature"])
 
 
 class _Tree:
     """What goes into a recorder: the transformed source of fn and of every njit
     function it calls, and the values they read from outside (numba compiles them in
-    as constants). ``digest`` names it all, or is None where a value has no name."""
+    as constants). ``digest`` names it all, or is None where a value has no name.
+
+    It also keeps what a recording needs without numba: each function's code and
+    namespace (``python_function``: jit_python.py runs them), and the recipe a helper
+    process compiles the recorder from (``functions``: name, symbol, source and the
+    values its names read, callees first)."""
 
     def __init__(self):
         self.done, self.parts, self.unnamed = {}, [], False   # (done: by id, this process)
+        self.functions, self.symbols, self.python = [], {}, {}
+        self.module = None        # (the recorder's module name and file, when cached)
+        self.user = None          # (fn compiled for differentiable values)
+        self._in_python = {}
 
-    def add(self, module, namespace):
+    def add(self, name, module, namespace):
         """One transformed function: its source and the globals and closure values its
-        names and dotted names read."""
-        self.parts.append(ast.unparse(module))
+        names and dotted names read. Returns its symbol: a name made of its code, what
+        it reads and its callees' symbols, so that two recorders cached by different
+        processes never hold two different functions under one name (a process that
+        loads both would link one of them for both: kernels/cache.py's ``distinct``)."""
+        source = ast.unparse(module)
+        self.parts.append(source)
+        own = hashlib.sha256(source.encode())
+        names = {node.id: namespace[node.id] for node in ast.walk(module)
+                 if isinstance(node, ast.Name) and node.id in namespace}
+        for alias, value in sorted(names.items()):
+            if alias.startswith("__autotape_call_"):
+                own.update(f"{alias}={self.symbols.get(id(value))}".encode())
         seen = set()
         for node in ast.walk(module):
-            if not isinstance(node, (ast.Name, ast.Attribute)):
+            if self.unnamed or not isinstance(node, (ast.Name, ast.Attribute)):
                 continue
             text = ast.unparse(node)
             if text in seen or text.startswith("__autotape_"):
@@ -599,8 +722,41 @@ class _Tree:
             named = _named(value)
             if named is None:
                 self.unnamed = True
-                return
+                continue
             self.parts.append(f"{text}={named}")
+            own.update(self.parts[-1].encode())
+        symbol = f"{name}_{own.hexdigest()[:16]}"
+        self.functions.append((name, symbol, source, names))
+        return symbol
+
+    def python_function(self, compiled):
+        """The transformed function behind ``compiled``, as Python runs it with
+        jit_python.py's values (its callees too)."""
+        fn = self._in_python.get(id(compiled))
+        if fn is None:
+            code, namespace, name = self.python[id(compiled)]
+            names = jit_python.namespace(namespace, self.python_function)
+            exec(code, names)
+            fn = self._in_python[id(compiled)] = names[name]
+        return fn
+
+    def recipe(self, module, path, signature):
+        """What a helper process compiles the recorder from (``compile_recorder``):
+        pickled bytes, or None where some value cannot be pickled."""
+        by_id = {id(compiled): symbol for compiled, symbol in
+                 ((c, self.symbols[id(c)]) for c in self.done.values()
+                  if id(c) in self.symbols)}
+        buffer = io.BytesIO()
+        pickler = pickle.Pickler(buffer, protocol=pickle.HIGHEST_PROTOCOL)
+        pickler.persistent_id = lambda v: ("module", v.__name__) if isinstance(
+            v, types.ModuleType) else (("function", by_id[id(v)]) if isinstance(
+                v, Dispatcher) and id(v) in by_id else None)
+        try:
+            pickler.dump({"functions": self.functions, "module": module, "path": path,
+                          "signature": signature})
+        except (pickle.PicklingError, TypeError, AttributeError):
+            return None
+        return buffer.getvalue()
 
     def digest(self, source):
         if self.unnamed:
@@ -729,10 +885,15 @@ def _transformed(fn, tree):
     node.name, node.decorator_list = name, []
     module = ast.Module(body=[_Rewrite(namespace, tree, py).visit(node)], type_ignores=[])
     ast.fix_missing_locations(module)
-    tree.add(module, namespace)
+    symbol = tree.add(name, module, namespace)
     ast.increment_lineno(module, py.__code__.co_firstlineno - 1)
-    exec(compile(module, py.__code__.co_filename, "exec"), namespace)
-    compiled = done[key] = numba.njit(error_model="numpy", nogil=True)(namespace[name])
+    code = compile(module, py.__code__.co_filename, "exec")
+    exec(code, namespace)
+    fn = namespace[name]
+    fn.__name__ = fn.__qualname__ = symbol
+    compiled = done[key] = numba.njit(error_model="numpy", nogil=True)(fn)
+    tree.symbols[id(compiled)] = symbol
+    tree.python[id(compiled)] = (code, namespace, name)
     return compiled
 
 

@@ -222,15 +222,17 @@ def _register_binary(fn, op):
         return distinct(lambda x, y: binary(op, fx(x), fy(y)), op, fx is _same, fy is _same)
 
 
-for _fn, _op in [(operator.add, ADD), (operator.sub, SUB), (operator.mul, MUL),
-                 (operator.truediv, DIV), (operator.pow, POW), (math.pow, POW),
-                 (np.power, POW), (math.atan2, ARCTAN2), (np.arctan2, ARCTAN2),
-                 (math.hypot, HYPOT), (np.hypot, HYPOT), (np.maximum, MAXIMUM),
-                 (np.minimum, MINIMUM), (np.add, ADD), (np.subtract, SUB),
-                 (np.multiply, MUL), (np.divide, DIV), (max, MAXIMUM), (min, MINIMUM)]:
-    _register_binary(_fn, _op)
-for _fn, _op in [(operator.iadd, ADD), (operator.isub, SUB), (operator.imul, MUL),
-                 (operator.itruediv, DIV), (operator.ipow, POW)]:
+# The functions an Active is differentiated through, and their opcodes (jit_python.py's
+# recorder reads the same tables)
+BINARY_FUNCTIONS = [(operator.add, ADD), (operator.sub, SUB), (operator.mul, MUL),
+                    (operator.truediv, DIV), (operator.pow, POW), (math.pow, POW),
+                    (np.power, POW), (math.atan2, ARCTAN2), (np.arctan2, ARCTAN2),
+                    (math.hypot, HYPOT), (np.hypot, HYPOT), (np.maximum, MAXIMUM),
+                    (np.minimum, MINIMUM), (np.add, ADD), (np.subtract, SUB),
+                    (np.multiply, MUL), (np.divide, DIV), (max, MAXIMUM), (min, MINIMUM)]
+for _fn, _op in BINARY_FUNCTIONS + [(operator.iadd, ADD), (operator.isub, SUB),
+                                    (operator.imul, MUL), (operator.itruediv, DIV),
+                                    (operator.ipow, POW)]:
     _register_binary(_fn, _op)
 
 
@@ -242,18 +244,18 @@ def _register_unary(fn, op):
         return None
 
 
-_UNARY = [(operator.neg, NEG), (abs, ABS), (np.abs, ABS), (np.absolute, ABS),
+UNARY_FUNCTIONS = [(operator.neg, NEG), (abs, ABS), (np.abs, ABS), (np.absolute, ABS),
           (math.fabs, ABS), (np.negative, NEG)]
 for _name, _op in [("exp", EXP), ("log", LOG), ("sqrt", SQRT), ("sin", SIN), ("cos", COS),
                    ("tan", TAN), ("tanh", TANH), ("sinh", SINH), ("cosh", COSH),
                    ("log1p", LOG1P), ("expm1", EXPM1), ("log2", LOG2), ("log10", LOG10)]:
-    _UNARY += [(getattr(math, _name), _op), (getattr(np, _name), _op)]
+    UNARY_FUNCTIONS += [(getattr(math, _name), _op), (getattr(np, _name), _op)]
 for _m, _n, _op in [("asin", "arcsin", ARCSIN), ("acos", "arccos", ARCCOS),
                     ("atan", "arctan", ARCTAN), ("asinh", "arcsinh", ARCSINH),
                     ("acosh", "arccosh", ARCCOSH), ("atanh", "arctanh", ARCTANH)]:
-    _UNARY += [(getattr(math, _m), _op), (getattr(np, _n), _op)]
-_UNARY += [(math.erf, ERF), (np.exp2, EXP2)]
-for _fn, _op in _UNARY:
+    UNARY_FUNCTIONS += [(getattr(math, _m), _op), (getattr(np, _n), _op)]
+UNARY_FUNCTIONS += [(math.erf, ERF), (np.exp2, EXP2)]
+for _fn, _op in UNARY_FUNCTIONS:
     _register_unary(_fn, _op)
 
 
@@ -289,15 +291,17 @@ def _refuse(fn, why):
         return None
 
 
-_refuse(float, "float() of a differentiable value would drop its derivative (at.jit); "
-               "keep computing with it, or use a plain number where no derivative is "
-               "wanted")
-_refuse(int, "int() of a differentiable value would drop its derivative (at.jit)")
-_refuse(bool, "bool() of a differentiable value: compare it instead (x > 0)")
-_refuse(math.floor, "math.floor of a differentiable value returns an int, which drops "
-                    "the derivative (at.jit)")
-_refuse(math.ceil, "math.ceil of a differentiable value returns an int, which drops the "
-                   "derivative (at.jit)")
+REFUSED = {
+    float: "float() of a differentiable value would drop its derivative (at.jit); keep "
+           "computing with it, or use a plain number where no derivative is wanted",
+    int: "int() of a differentiable value would drop its derivative (at.jit)",
+    bool: "bool() of a differentiable value: compare it instead (x > 0)",
+    math.floor: "math.floor of a differentiable value returns an int, which drops the "
+                "derivative (at.jit)",
+    math.ceil: "math.ceil of a differentiable value returns an int, which drops the "
+               "derivative (at.jit)"}
+for _fn, _why in REFUSED.items():
+    _refuse(_fn, _why)
 
 
 @overload_attribute(ActiveType, "real")
@@ -476,11 +480,12 @@ def _register_array_binary(fn, op):
         return distinct(scalar_array, op, convert is _same)
 
 
-for _fn, _op in [(operator.add, ADD), (operator.sub, SUB), (operator.mul, MUL),
-                 (operator.truediv, DIV), (operator.pow, POW), (np.power, POW),
-                 (np.add, ADD), (np.subtract, SUB), (np.multiply, MUL), (np.divide, DIV),
-                 (np.maximum, MAXIMUM), (np.minimum, MINIMUM), (np.arctan2, ARCTAN2),
-                 (np.hypot, HYPOT)]:
+ARRAY_BINARY_FUNCTIONS = [
+    (operator.add, ADD), (operator.sub, SUB), (operator.mul, MUL), (operator.truediv, DIV),
+    (operator.pow, POW), (np.power, POW), (np.add, ADD), (np.subtract, SUB),
+    (np.multiply, MUL), (np.divide, DIV), (np.maximum, MAXIMUM), (np.minimum, MINIMUM),
+    (np.arctan2, ARCTAN2), (np.hypot, HYPOT)]
+for _fn, _op in ARRAY_BINARY_FUNCTIONS:
     _register_array_binary(_fn, _op)
 
 
@@ -528,7 +533,7 @@ def _register_array_unary(fn, op):
         return distinct(each, op)
 
 
-for _fn, _op in _UNARY:
+for _fn, _op in UNARY_FUNCTIONS:
     if _fn is not math.fabs and not getattr(_fn, "__module__", "") == "math" and \
             _fn is not abs:
         _register_array_unary(_fn, _op)
