@@ -30,7 +30,7 @@ import numpy as np
 
 from .kernels import active
 from .kernels.elementwise import binary_value, unary_value
-from .opcodes import ADD, CONST, DIV, LEAF, MAXIMUM, MINIMUM, MUL
+from .opcodes import ADD, CONST, DIV, LEAF, MUL
 
 PYTHON_ROWS_MAX = 1_000_000
 
