@@ -118,22 +118,30 @@ def _replayed():
     g.jacobian(np.arange(1.0, 5.0))
 
 
-def _threads(arrays=True):
+def _on_two_threads(step):
+    """Run ``step`` with numba on two threads (nothing on one core: no threaded kernels
+    to compile)."""
     saved = get_num_threads()
     try:
         set_num_threads(2)
-    except ValueError:                      # one core: no threaded kernels to compile
+    except ValueError:
         return
     try:
-        if arrays:
-            n = (1 << 19) + 1
-            x = tensor(np.linspace(0.0, 1.0, n), requires_grad=True)
-            grad((sin(x) * x + tanh(x) * exp(-x) + x ** 2).sum(), x)
-        small = compile_(lambda v: (v * v).sum(), np.ones(2))
-        func.vmap(small.grad)(np.ones((1 << 16, 2)))
-        func.vmap(small.jacfwd)(np.ones((1 << 12, 2)))
+        step()
     finally:
         set_num_threads(saved)
+
+
+def _threaded_arrays():
+    n = (1 << 19) + 1
+    x = tensor(np.linspace(0.0, 1.0, n), requires_grad=True)
+    grad((sin(x) * x + tanh(x) * exp(-x) + x ** 2).sum(), x)
+
+
+def _threaded_points():
+    small = compile_(lambda v: (v * v).sum(), np.ones(2))
+    func.vmap(small.grad)(np.ones((1 << 16, 2)))
+    func.vmap(small.jacfwd)(np.ones((1 << 12, 2)))
 
 
 def _numba_code():
@@ -141,27 +149,38 @@ def _numba_code():
     jit_(numba.njit(lambda x: x * x)).grad(1.0)
 
 
-STEPS = [("numpy.linalg sweep", _linalg), ("compiled programs", _compiled),
-         ("scalar sweep", _scalar), ("array sweep", _arrays),
-         ("compiled Jacobians, points", _more_compiled), ("compiled loops", _compiled_loops),
-         ("elementwise sweep", _elementwise), ("replayed programs", _replayed),
-         ("threaded kernels", _threads), ("numba code (at.jit)", _numba_code)]
-# seconds each step compiled for on a cold cache (the 2-core VM, one process): how
-# ``warmup`` shares the steps out between its processes
-STEP_SECONDS = {"numpy.linalg sweep": 17, "compiled programs": 24, "scalar sweep": 4,
-                "array sweep": 30, "compiled Jacobians, points": 7, "compiled loops": 10,
-                "elementwise sweep": 12, "replayed programs": 22, "threaded kernels": 28,
-                "numba code (at.jit)": 4}
+# (label, step, group, seconds it compiled for on a cold cache: the 2-core VM, one
+# process), most wanted first. A group's kernels share the helpers numba compiles into
+# each of them (the sweep variants' VJP families, the lean program's op math), which a
+# process compiles once for all of them: ``shares`` keeps a group in one process.
+STEPS = [("numpy.linalg sweep", _linalg, "linalg", 16),
+         ("compiled programs", _compiled, "programs", 25),
+         ("scalar sweep", _scalar, "sweeps", 4),
+         ("array sweep", _arrays, "sweeps", 31),
+         ("compiled Jacobians, points", _more_compiled, "programs", 9),
+         ("compiled loops", _compiled_loops, "programs", 10),
+         ("elementwise sweep", _elementwise, "sweeps", 12),
+         ("replayed programs", _replayed, "sweeps", 15),
+         ("threaded array kernels", lambda: _on_two_threads(_threaded_arrays), "sweeps", 14),
+         ("threaded compiled functions", lambda: _on_two_threads(_threaded_points),
+          "programs", 18),
+         ("numba code (at.jit)", _numba_code, "programs", 1)]
 
 
 def shares(processes):
-    """STEPS split into ``processes`` lists of about equal compile time, longest steps
-    first (each list in STEPS's order: a step after the ones whose kernels it uses)."""
+    """STEPS split into ``processes`` lists of about equal compile time, longest first:
+    whole groups while there are no more processes than groups, else single steps
+    (each list in STEPS's order: a step after the ones whose kernels it uses)."""
+    groups = {}
+    for k, (_, _, group, _) in enumerate(STEPS):
+        groups.setdefault(group, []).append(k)
+    units = list(groups.values()) if processes <= len(groups) else \
+        [[k] for k in range(len(STEPS))]
     loads = [[0, []] for _ in range(processes)]
-    for k in sorted(range(len(STEPS)), key=lambda k: -STEP_SECONDS[STEPS[k][0]]):
+    for unit in sorted(units, key=lambda ks: -sum(STEPS[k][3] for k in ks)):
         least = min(loads, key=lambda load: load[0])
-        least[0] += STEP_SECONDS[STEPS[k][0]]
-        least[1].append(k)
+        least[0] += sum(STEPS[k][3] for k in unit)
+        least[1] += unit
     return [sorted(ks) for _, ks in loads if ks]
 
 
@@ -181,7 +200,7 @@ def compiled_function_kernels():
     eager_calls.py runs), then leave its mark in the cache."""
     for step in (_compiled, _more_compiled, _replayed):
         step()
-    _threads(arrays=False)
+    _on_two_threads(_threaded_points)
     _mark(eager_calls.mark_path())
 
 
@@ -277,7 +296,7 @@ def warmup(quiet=False, processes=None):
 def run_steps(numbers, say):
     """The warmup's steps ``numbers`` (indices into STEPS), in this process."""
     for k in numbers:
-        label, step = STEPS[k]
+        label, step = STEPS[k][:2]
         start = time.perf_counter()
         with background.here():
             step()

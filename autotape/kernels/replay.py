@@ -76,15 +76,19 @@ def replay_and_sweep(rows, ipool, shape_ndim, shape_start, shape_dims, shape_siz
     rows land in ``out[lane, columns of that input]``. Returns the sweep's (status,
     stride or unknown row), or (-1, row) when a row needs Python (numpy.linalg)."""
     n = rows.shape[0]
+    # (zero and retain are not the literals 0 and True: numba would compile a replay and
+    # a sweep specialised for those, ~12 s more of cold compile, where these calls take
+    # the ones executor.py's and compile.py's calls compile)
+    zero, retain = n - n, n >= 0
     stop = forward_replay(rows, ipool, shape_ndim, shape_start, shape_dims, shape_size,
-                          arena_addr, big_addr, in_rows, in_vals, 0, n, dgemm, 0)
+                          arena_addr, big_addr, in_rows, in_vals, zero, n, dgemm, zero)
     if stop != n:
         return -1, stop
     state = np.full(SPLIT_STATE, -1, np.int64)
     status, stride, adj_off, _ = reverse_sweep(
         rows, ipool, shape_ndim, shape_start, shape_dims, shape_size, arena_addr,
-        arena_size, big_addr, released, True, seed_rows, seed_vals, seed_off, lanes, adj,
-        in_rows[:0], dgemm, in_rows, in_rows[:0], np.empty((0, 0), np.bool_), state, 0,
+        arena_size, big_addr, released, retain, seed_rows, seed_vals, seed_off, lanes, adj,
+        in_rows[:0], dgemm, in_rows, in_rows[:0], np.empty((0, 0), np.bool_), state, zero,
         np.zeros(0, np.uint8))
     col = 0
     for j in range(in_rows.size):
