@@ -669,14 +669,15 @@ def _like(stub, fill, numpy_fn):
             if _is_active_array(a):
                 return distinct(lambda a, dtype=None: ActiveArray(
                     np.full(a.values.shape, fill), np.full(a.values.shape, -1, np.int64),
-                    np.zeros(1, np.intp)), stub.__name__, "active")
+                    np.zeros(1, np.intp)), stub.__name__, "active", "values")
             return distinct(lambda a, dtype=None: ActiveArray(
                 np.full(a.shape, fill), np.full(a.shape, -1, np.int64), np.zeros(1, np.intp)),
-                stub.__name__, "array")
+                stub.__name__, "array", "values")
         if _is_active_array(a):
             return distinct(lambda a, dtype=None: numpy_fn(a.values, dtype), stub.__name__,
-                            "active")
-        return distinct(lambda a, dtype=None: numpy_fn(a, dtype), stub.__name__, "array")
+                            "active", "numbers")
+        return distinct(lambda a, dtype=None: numpy_fn(a, dtype), stub.__name__, "array",
+                        "numbers")
 
 
 _like(zeros_like, 0.0, np.zeros_like)
