@@ -189,3 +189,44 @@ def test_a_compiled_vjp_returning_none_is_named_in_a_compiled_function():
     with pytest.raises(TypeError, match="custom op '_double': a numba-compiled vjp must "
                                         "return a tuple of cotangents"):
         at.compile(lambda x: op(x).sum(), np.ones(2)).grad(np.ones(2))
+
+
+@numba.njit
+def affine_forward(a, b):
+    """(2, 3) @ (3,) -> a (2, 3) output of tanh(a * b) (operands and output not 1-D)."""
+    return np.tanh(a * b[None, :]) + a.sum()
+
+
+@numba.njit
+def affine_vjp(inputs, out, g):
+    a, b = inputs
+    d = g * (1.0 - np.tanh(a * b[None, :]) ** 2)
+    ga = d * b[None, :] + g.sum()
+    gb = (d * a).sum(axis=0)
+    return ga, gb
+
+
+affine = at.custom_op(affine_forward, affine_vjp)
+
+
+def test_matrix_operands_and_outputs_pass_through_the_driver_element_by_element():
+    """Operands and outputs of two axes are copied in C order between the program's
+    slots and the user's arrays, and back (kernels/calls.py)."""
+    A, b = np.arange(6.0).reshape(2, 3) * 0.1 - 0.2, np.array([0.5, -1.0, 2.0])
+
+    def f(a, v):
+        y = affine(a * 1.5, v)
+        return (y * np.arange(6.0).reshape(2, 3)).sum()
+    c = at.compile(f, A, b)
+    assert c._lean("value", [A, b]).lean.user_calls
+    value, (ga, gb) = c.value_and_grad(A, b)
+    ta, tb = at.tensor(A, requires_grad=True), at.tensor(b, requires_grad=True)
+    want = f(ta, tb)
+    wa, wb = at.grad(want, (ta, tb))
+    assert value.item() == pytest.approx(want.item(), rel=1e-14)
+    np.testing.assert_allclose(ga.numpy(), wa.numpy(), rtol=1e-13)
+    np.testing.assert_allclose(gb.numpy(), wb.numpy(), rtol=1e-13)
+    fd = central_jacobian(lambda v: np.atleast_1d(f(v[:6].reshape(2, 3), v[6:])),
+                          np.concatenate([A.ravel(), b]))
+    np.testing.assert_allclose(np.concatenate([ga.numpy().ravel(), gb.numpy()]), fd[0],
+                               rtol=1e-6, atol=1e-9)

@@ -25,14 +25,25 @@ __all__ = ["driver", "flat"]
 
 
 def flat(x):
-    """x as a flat float64 array (a scalar as one element); compiled code only."""
-    return np.asarray(x, np.float64).reshape(-1)
+    """x as a flat float64 array, a copy (a scalar as one element); compiled code only."""
+    return np.asarray(x, np.float64).reshape(-1).copy()
 
+
+# (no reshape and no slice assignment in the driver: numba compiles their error
+# messages, string formatting included, ~2 s in every process, into the first function
+# that uses them)
 
 @overload(flat)
 def _flat(x):
     if isinstance(x, types.Array):
-        return lambda x: np.ascontiguousarray(x).reshape(-1).astype(np.float64)
+        def copied(x):
+            out = np.empty(x.size)
+            k = 0
+            for v in x.flat:                   # (C order, as reshape(-1))
+                out[k] = v
+                k += 1
+            return out
+        return copied
     if isinstance(x, (types.Float, types.Integer)):
         return lambda x: np.full(1, x, np.float64)
     return None
@@ -68,35 +79,46 @@ def forward_{k}(instr, pool, V, q):
     if y.size != n:
         raise ValueError("custom op {name}: forward returned the wrong number of elements "
                          "(it must return the output's shape at every call)")
-    V[out:out + n] = y
+    for e in range(n):
+        V[out + e] = y[e]
 
 
 def vjp_{k}(instr, pool, V, G, q):
     p, out, n = instr[q, {I_P}], instr[q, {I_OUT}], instr[q, {I_N}]
 {load}
-    y = {output}
-    g = {cotangent}
+{output}
+{cotangent}
     cots = user_vjp_{k}(({args},), y, g)
 {scatter}
 '''
 
 
+def _shaped(name, array, start, shape):
+    """Lines binding ``name`` to a copy of ``array[start:]`` of ``shape`` (a float when
+    0-d), element by element beyond one axis."""
+    if shape == ():
+        return [f"    {name} = {array}[{start}]"]
+    if len(shape) == 1:
+        return [f"    {name} = {array}[{start}:{start} + {shape[0]}].copy()"]
+    lines = [f"    {name} = np.empty({tuple(shape)!r})", f"    at = {start}"]
+    for axis, size in enumerate(shape):
+        lines.append("    " * (axis + 1) + f"for i{axis} in range({size}):")
+    index = ", ".join(f"i{axis}" for axis in range(len(shape)))
+    lines += ["    " * (len(shape) + 1) + f"{name}[{index}] = {array}[at]",
+              "    " * (len(shape) + 1) + "at += 1"]
+    return lines
+
+
 def _operand(j, shape, array="V"):
     """Lines binding x{j} to call operand j (a float when 0-d)."""
-    s, n = f"pool[p + {1 + 2 * j}]", f"pool[p + {2 + 2 * j}]"
-    if shape == ():
-        return [f"    x{j} = {array}[{s}]"]
-    return [f"    x{j} = {array}[{s}:{s} + {n}].copy().reshape({tuple(shape)!r})"]
+    return _shaped(f"x{j}", array, f"pool[p + {1 + 2 * j}]", tuple(shape))
 
 
 def _source(k, name, in_shapes, out_shape):
     load = "\n".join(line for j, shape in enumerate(in_shapes) for line in _operand(j, shape))
     args = ", ".join(f"x{j}" for j in range(len(in_shapes)))
-    if out_shape == ():
-        output, cotangent = "V[out]", "G[out]"
-    else:
-        output = f"V[out:out + n].copy().reshape({tuple(out_shape)!r})"
-        cotangent = f"G[out:out + n].copy().reshape({tuple(out_shape)!r})"
+    output = "\n".join(_shaped("y", "V", "out", tuple(out_shape)))
+    cotangent = "\n".join(_shaped("g", "G", "out", tuple(out_shape)))
     scatter = []
     for j, shape in enumerate(in_shapes):
         size = int(np.prod(shape, dtype=np.int64))
@@ -105,7 +127,8 @@ def _source(k, name, in_shapes, out_shape):
                     f"        raise ValueError(\"custom op {name}: vjp's cotangent for input "
                     f"{j} has the wrong number of elements (it must have the input's shape)\")",
                     f"    s{j} = pool[p + {1 + 2 * j}]",
-                    f"    G[s{j}:s{j} + {size}] += c{j}"]
+                    f"    for e in range({size}):",
+                    f"        G[s{j} + e] += c{j}[e]"]
     return _CALL.format(k=k, name=repr(name)[1:-1].replace('"', "'"), load=load, args=args,
                         output=output, cotangent=cotangent, scatter="\n".join(scatter),
                         I_P=I_P, I_OUT=I_OUT, I_N=I_N)
@@ -127,13 +150,18 @@ def driver(instr, calls):
         source.append(_source(k, name, in_shapes, out_shape))
     bounds = [-1] + at + [None]
     fwd, rev = [], []
+    # (the ranges' bounds as np.int64, not literals: numba would compile the interpreter's
+    # forward_range / reverse_range again for every literal, seconds each per program,
+    # where these take the int64 ones in the disk cache)
     for k in range(len(at) + 1):
-        q0, q1 = bounds[k] + 1, ("count" if bounds[k + 1] is None else bounds[k + 1])
+        q0 = f"np.int64({bounds[k] + 1})"
+        q1 = "count" if bounds[k + 1] is None else f"np.int64({bounds[k + 1]})"
         fwd.append(f"        forward_range(instr, pool, divisor, V, {q0}, {q1})")
         if k < len(at):
             fwd.append(f"        forward_{k}(instr, pool, V, {at[k]})")
     for k in range(len(at), -1, -1):
-        q0, q1 = bounds[k] + 1, ("count" if bounds[k + 1] is None else bounds[k + 1])
+        q0 = f"np.int64({bounds[k] + 1})"
+        q1 = "count" if bounds[k + 1] is None else f"np.int64({bounds[k + 1]})"
         rev.append(f"            reverse_range(instr, pool, divisor, live[o], V, G, {q0}, "
                    f"{q1})")
         if k:
