@@ -153,13 +153,21 @@ def _compare(fn, x, y):
     return bool(fn(ax.value, ay.value))
 
 
+_OPERATORS = [("add", operator.add), ("sub", operator.sub), ("mul", operator.mul),
+              ("truediv", operator.truediv), ("pow", operator.pow)]
+
+
+def _install_binary(cls, table, combine):
+    """x + y and its peers (and y + x) on ``cls``: ``combine(opcode, x, y)``, the opcode
+    from one of active.py's tables."""
+    ops = dict(table)
+    for name, fn in _OPERATORS:
+        setattr(cls, f"__{name}__", lambda x, y, op=ops[fn]: combine(op, x, y))
+        setattr(cls, f"__r{name}__", lambda y, x, op=ops[fn]: combine(op, x, y))
+
+
 def _install_operators():
-    ops = {fn: op for fn, op in active.BINARY_FUNCTIONS}
-    for name, fn in [("add", operator.add), ("sub", operator.sub), ("mul", operator.mul),
-                     ("truediv", operator.truediv), ("pow", operator.pow)]:
-        op = ops[fn]
-        setattr(Active, f"__{name}__", lambda x, y, op=op: _scalar_binary(op, x, y))
-        setattr(Active, f"__r{name}__", lambda y, x, op=op: _scalar_binary(op, x, y))
+    _install_binary(Active, active.BINARY_FUNCTIONS, _scalar_binary)
     for fn, op in active.UNARY_FUNCTIONS:
         if fn is operator.neg:
             Active.__neg__ = lambda x, op=op: unary(op, x)
@@ -330,12 +338,8 @@ _ARRAY_FUNCTIONS = {np.sum: _total, np.dot: _dot,
 
 
 def _install_array_operators():
-    ops = {fn: op for fn, op in active.ARRAY_BINARY_FUNCTIONS}
-    for name, fn in [("add", operator.add), ("sub", operator.sub), ("mul", operator.mul),
-                     ("truediv", operator.truediv), ("pow", operator.pow)]:
-        op = ops[fn]
-        setattr(ActiveArray, f"__{name}__", lambda x, y, op=op: _array_binary(op, x, y))
-        setattr(ActiveArray, f"__r{name}__", lambda y, x, op=op: _array_binary(op, x, y))
+    _install_binary(ActiveArray, active.ARRAY_BINARY_FUNCTIONS, _array_binary)
+    ops = dict(active.ARRAY_BINARY_FUNCTIONS)
     for name, fn in [("iadd", operator.add), ("isub", operator.sub), ("imul", operator.mul),
                      ("itruediv", operator.truediv)]:
         setattr(ActiveArray, f"__{name}__",
