@@ -387,8 +387,8 @@ class Jit:
         if engine.FORCE_PYTHON_TIER[0]:
             return self._record_in_python(tree, ndims, inputs)
         if self._python_fails or tree.module is None or not background.enabled() or \
-                not all(a.dtype.kind in "bi" or a.dtype == np.float64 for a in arrays):
-            return None                        # (float32 data: numpy's rules differ)
+                not all(a.dtype in _PYTHON_DTYPES for a in arrays):
+            return None          # (float32 or int32 data: numpy's promotions differ)
         signature = tuple(numba.typeof(a) for a in (np.empty(active.HEADER, np.int64),
                                                     *inputs))
         key = f"at.jit {tree.module[0]} {signature}"
@@ -439,6 +439,9 @@ class Jit:
         return adj[:total].copy()
 
 
+# the arguments' dtypes Python mode takes: numpy's scalars of these combine with Python
+# numbers as numba's do (not float32's or int32's under numpy 2's promotion rules)
+_PYTHON_DTYPES = (np.dtype(np.float64), np.dtype(np.int64), np.dtype(np.bool_))
 _SWEEP_JOB = "at.jit's reverse sweep"
 _SWEEP_HELPER = ("import numpy as np\nfrom autotape.kernels.active import sweep\n"
                  "sweep(np.zeros((1, 3), np.int64), np.zeros(1), 1, 0, np.zeros(1), "

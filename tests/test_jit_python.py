@@ -267,3 +267,22 @@ def test_a_second_process_loads_the_recorder_the_helper_compiled(monkeypatch):
                          env=dict(os.environ, PYTHONPATH=os.path.dirname(__file__)))
     assert out.returncode == 0, out.stderr
     assert out.stdout.split()[-1] == "1"
+
+
+@pytest.mark.parametrize("dtype", [np.float32, np.int32])
+def test_data_whose_numpy_promotions_differ_from_numbas_waits_for_the_compiled_recorder(
+        monkeypatch, dtype):
+    """float32 or int32 data: numpy 2 keeps x * 2.5 a float32 where numba computes in
+    float64, so Python would not record what numba does: no Python mode, no helper."""
+    monkeypatch.setenv(background.ENABLED_ENV, "1")
+    scale = 1.0 + int.from_bytes(os.urandom(4), "little") * 1e-12
+
+    @numba.njit
+    def weighted(k, data):
+        return k * (data[0] * 2.5 + scale)
+    f = at.jit(weighted, argnums=0)
+    arrays = f._arguments((0.5, np.array([1.5, 2.0], dtype)))
+    recorder = f._recorder([0, None])
+    jobs = dict(background._jobs)
+    assert f._record_beside(recorder, [0, None], arrays, [0.5, arrays[1]]) is None
+    assert background._jobs == jobs
