@@ -1,7 +1,9 @@
 """at.jit (issue: differentiate simulations that are already numba-compiled): the
 pendulum (1000 RK4 steps) written as an ``@numba.njit`` function, value + 4-gradient,
 beside the hand-written numba forward-mode adjoint; and the cost of recording inside
-compiled code per op on a 10^5-op scalar chain.
+compiled code per op on a 10^5-op scalar chain; and the recording by Python that a
+function's first calls on a machine make while its recorder compiles (jit_python.py),
+against the compiled recorder.
 
     python -m pytest benchmarks/test_jit.py --benchmark-json=jit.json
     python benchmarks/report.py jit.json
@@ -140,3 +142,29 @@ def test_recording_1m_step_loop(benchmark):
     X = [np.array([1.0, 2.0])]
     g.value_and_grad(X[0])
     benchmark.pedantic(lambda: g._record(X), rounds=5, warmup_rounds=1)
+
+
+RECORDING = pytest.mark.benchmark(group="at.jit: recording the pendulum by Python (while "
+                                        "its recorder compiles beside) against compiled")
+
+
+def _recording(benchmark, in_python):
+    f = at.jit(pendulum)
+    arrays = f._arguments((THETA,))
+    f._record(arrays)                        # (the compiled recorder: loaded or compiled)
+    tree, = f._trees.values()
+    if in_python:
+        rows = benchmark(f._record_in_python, tree, [1], [arrays[0]])[2][2]
+    else:
+        rows = benchmark(f._record, arrays)[2][2]
+    benchmark.extra_info["rows"] = rows
+
+
+@RECORDING
+def test_recording_by_python(benchmark):
+    _recording(benchmark, True)
+
+
+@RECORDING
+def test_recording_compiled(benchmark):
+    _recording(benchmark, False)
