@@ -81,7 +81,7 @@ class _Program:
     next call reuses one."""
     __slots__ = ("tape", "twins", "executor", "inputs", "input_rows", "shapes", "sizes",
                  "fused", "total_in", "outputs", "rebuild", "guards", "grads", "plans",
-                 "lean", "wide", "captured", "pending", "dtype", "tape_path")
+                 "lean", "wide", "captured", "pending", "dtype", "tape_path", "calls")
 
     def acquire(self):
         try:
@@ -489,7 +489,7 @@ class Compiled:
         p = self._program(key)
         if p is None:
             p = self._programs[key] = self._record(kind, args)
-        if p.pending and (not eager or eager_calls.ready(p.tape_path)):
+        if p.pending and (not eager or eager_calls.ready(p.tape_path, p.calls)):
             self._lower(p, kind, eager)
         return p if p.lean is not None and not (one_point and p.wide) else None
 
@@ -615,7 +615,7 @@ class Compiled:
         p.rebuild, p.guards, p.plans = rebuild, trace.guards, {}
         tape.frozen = {}                       # (closed: no constant joins it any more)
         p.captured = _read_from_outside(trace)
-        p.total_in, p.dtype, p.tape_path = sum(p.sizes), dtype, False
+        p.total_in, p.dtype, p.tape_path, p.calls = sum(p.sizes), dtype, False, False
         p.pending, p.wide, p.fused = True, False, False
         p.lean = eager_calls.EagerProgram(self.f, kind, p.grads if kind == "hessian"
                                           else p.outputs, p.shapes, _output)
@@ -644,6 +644,9 @@ class Compiled:
             if not p.guards else None
         if lean is None and eager and not eager_calls.ready(tape_path=True):
             p.tape_path = True
+            return
+        if lean is not None and lean.user_calls and eager and not eager_calls.ready(calls=True):
+            p.calls = True
             return
         if lean is not None:
             lean.what = loop_of(self.f)
@@ -857,7 +860,7 @@ def _unpickled_program(fields):
     """A program that runs only as its lean form (unpickled: no tape, no guards)."""
     p = _Program()
     p.tape, p.twins, p.executor, p.guards, p.plans, p.fused = None, [], None, [], {}, False
-    p.wide = p.pending = p.tape_path = False   # (it has only its lean form)
+    p.wide = p.pending = p.tape_path = p.calls = False   # (it has only its lean form)
     p.captured = ()                            # (what f read stayed on the other side)
     p.inputs = p.input_rows = None
     for name, value in fields.items():

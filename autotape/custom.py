@@ -96,11 +96,17 @@ class CustomOp:
         return result
 
     def graph_vjp(self, at, g, r, k):
-        """The create_graph rule: vjp on recorded Tensors, once per row."""
+        """The create_graph rule: vjp on recorded Tensors, once per row. Where the rules
+        run on numbers (graph_backward.run without recording, grad mode off: the sweep's
+        Python tier in engine.py), vjp gets numpy arrays, as from the compiled sweep."""
         cached = getattr(r, "custom_cotangents", None)
         if cached is None:
             inputs = [r.value(j) for j in range(len(r.operands))]
-            cached = r.custom_cotangents = self.cotangents(inputs, r.z, g)
+            output = r.z
+            if not is_grad_enabled():
+                inputs = [_numbers(v) for v in inputs]
+                output, g = _numbers(output), _numbers(g)
+            cached = r.custom_cotangents = self.cotangents(inputs, output, g)
         c = cached[k]
         return None if c is None else (c if isinstance(c, Tensor) else
                                        new_leaf(*canonical(np.asarray(c, np.float64))))
@@ -140,6 +146,13 @@ class CustomOp:
                     f"{shape}, but the input has shape {tuple(np.shape(x))}")
             checked.append(c)
         return checked
+
+
+def _numbers(t):
+    """A tensor's value as the compiled sweep passes it to a vjp: a float64 array of its
+    shape (a copy: the vjp may write to it)."""
+    return np.array(array_of(t) if isinstance(t, Tensor) else t, np.float64).reshape(
+        np.shape(t))
 
 
 def _is_njit(f):

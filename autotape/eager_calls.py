@@ -35,23 +35,26 @@ from .thread_state import here
 # (program.kernel_ready), and a recording on the tape path stays eager code.
 ONE_POINT = ("lower", "live_sets", "run_points")   # (forward mode: by reverse meanwhile)
 TAPE_PATH = ("forward_replay", "replay_and_sweep")   # (for recordings it does not lower)
+CALLS = ("forward_range", "reverse_range")   # (a program calling users' numba functions:
+                                             # their driver's, compiled beside, kernels/calls.py)
 _READY_MARK = "compiled-functions-ready"
-_ready = set()        # what is ready: "one point", "tape path", or "all" (kept: it stays so)
+_ready = set()        # what is ready: "one point", "tape path", "calls", or "all" (kept: it stays so)
 
 
-def ready(tape_path=False):
+def ready(tape_path=False, calls=False):
     """Whether compiled functions' calls run their kernels now (``tape_path``: the
-    calls of a recording the lean program does not lower, which replay the tape); when
-    not, their compile has been started beside the calls (said once on stderr)."""
+    calls of a recording the lean program does not lower, which replay the tape;
+    ``calls``: of a lean program that calls users' numba functions); when not, their
+    compile has been started beside the calls (said once on stderr)."""
     if engine.FORCE_PYTHON_TIER[0]:
         return False
-    level = "tape path" if tape_path else "one point"
+    level = "tape path" if tape_path else "calls" if calls else "one point"
     if "all" in _ready or level in _ready:
         return True
     if not background.enabled() or os.path.exists(mark_path()):
         _ready.add("all")
         return True
-    names = ONE_POINT + TAPE_PATH if tape_path else ONE_POINT
+    names = ONE_POINT + (TAPE_PATH if tape_path else CALLS if calls else ())
     if all(k.signatures or on_disk(k) for k in KERNELS
            if k.py_func.__module__ in ("autotape.kernels.program", "autotape.kernels.replay")
            and k.py_func.__name__ in names):

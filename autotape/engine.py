@@ -350,7 +350,7 @@ def _on_the_python_tier(outputs):
     """Whether this sweep runs on the Python tier: a reverse-sweep kernel it needs is
     not ready (its compile is started beside the calls; see above)."""
     if FORCE_PYTHON_TIER[0]:
-        return not _has_custom_ops(outputs)
+        return True
     for t in outputs:
         tape = t._tape
         if tape is None:
@@ -364,27 +364,11 @@ def _on_the_python_tier(outputs):
         if kernel.signatures or on_disk(kernel):
             _READY.add(variant)
             continue
-        if _has_custom_ops(outputs):
-            return False              # (a custom op's VJP takes numbers: compiled path)
         job = f"reverse sweep {variant}"
         if not background.beside(job, background.state(job), _SWEEP_HELPER, (str(variant),),
                                  f"the reverse sweep for {VARIANTS[variant]} ops", False,
                                  job, cache_dir()):
             return True
-    return False
-
-
-def _has_custom_ops(outputs):
-    """Whether a tape the outputs' graph spans (through its imports) has a custom op."""
-    seen, todo = set(), [t._tape for t in outputs if t._tape is not None]
-    while todo:
-        tape = todo.pop()
-        if tape.id in seen:
-            continue
-        seen.add(tape.id)
-        if tape.customs:
-            return True
-        todo.extend(parent for parent, _ in list(tape.imports.values()))
     return False
 
 

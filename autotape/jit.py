@@ -46,7 +46,7 @@ from .grad_mode import is_grad_enabled
 from .pytree import flatten
 from . import engine
 from .kernels import active, background
-from .kernels.cache import (cache_dir, code_of, compile_notice, generated_file,
+from .kernels.cache import (cache_dir, code_of, compile_notice, generated_file, named_value,
                             import_generated, on_disk)
 from .kernels.active import ActiveArray, ActiveType
 from .kernels.program import I_A, I_N, I_OP, I_OUT, I_SA, WIDTH
@@ -722,7 +722,7 @@ class _Tree:
             value = _resolve(node, namespace)
             if value is None:
                 continue
-            named = _named(value)
+            named = named_value(value)
             if named is None:
                 self.unnamed = True
                 continue
@@ -776,36 +776,6 @@ def _own_code():
     """This module's code (what it compiles into every recorder: ``leaves_of``,
     ``output``), without comments or docstrings."""
     return code_of(inspect.getsource(sys.modules[__name__]))
-
-
-_LIBRARIES = ("numba", "numpy", "math", "cmath", "operator", "builtins", "autotape")
-
-
-def _named(value, depth=0):
-    """A value as numba compiles it in, as text (None where it has no such name: an
-    object or a function of the user's own, whose state or code a digest of names
-    cannot follow; an njit function fn calls is transformed, and its source is a part
-    of the tree of its own)."""
-    if value is None or isinstance(value, (bool, int, float, complex, str, bytes,
-                                           np.number, np.bool_)):
-        return f"{type(value).__name__}:{value!r}"
-    if isinstance(value, np.ndarray):
-        if value.dtype.hasobject:
-            return None
-        return f"array:{value.dtype.str}:{value.shape}:" + hashlib.sha256(
-            np.ascontiguousarray(value).tobytes()).hexdigest()
-    if isinstance(value, types.ModuleType):
-        return f"module:{value.__name__}"
-    if isinstance(value, numba.core.types.Type):
-        return f"numba type:{value!r}"
-    if isinstance(value, (tuple, list)):
-        items = [_named(v, depth + 1) for v in value] if depth < 4 else [None]
-        return None if None in items else f"{type(value).__name__}:({','.join(items)})"
-    module = getattr(value, "__module__", None) or ""
-    if callable(value) and not isinstance(value, Dispatcher) and \
-            module.split(".")[0] in _LIBRARIES:
-        return f"{type(value).__name__}:{module}.{getattr(value, '__qualname__', value)}"
-    return None
 
 
 @numba.njit(error_model="numpy", nogil=True)

@@ -246,29 +246,33 @@ class LeanProgram:
 
     def _run_driver(self, X, values, jac, jacobian, live):
         """A program with users' compiled ops: their driver, the points split between
-        numba's thread count of Python threads (the driver releases the GIL)."""
-        first = self.driver is None
-        if first:
+        numba's thread count of Python threads (the driver releases the GIL); by Python
+        while a helper compiles it (kernels/calls.py)."""
+        if self.driver is None:
             self.driver = driver(self.instr, self.user_calls)
         B = X.shape[0]
         code = (self.instr, self.pool, self.divisor, live, self.const_slots, self.const_vals,
                 self.in_slots, self.out_slots)
+        scratch = _scratch(2 * self.nslots, X.dtype)
+        V, G = scratch[:self.nslots], scratch[self.nslots:2 * self.nslots]
+        runner = self.driver.runner(code + (X[:1], values[:1], jac[:1], jacobian, V, G))
+        if runner is None:
+            self.driver.run_in_python(*code, X, values, jac, jacobian, V, G)
+            return
+        run, first = runner
         workers = min(for_numba(), B)
 
         def work(p0, p1, V, G):
-            self.driver(*code, X[p0:p1], values[p0:p1], jac[p0:p1] if jacobian else jac,
-                        jacobian, V, G)
-        if first:                              # (its first call compiles it)
-            names = ", ".join(sorted({call[2] for call in self.user_calls}))
-            with compile_notice(f"the driver of custom op(s) {names}",
+            run(*code, X[p0:p1], values[p0:p1], jac[p0:p1] if jacobian else jac, jacobian,
+                V, G)
+        if first:                              # (its first call compiles or loads it)
+            with compile_notice(f"the driver of custom op(s) {self.driver.names}",
                                 once="once per process: it calls your numba functions"):
-                scratch = _scratch(2 * self.nslots, X.dtype)
-                work(0, 1, scratch[:self.nslots], scratch[self.nslots:2 * self.nslots])
+                work(0, 1, V, G)
             if B == 1:
                 return
         if workers == 1:
-            scratch = _scratch(2 * self.nslots, X.dtype)
-            work(int(first), B, scratch[:self.nslots], scratch[self.nslots:2 * self.nslots])
+            work(int(first), B, V, G)
             return
         cuts = np.linspace(int(first), B, workers + 1).astype(int)
         with concurrent.futures.ThreadPoolExecutor(workers) as pool:

@@ -31,12 +31,11 @@ import numpy as np
 from . import eager_calls, func
 from .compile import compile as compile_
 from .creation import tensor
-from .custom import custom_op
 from .engine import grad
 from .executor import FUSE_MIN
 from .functions.shaping import roll
 from .jit import jit as jit_
-from .kernels import background, cache
+from .kernels import background, cache, calls
 from .kernels.loops import GROUPS as LOOP_GROUPS, compile_around
 from .kernels.blas import DGEMM
 from .kernels.sweep import (ALL_FAMILIES, ELEMENTWISE, REDUCE, VARIANTS, linalg_row_vjp,
@@ -86,10 +85,9 @@ def _more_compiled():
 
 
 def _custom_ops():
-    # the interpreter's ranges a custom-op driver calls between the users' functions
-    # (kernels/calls.py; the driver itself is each program's, compiled per process)
-    op = custom_op(numba.njit(lambda x: x * 2.0), numba.njit(lambda inputs, y, g: (2.0 * g,)))
-    compile_(lambda x: (op(sin(x)) * x).sum(), np.ones(2)).grad(np.ones(2))
+    # the interpreter's ranges custom-op drivers call between the users' functions
+    # (kernels/calls.py; a driver is each program's own, compiled beside its calls)
+    calls.compile_ranges()
 
 
 def _compiled_loops():
@@ -168,7 +166,7 @@ STEPS = [("numpy.linalg sweep", _linalg, "linalg", 16),
                                                       # instead of 8)
          ("compiled Jacobians, points", _more_compiled, "programs", 9),
          ("compiled loops", _compiled_loops, "programs", 10),
-         ("custom ops' driver", _custom_ops, "programs", 3),
+         ("custom ops' ranges", _custom_ops, "programs", 3),
          ("elementwise sweep", _elementwise, "sweeps", 12),
          ("replayed programs", _replayed, "sweeps", 15),
          ("threaded array kernels", lambda: _on_two_threads(_threaded_arrays), "sweeps", 14),
@@ -208,7 +206,7 @@ def sweep_variant(variant):
 def compiled_function_kernels():
     """Compile (or load) what compiled functions' calls need (what the helper started by
     eager_calls.py runs), then leave its mark in the cache."""
-    for step in (_compiled, _more_compiled, _replayed):
+    for step in (_compiled, _custom_ops, _more_compiled, _replayed):
         step()
     _on_two_threads(_threaded_points)
     _mark(eager_calls.mark_path())

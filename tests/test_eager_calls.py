@@ -230,7 +230,7 @@ def test_a_recording_on_the_tape_path_waits_for_the_replays_kernels(monkeypatch)
     x = np.array([0.5, 2.0, -1.0])
     want = at.compile(peaked, x).value_and_grad(x)
     waiting = {"tape path": True}
-    monkeypatch.setattr(eager_calls, "ready", lambda tape_path=False: not (
+    monkeypatch.setattr(eager_calls, "ready", lambda tape_path=False, calls=False: not (
         tape_path and waiting["tape path"]))
     c = at.compile(peaked, x)
     p, = c._programs.values()
@@ -239,6 +239,29 @@ def test_a_recording_on_the_tape_path_waits_for_the_replays_kernels(monkeypatch)
     waiting["tape path"] = False
     _close(c.value_and_grad(x), want)
     assert not p.pending and p.lean is None          # (the tape path replays it now)
+
+
+def test_a_program_calling_numba_ops_waits_for_the_ranges_its_driver_calls(monkeypatch):
+    """Its driver, or the Python one that runs while a helper compiles the driver,
+    calls the interpreter's ranges (kernels/calls.py): f runs eagerly until they are
+    compiled too."""
+    op = at.custom_op(numba.njit(lambda x: x * 3.0), numba.njit(
+        lambda inputs, y, g: (3.0 * g,)), name="triple")
+
+    def f(x):
+        return (op(at.sin(x)) * x).sum()
+    x = np.array([0.5, 2.0, -1.0])
+    want = at.compile(f, x).value_and_grad(x)
+    waiting = {"calls": True}
+    monkeypatch.setattr(eager_calls, "ready", lambda tape_path=False, calls=False: not (
+        calls and waiting["calls"]))
+    c = at.compile(f, x)
+    p, = c._programs.values()
+    _close(c.value_and_grad(x), want)
+    assert p.pending and p.calls and isinstance(p.lean, eager_calls.EagerProgram)
+    waiting["calls"] = False
+    _close(c.value_and_grad(x), want)
+    assert not p.pending and p.lean.user_calls
 
 
 def test_points_on_one_thread_start_the_helper_that_compiles_the_threaded_kernels(

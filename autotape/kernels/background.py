@@ -124,6 +124,26 @@ def beside(key, was, code, args, what, wait_for, told, cache,
     return True
 
 
+def settled(key):
+    """Stop ``key``'s helper quietly: what it compiles is on disk already (its own result,
+    found before the helper exited, or another process's)."""
+    with _lock:
+        job = _jobs.get(key)
+        if job is None or job.state in (DONE, FAILED):
+            return
+        if job.state == QUEUED:
+            _queue.remove(key)
+        else:
+            with contextlib.suppress(OSError):
+                job.process.kill()
+                job.process.wait()
+            with contextlib.suppress(OSError):
+                job.log.close()
+            job.process = job.log = None
+        job.state = DONE
+        _pump()
+
+
 _told = set()            # announcements made (one per compiled thing)
 _failed = set()          # failures told
 

@@ -27,9 +27,12 @@ import pathlib
 import sys
 import threading
 import time
+import types
 
 import numba
+import numpy as np
 from numba.core import caching
+from numba.core.dispatcher import Dispatcher
 
 _PACKAGE = pathlib.Path(__file__).resolve().parent.parent
 KERNEL_SOURCES = ("kernels/*.py", "opcodes.py", "tape_format.py")
@@ -307,6 +310,45 @@ def distinct(fn, *parts):
     fn.__qualname__ = fn.__name__ = "_".join([base] + [str(p).replace("-", "m")
                                                      for p in parts])
     return fn
+
+
+# ---- naming what numba compiles in ---------------------------------------------------------
+# numba compiles the globals and closure values a function reads into its code, as
+# constants. A generated module kept on disk is named after a digest of them (jit.py's
+# recorders, calls.py's drivers), so that a changed value is a new module, never a
+# stale one.
+
+LIBRARIES = ("numba", "numpy", "math", "cmath", "operator", "builtins", "autotape")
+
+
+def named_value(value, follow=None, depth=0):
+    """A value as numba compiles it in, as text; None where it has no such name (an
+    object of the user's own, whose state a digest of names cannot follow). numba
+    functions and modules outside LIBRARIES are named by ``follow(value)`` where given
+    (else a module by its name, and a numba function not at all)."""
+    if value is None or isinstance(value, (bool, int, float, complex, str, bytes,
+                                           np.number, np.bool_)):
+        return f"{type(value).__name__}:{value!r}"
+    if isinstance(value, np.ndarray):
+        if value.dtype.hasobject:
+            return None
+        return f"array:{value.dtype.str}:{value.shape}:" + hashlib.sha256(
+            np.ascontiguousarray(value).tobytes()).hexdigest()
+    if isinstance(value, types.ModuleType):
+        if follow is not None and value.__name__.split(".")[0] not in LIBRARIES:
+            return follow(value)
+        return f"module:{value.__name__}"
+    if isinstance(value, numba.core.types.Type):
+        return f"numba type:{value!r}"
+    if isinstance(value, (tuple, list)):
+        items = [named_value(v, follow, depth + 1) for v in value] if depth < 4 else [None]
+        return None if None in items else f"{type(value).__name__}:({','.join(items)})"
+    if isinstance(value, Dispatcher):
+        return None if follow is None else follow(value)
+    module = getattr(value, "__module__", None) or ""
+    if callable(value) and module.split(".")[0] in LIBRARIES:
+        return f"{type(value).__name__}:{module}.{getattr(value, '__qualname__', value)}"
+    return None
 
 
 # ---- generated modules (kernels/loops.py, codegen.py) -----------------------------------------
