@@ -259,3 +259,79 @@ def test_tour_every_call_empty_cache(benchmark):
     benchmark.extra_info["at.jit first call s"] = round(times["at.jit first call"], 3)
     benchmark.extra_info["calls ms"] = {k: round(v * 1e3, 1) for k, v in times.items()}
     _quiet()
+
+
+# A compiled function calling an existing numba solver as a custom op (benchmarks/
+# test_custom.py's pendulum), on a warm cache: its driver is each program's own (a new
+# one each run: the solver closes over a random number), compiled by a helper while its
+# calls run the solver and its VJP from Python. Every call timed for ~15 s; the user's
+# own compiles of the two functions come first, untimed.
+CUSTOM_FIRST_CALLS = """
+import json, os, sys, time
+import numba
+import numpy as np
+sys.path.insert(0, {here!r})
+import workloads as W
+import autotape as at
+SCALE = 1.0 + int.from_bytes(os.urandom(6), "little") / 2.0 ** 60
+@numba.njit
+def solver(theta):
+    return W.pendulum_state_numba(theta, 1000) * SCALE
+@numba.njit
+def solver_vjp(inputs, state, g):
+    return (W.pendulum_state_vjp(inputs[0], 1000, g * SCALE),)
+theta = np.array([1.0, 0.0, 9.8, 0.1])
+solver_vjp((theta,), solver(theta), solver(theta))
+op = at.custom_op(solver, solver_vjp)
+def loss(theta):
+    state = op(theta)
+    return (state * state).sum()
+times, by_python, eager = [], 0, 0
+start = time.perf_counter()
+c = at.compile(loss, theta)
+times.append(time.perf_counter() - start)
+for k in range(60):
+    t = time.perf_counter()
+    c.value_and_grad(theta * (1.0 + 0.001 * k))
+    times.append(time.perf_counter() - t)
+    driver = getattr(c._lean("value", [theta]).lean, "driver", False)
+    eager += driver is False                    # (f run as eager code)
+    by_python += driver is None or (driver is not False and not driver._ready)
+    time.sleep(0.25)
+print(json.dumps([times, by_python, eager]))
+"""
+
+
+def _custom_first_calls(benchmark, cache):
+    env, here = dict(os.environ, NUMBA_CACHE_DIR=cache), os.path.dirname(__file__)
+    for name in ("AUTOTAPE_BACKGROUND_WARMUP", "AUTOTAPE_BACKGROUND_COMPILE"):
+        env.pop(name, None)                          # as a user has them
+    out = {}
+
+    def once():
+        done = subprocess.run([sys.executable, "-c", CUSTOM_FIRST_CALLS.format(here=here)],
+                              env=env, check=True, capture_output=True, text=True,
+                              cwd=tempfile.gettempdir())
+        out["times"], out["by python"], out["eager"] = json.loads(
+            done.stdout.splitlines()[-1])
+    benchmark.pedantic(once, rounds=1)
+    times = out["times"]
+    benchmark.extra_info["at.compile s"] = round(times[0], 3)
+    benchmark.extra_info["first call s"] = round(times[1], 3)
+    benchmark.extra_info["longest later call s"] = round(max(times[2:]), 4)
+    benchmark.extra_info["calls as eager code"] = out["eager"]
+    benchmark.extra_info["calls by the Python driver"] = out["by python"]
+    benchmark.extra_info["calls ms"] = [round(t * 1e3, 2) for t in times]
+
+
+@pytest.mark.benchmark(group="start-up: a compiled function calling numba custom ops")
+def test_first_calls_with_custom_ops_warm_cache(benchmark):
+    _custom_first_calls(benchmark, warm_cache())
+
+
+@pytest.mark.benchmark(group="start-up: a compiled function calling numba custom ops")
+def test_first_calls_with_custom_ops_empty_cache(benchmark):
+    """f runs as eager code, its sweep on the Python tier calling the op's VJP."""
+    _quiet()
+    _custom_first_calls(benchmark, tempfile.mkdtemp(prefix="autotape-cold-"))
+    _quiet()

@@ -258,6 +258,30 @@ def test_the_digest_follows_callees_and_is_the_same_in_another_process(tmp_path)
     assert digest() != first
 
 
+def test_the_digest_follows_names_read_from_the_users_modules(tmp_path, monkeypatch):
+    """``physics.step(x)`` and ``physics.DT``: what the bytecode reads from a module of
+    the user's is named (a library's, as numpy's, by the module's name)."""
+    (tmp_path / "physics.py").write_text(textwrap.dedent("""
+        import numba
+        DT = 0.01
+        @numba.njit
+        def step(x):
+            return x * (1.0 - DT)
+    """))
+    monkeypatch.syspath_prepend(str(tmp_path))
+    import physics
+
+    @numba.njit
+    def forward(x):
+        return physics.step(x) + physics.DT * np.linalg.norm(x)
+    first = calls._digest("source", [(forward, forward)])
+    assert first is not None
+    monkeypatch.setattr(physics, "DT", 0.02)                 # a constant it reads
+    assert calls._digest("source", [(forward, forward)]) not in (first, None)
+    monkeypatch.setattr(physics, "step", numba.njit(lambda x: x * 0.5))   # a callee
+    assert calls._digest("source", [(forward, forward)]) not in (first, None)
+
+
 def test_a_helper_refuses_functions_that_differ_from_the_callers(tmp_path):
     op = decay_op(3.0)
     driver = calls.Driver("source", [(op.forward, op.vjp, "decay", [(2,), (2,)], (2,))], [])

@@ -21,6 +21,7 @@ the forward returns an array (or a float), the VJP gets ``(inputs tuple, output,
 and returns a tuple with one cotangent per input.
 """
 import contextlib
+import dis
 import hashlib
 import itertools
 import os
@@ -38,7 +39,8 @@ from numba.core.dispatcher import Dispatcher
 from numba.extending import overload
 
 from . import background
-from .cache import cache_dir, generated_file, import_generated, named_value, on_disk
+from .cache import (LIBRARIES, cache_dir, generated_file, import_generated, named_value,
+                    on_disk)
 from .program import (CALL, I_A, I_N, I_OP, I_OUT, I_P, WIDTH, forward_range,
                       reverse_range)
 
@@ -430,13 +432,42 @@ def _function_text(fn, seen):
                                                   py.__closure__ or ()]))
     values += [("defaults", py.__defaults__), ("kwdefaults", py.__kwdefaults__ and
                                                 tuple(sorted(py.__kwdefaults__.items())))]
+    scope, dotted = dict(values), {}
+    for code in codes:                         # (what it reads from modules of the user's)
+        for chain in _attribute_chains(code):
+            value = scope.get(chain[0])
+            for k, attribute in enumerate(chain[1:], 1):
+                if not isinstance(value, pytypes.ModuleType) or \
+                        value.__name__.split(".")[0] in LIBRARIES:
+                    break
+                value = dotted[".".join(chain[:k + 1])] = getattr(value, attribute, None)
+    values += sorted(dotted.items(), key=lambda item: item[0])
+
+    def follow(v):
+        if isinstance(v, pytypes.ModuleType):
+            return f"module:{v.__name__}"      # (its attributes read: named above)
+        return _function_text(v, seen)
     for name, value in values:
-        text = named_value(value, follow=lambda v: _function_text(v, seen)
-                           if isinstance(v, Dispatcher) else None)
+        text = named_value(value, follow)
         if text is None:
             return None
         parts.append(f"{name}={text}")
     return "\n".join(parts)
+
+
+def _attribute_chains(code):
+    """The dotted names a code object reads from its globals and closure cells
+    (``W.step``: ``("W", "step")``), as its bytecode spells them."""
+    chains, chain = [], None
+    for instruction in dis.get_instructions(code):
+        if instruction.opname in ("LOAD_GLOBAL", "LOAD_DEREF", "LOAD_CLASSDEREF"):
+            chain = [instruction.argval]
+            chains.append(chain)
+        elif instruction.opname in ("LOAD_ATTR", "LOAD_METHOD") and chain is not None:
+            chain.append(instruction.argval)
+        else:
+            chain = None
+    return [tuple(c) for c in chains if len(c) > 1]
 
 
 def _codes(code):
