@@ -34,6 +34,7 @@ except ImportError:
 
 from . import eager_calls, engine, gpu, guards
 from .errstate import ignore_fp_errors
+from .explain import explain
 from .executor import NO_ROWS, NUMPY_ROW_MIN, executor_for
 from .pytree import flatten
 from .grad_mode import enable_grad, is_grad_enabled
@@ -355,6 +356,23 @@ class Compiled:
     # -- many points at once (autotape.func.vmap) ------------------------------------------
 
     @_recording_again
+    def explain(self, *args):
+        """What calls at these arguments run, and why not something faster, naming the
+        lines of f: a decision taken in Python, an op the lean program does not lower,
+        or where f's time-stepping loop stops repeating (only a repeating stretch is
+        compiled as a loop). f is recorded once more for it (with line tracing on).
+
+        >>> def f(x):
+        ...     for i in range(300):
+        ...         x = x * 0.99 + at.sin(x)
+        ...     return x.sum()
+        >>> print(at.compile(f, np.ones(2)).explain(np.ones(2)))  # doctest: +ELLIPSIS
+        f at arguments of shapes (2,): ... rows.
+        It runs as a lean program of ... instructions.
+        Its loop: ... repetitions of ... instructions (..., line 3), ...% of the program, ...
+        """
+        return explain(self, _arguments(args))
+
     def map_points(self, method, args, device=None):
         """``method`` ("__call__", "grad", "value_and_grad", "jacobian", "hessian") at B
         points: every argument carries a leading axis of length B, and so does every

@@ -101,27 +101,31 @@ class LeanProgram:
                  "in_slots", "out_slots", "nslots", "loop", "loop_kernels", "loop_slots",
                  "loop_table", "loop_code", "loop_ready", "what",
                  "calls", "segments", "reached", "user_calls", "driver", "codegen",
-                 "next_look")
+                 "next_look", "made_by")
 
     @classmethod
-    def lower(cls, tape, in_rows, out_rows, loops=True):
+    def lower(cls, tape, in_rows, out_rows, loops=True, why=None):
         """The program, or None when a row has no lean form (the tape's interpreting
-        kernels then run it). ``loops=False``: a program run once, whose loops are not
-        worth looking for."""
+        kernels then run it; that row appended to ``why`` where given). ``loops=False``:
+        a program run once, whose loops are not worth looking for."""
         args, held = tape.kernel_args()
         rows, ipool, ndim, start, dims, size, arena, _, big, _ = args
         in_rows, out_rows = np.asarray(in_rows, np.int64), np.asarray(out_rows, np.int64)
         compiled_ops = np.zeros(tape.nrows, np.uint8)
         for row, op in tape.customs.items():
             compiled_ops[row] = getattr(op, "compiled", False)
-        (status, _, instr, pool, divisor, in_slots, out_slots, nslots, const_slots,
-         const_vals) = lower(rows, ipool, ndim, start, dims, size, arena, big, in_rows,
-                             out_rows, compiled_ops, DGEMM)
+        (status, detail, instr, pool, divisor, in_slots, out_slots, nslots, const_slots,
+         const_vals, made_by) = lower(rows, ipool, ndim, start, dims, size, arena, big,
+                                      in_rows, out_rows, compiled_ops, DGEMM)
         if status != LOWERED:
+            if why is not None:
+                why.append(int(detail))
             return None
         user_calls = [_user_call(tape, row) for row in call_rows(instr)] or None
-        return cls.of(instr, pool, divisor, in_slots, out_slots, int(nslots), const_slots,
-                      const_vals, loops and user_calls is None, user_calls)
+        p = cls.of(instr, pool, divisor, in_slots, out_slots, int(nslots), const_slots,
+                   const_vals, loops and user_calls is None, user_calls)
+        p.made_by = made_by
+        return p
 
     @classmethod
     def of(cls, instr, pool, divisor, in_slots, out_slots, nslots, const_slots, const_vals,
@@ -129,7 +133,7 @@ class LeanProgram:
         """The program made of these instructions (``lower``'s, or at.jit's tape, which
         jit.py writes as instructions directly)."""
         p = cls.__new__(cls)
-        p.user_calls, p.driver, p.codegen = user_calls, None, None
+        p.user_calls, p.driver, p.codegen, p.made_by = user_calls, None, None, None
         p.instr, p.pool, p.divisor, p.nslots = instr, pool, divisor, nslots
         p.const_slots, p.const_vals = const_slots, const_vals
         p.in_slots, p.out_slots = in_slots, out_slots

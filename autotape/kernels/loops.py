@@ -30,7 +30,7 @@ from .cache import cache_dir, generated_file, import_generated
 from .elementwise import passes_nothing
 from .fusion import ROUNDED, deferred, fused_forward, fused_groups, fused_reverse
 from .fusion import pooled as _pooled
-from .program import (COPY, GATHER, I_A, I_N, I_OP, I_OUT, I_P, I_SA, SCATTER_ADD,
+from .program import (CALL, COPY, GATHER, I_A, I_N, I_OP, I_OUT, I_P, I_SA, SCATTER_ADD,
                       forward_range, forward_range_points, load_chunk, load_tangent_chunk,
                       reverse_range, reverse_range_points, seed_adjoints, store_adjoints,
                       store_tangents, store_values, tangent_range, tangent_range_points)
@@ -135,19 +135,47 @@ def find_loop(instr, constant=None, pool=None):
     count = instr.shape[0]
     if count < MIN_COVERED:
         return None
-    sig = _signatures(instr)
-    middle = _anchor(sig, count // 2, count // MIN_REPEATS)
-    if middle is None:
+    best = None
+
+    def known(period):        # (a multiple of a period found repeats the same stretch)
+        return best is not None and period % best[1] == 0
+    for at in ANCHORS:
+        if best is not None and 2 * best[1] * best[2] >= count:
+            break             # (over half the program: no stretch elsewhere is longer)
+        for lo, period, repeats, delta, _ in _stretches(instr, constant, pool, MIN_REPEATS,
+                                                        int(count * at), known):
+            if repeats >= MIN_REPEATS and (best is None or
+                                           repeats * period > best[1] * best[2]):
+                best = (lo, period, repeats, delta)
+    if best is None or best[1] * best[2] < MIN_COVERED:
         return None
+    return best
+
+
+# where in the program stretches are looked for: the middle, then the quarters (a
+# forced step halfway through, an event, cuts the stretch through the middle short)
+ANCHORS = (0.5, 0.25, 0.75)
+
+
+def _stretches(instr, constant, pool, min_repeats, around, skip=lambda period: False):
+    """The repeating stretches through instruction ``around``, one per candidate period
+    up to count / min_repeats (but those ``skip`` names): ``(start, period, repeats,
+    delta, ok)`` (ok: ``_matches``'s)."""
+    count = instr.shape[0]
+    if count < 2 * min_repeats:
+        return
+    sig = _signatures(instr)
+    middle = _anchor(sig, around, count // MIN_REPEATS)
+    if middle is None:
+        return
     later = np.nonzero(sig[middle + 1:] == sig[middle])[0][:CANDIDATES] + 1
     lowest = int(instr[:, I_OUT].min())
-    best = None
     for period in later:
         period = int(period)
-        if period * MIN_REPEATS > count or period > MAX_PERIOD:
+        if period * min_repeats > count or period > MAX_PERIOD:
             break
-        if best is not None and period % best[1] == 0:
-            continue          # (a multiple of a period found repeats the same stretch)
+        if skip(period):
+            continue
         # a look around the middle first: the whole program is scanned only for a
         # period that repeats there (a scan costs a pass over every instruction)
         a = max(middle - 2 * period, 0)
@@ -161,15 +189,91 @@ def find_loop(instr, constant=None, pool=None):
         lo = middle - int(np.argmin(ok[middle::-1])) + 1 if not ok[:middle + 1].all() else 0
         bad = np.nonzero(~ok[middle:])[0]
         hi = middle + (int(bad[0]) if bad.size else ok.size - middle)   # ok on [lo, hi)
-        repeats = (hi - lo) // period + 1
-        if repeats < MIN_REPEATS:
-            continue
-        covered = repeats * period
-        if best is None or covered > best[1] * best[2]:
-            best = (lo, period, repeats, delta)
-    if best is None or best[1] * best[2] < MIN_COVERED:
+        yield lo, period, (hi - lo) // period + 1, delta, ok
+
+
+def repetition(instr, constant=None, pool=None):
+    """How the program repeats, for ``Compiled.explain``: None where no stretch through
+    an anchor repeats, else ``(start, period, repeats, breaks)`` of find_loop's loop or,
+    where it finds none, of the longest stretch (find_loop also asks for MIN_REPEATS
+    repetitions covering MIN_COVERED instructions), ``breaks`` listing ``(q, why)``
+    where it stops: the first instruction q past either end that does not repeat its
+    twin a period away, and what differs."""
+    best, count = None, instr.shape[0]
+    for at in ANCHORS:
+        for lo, period, repeats, delta, ok in _stretches(instr, constant, pool, 2,
+                                                         int(count * at)):
+            # (a loop as find_loop takes it first, else the longest stretch)
+            rank = (repeats >= MIN_REPEATS, repeats * period)
+            if repeats >= 2 and (best is None or rank > best[0]):
+                best = (rank, lo, period, repeats, delta, ok)
+    if best is None:
         return None
-    return best
+    _, lo, period, repeats, delta, ok = best
+    sig, breaks, lowest = _signatures(instr), [], int(instr[:, I_OUT].min())
+    bad = np.nonzero(~ok[lo:])[0]
+    if lo > 0:                        # (the first instruction before it unlike its twin)
+        breaks.append(_first_unlike(instr, sig, range(lo - 1, max(lo - 1 - 2 * period, -1),
+                                                      -1), period, delta, constant, pool,
+                                    lowest))
+    if bad.size:                      # (after it: ok looks a repetition ahead)
+        hi = lo + int(bad[0]) + period
+        breaks.append(_first_unlike(instr, sig, range(hi, min(hi + 2 * period,
+                                                              instr.shape[0])),
+                                    -period, delta, constant, pool, lowest))
+    return lo, period, repeats, [b for b in breaks if b is not None]
+
+
+def _first_unlike(instr, sig, places, period, delta, constant, pool, lowest):
+    """``(q, why)`` for the first instruction q of ``places`` that is not its twin at
+    q + period moved along (``_matches``'s tests, in words), or None."""
+    for q in places:
+        t = q + period
+        if not 0 <= t < instr.shape[0]:
+            break
+        a, b = (q, t) if t > q else (t, q)     # (a: the earlier of the two)
+        why = _why_unlike(instr, sig, a, b, delta, constant, pool, lowest)
+        if why is not None:
+            return q, why
+    return None
+
+
+def _why_unlike(instr, sig, a, b, delta, constant, pool, lowest):
+    """Why instruction b does not repeat a (b - a a period on), or None where it does."""
+    x, y, name = instr[a], instr[b], instruction_name(instr[b, I_OP])
+    if sig[a] < 0 or sig[b] < 0:
+        return f"{instruction_name((x if sig[a] < 0 else y)[I_OP])} cannot go in a loop body"
+    if x[I_OP] != y[I_OP]:
+        return f"{name} where the repetition before has {instruction_name(x[I_OP])}"
+    if x[I_N] != y[I_N]:
+        return f"{name} of {y[I_N]} elements where the repetition before has {x[I_N]}"
+    if sig[a] != sig[b]:
+        return f"{name} broadcasts other operands than the repetition before"
+    if y[I_OUT] - x[I_OUT] != delta:
+        return (f"{name}'s result is not where the repetition's pattern puts it (an op "
+                "that not every repetition has, earlier on)")
+    for col in (I_A, I_A + 1, I_A + 2):
+        u, v = int(x[col]), int(y[col])
+        if (u < 0) != (v < 0):
+            return f"{name} takes other operands than the repetition before"
+        if u < 0 or v - u in (0, delta) or (constant is not None and constant[u] and
+                                            constant[v]):
+            continue
+        return (f"{name} reads a value that is neither the repetition before's moved "
+                "along nor the same one (one computed elsewhere: before the loop, or "
+                "by an op that not every repetition has)")
+    if x[I_OP] in (GATHER, SCATTER_ADD) and (pool is None or not _pool_repeats(
+            instr, pool, a, b - a, delta, lowest)):
+        return f"{name} reads other cells than the repetition before, moved along"
+    return None
+
+
+def instruction_name(op):
+    """An instruction's kind in words ("sin", "gather")."""
+    op = int(op)
+    return {COPY: "a copy", GATHER: "a gather (indexing, a slice, a roll)",
+            SCATTER_ADD: "a sum or a scatter", CALL: "a custom op's call"}.get(
+                op, opcode_name(op).lower())
 
 
 def constant_table(instr, loop, constant, const_slots, const_vals):

@@ -53,7 +53,8 @@ def lower(rows, ipool, shape_ndim, shape_start, shape_dims, shape_size, arena_ad
     """Lower the rows ``out_rows`` need into instructions; a CUSTOM row that
     ``call_rows`` marks becomes a CALL. Returns (status, detail, instructions, pool,
     divisor per instruction, the slots of the inputs' and the outputs' elements, slot
-    count, const slots, their values): status UNSUPPORTED names the row in detail."""
+    count, const slots, their values, the row each instruction comes from): status
+    UNSUPPORTED names the row in detail."""
     n = rows.shape[0]
     none = np.zeros(1, np.int64)
     touched = np.zeros((1, 1), np.bool_)
@@ -120,9 +121,14 @@ def lower(rows, ipool, shape_ndim, shape_start, shape_dims, shape_size, arena_ad
     is_input = np.zeros(n, np.bool_)
     for r in in_rows:
         is_input[r] = True
+    made_by = [np.int64(0)][:0]                 # the row each instruction comes from
+    last = -1
     for i in range(n):
         if not needed[i]:
             continue
+        for _ in range(len(code) // WIDTH - len(made_by)):
+            made_by.append(last)                # (a row's instructions: before the next's)
+        last = i
         op, sz, out = rows[i, OP], size_of(real, i), slot[i]
         if op <= SOURCE_LAST:
             if not is_input[i]:
@@ -189,18 +195,20 @@ def lower(rows, ipool, shape_ndim, shape_start, shape_dims, shape_size, arena_ad
         else:
             lane[0] = rows2[0, 0] + big2[0] + np.int64(track[0]) + touched[0, 0]
             return (UNSUPPORTED, i, np.zeros((0, WIDTH), np.int64), none, np.zeros(0),
-                    none, none, ns, none, np.zeros(0))
+                    none, none, ns, none, np.zeros(0), none)
     # the owners of the contexts' borrowed arrays live to here (numba frees a local
     # after its last use, and the contexts do not count as uses)
     lane[0] = rows2[0, 0] + big2[0] + np.int64(track[0]) + touched[0, 0]
     count = len(code) // WIDTH
+    for _ in range(count - len(made_by)):
+        made_by.append(last)
     instr = np.empty((count, WIDTH), np.int64)
     for q in range(count):
         for c in range(WIDTH):
             instr[q, c] = code[q * WIDTH + c]
     pool_arr = _ints(pool)
     keep = _used(instr, pool_arr, ns, _row_slots(slot, out_rows, real))
-    instr, divisor_arr = instr[keep], _floats(divisor)[keep]
+    instr, divisor_arr, made_by_arr = instr[keep], _floats(divisor)[keep], _ints(made_by)[keep]
     # Number again only the slots the kept instructions, inputs and outputs touch.
     marked = np.zeros(ns + 1, np.bool_)
     for r in in_rows:
@@ -253,7 +261,7 @@ def lower(rows, ipool, shape_ndim, shape_start, shape_dims, shape_size, arena_ad
             slot[i] = renumber[slot[i]] if marked[slot[i]] else -1
     return (LOWERED, 0, instr, pool_arr, divisor_arr, _row_slots(slot, in_rows, real),
             _row_slots(slot, out_rows, real), np.int64(marked[:ns].sum()), cs[:kept],
-            cv[:kept])
+            cv[:kept], made_by_arr)
 
 
 @register_jitable

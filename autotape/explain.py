@@ -1,0 +1,159 @@
+"""``Compiled.explain``: what a compiled function's calls run at some arguments, and why
+not something faster, in the user's terms: the source lines of f where its recording
+takes decisions, has an op the lean program does not lower, or stops repeating (the
+loop finder's stretch, kernels/loops.py).
+
+f is recorded once more for this, with Python's line tracing on, which notes how many
+rows the recording tape had when each line of f (and of what it calls, outside
+autotape and numpy) began: a row's line is the last one that began before it.
+"""
+import bisect
+import linecache
+import os
+import sys
+
+import numpy as np
+
+from .kernels.loops import MIN_COVERED, MIN_REPEATS, repetition
+from .opcodes import opcode_name
+from .program import LeanProgram
+from .thread_state import here
+
+# frames not the user's: autotape's, numpy's (a numpy function called on Tensors) and
+# the standard library's (``isinstance`` through abc), by their files
+_SKIPPED = tuple(os.path.dirname(os.path.abspath(m.__file__)) + os.sep
+                 for m in (sys.modules["autotape"], np, os)) + ("<frozen",)
+
+
+def explain(compiled, args):
+    """The text ``Compiled.explain`` returns, for ``args`` (already checked)."""
+    lines = _Lines()
+    traces = compiled.traces
+    with lines.tracing():
+        p = compiled._record("value", args)
+    compiled.traces = traces                   # (this recording is not one of f's calls)
+    tape, name = p.tape, getattr(compiled.f, "__name__", "f")
+    shapes = ", ".join(str(a.shape) for a in args)
+    say = [f"{name} at arguments of shapes {shapes}: {tape.nrows} recorded rows."]
+    if p.guards:
+        where = sorted({_at(*guard[3].rsplit(":", 1)) for guard in p.guards})
+        say.append(f"It takes {len(p.guards)} decision(s) in Python on traced values "
+                   f"({_listed(where)}), so calls replay its tape with those checks "
+                   "(the interpreter of rows) and record again where one comes out "
+                   "otherwise; keep decisions in autotape ops (at.where) to run it as a "
+                   "lean program.")
+        return "\n".join(say)
+    unsupported = []
+    lean = LeanProgram.lower(tape, p.inputs, [v for k, v, _ in p.outputs if k == "row"],
+                             why=unsupported)
+    if lean is None:
+        row = unsupported[0]
+        say.append(f"Its {opcode_name(tape.op(row)).lower()} at {lines.of(tape, row)} has no "
+                   "lean form, so calls replay its tape (the interpreter of rows), and "
+                   "no loop is looked for.")
+        return "\n".join(say)
+    count = lean.instr.shape[0]
+    say.append(f"It runs as a lean program of {count} instructions.")
+    if lean.user_calls is not None:
+        say.append("It calls numba functions of yours (custom ops): it runs through "
+                   "their driver, and no loop is looked for.")
+        return "\n".join(say)
+    constant = np.zeros(lean.nslots, bool)
+    constant[lean.const_slots] = True
+    found = repetition(lean.instr, constant, lean.pool)
+    if found is None:
+        say.append("No stretch of it repeats, so no loop is compiled: every call runs "
+                   "its instructions one by one (or as generated code, where it is small).")
+        return "\n".join(say)
+    start, period, repeats, breaks = found
+    body = _span(lines, tape, lean.made_by[start:start + period])
+    share = 100.0 * period * repeats / count
+    if lean.loop is not None:
+        say.append(f"Its loop: {repeats} repetitions of {period} instructions ({body}), "
+                   f"{share:.0f}% of the program, compiled as one loop body from its "
+                   "second call on.")
+    else:
+        short = repeats < MIN_REPEATS or period * repeats < MIN_COVERED
+        say.append(f"No loop is compiled: the longest repeating stretch is {repeats} "
+                   f"repetitions of {period} instructions ({body}), {share:.0f}% of the "
+                   "program" + (f", under the {MIN_REPEATS} repetitions of at least "
+                                f"{MIN_COVERED} instructions in all a loop needs."
+                                if short else "."))
+    for q, why in breaks:
+        side = "begins" if q < start else "ends"
+        say.append(f"The repetition {side} at {lines.of(tape, int(lean.made_by[q]))}: "
+                   f"{why}.")
+    return "\n".join(say)
+
+
+def _listed(items, most=4):
+    return "; ".join(items[:most]) + (f"; and {len(items) - most} more"
+                                       if len(items) > most else "")
+
+
+def _span(lines, tape, rows):
+    """Where rows were recorded: a file and its lines (first to last)."""
+    places = [lines.place(tape, int(r)) for r in rows]
+    places = [p for p in places if p is not None]
+    if not places:
+        return "lines not known"
+    spans = []
+    for path in sorted({f for f, _ in places}):
+        numbers = [n for f, n in places if f == path]
+        low, high = min(numbers), max(numbers)
+        spans.append(f"{os.path.basename(path)}, " + (f"line {low}" if low == high else
+                                                       f"lines {low}-{high}"))
+    return "; ".join(spans)
+
+
+class _Lines:
+    """The lines of the user's code as they began, with the recording tape's row count
+    then."""
+
+    def __init__(self):
+        self.counts, self.places = [], []
+
+    def tracing(self):
+        lines = self
+
+        class Tracing:
+            def __enter__(self):
+                self.saved = sys.gettrace()
+                sys.settrace(lines._call)
+
+            def __exit__(self, *exc):
+                sys.settrace(self.saved)
+        return Tracing()
+
+    def _call(self, frame, event, arg):
+        path = frame.f_code.co_filename
+        if not path.startswith("<"):
+            path = os.path.abspath(path)
+        return None if path.startswith(_SKIPPED) else self._line
+
+    def _line(self, frame, event, arg):
+        if event == "line":
+            tape = here().tape
+            tape = tape() if tape is not None else None
+            self.counts.append(tape.nrows if tape is not None else 0)
+            self.places.append((frame.f_code.co_filename, frame.f_lineno))
+        return self._line
+
+    def place(self, tape, row):
+        """(file, line) where ``row`` was recorded, or None."""
+        k = bisect.bisect_right(self.counts, row) - 1
+        return self.places[k] if k >= 0 else None
+
+    def of(self, tape, row):
+        """The row's place as text: ``model.py, line 12 (`x = x + h * v`)``."""
+        place = self.place(tape, row)
+        if place is None:
+            return "a line not known"
+        return _at(*place)
+
+
+def _at(path, number):
+    """``model.py, line 12 (`x = x + h * v`)``."""
+    number = int(number)
+    code = linecache.getline(path, number).strip()
+    return f"{os.path.basename(path)}, line {number}" + (f" (`{code}`)" if code else "")

@@ -1,0 +1,89 @@
+"""``Compiled.explain`` (explain.py): what a compiled function's calls run and why not
+something faster, naming f's lines: a decision taken in Python, an op without a lean
+form, and where a time-stepping loop stops repeating (kernels/loops.py's
+``repetition``). Also: the loop finder looks for a loop around the quarters of the
+program when an event cuts the one through its middle short."""
+import inspect
+import math
+
+import numpy as np
+
+import autotape as at
+
+
+def _line(fn, marker):
+    """The number of fn's source line that holds ``marker``."""
+    lines, first = inspect.getsourcelines(fn)
+    return first + next(k for k, line in enumerate(lines) if marker in line)
+
+
+def kicked(theta):
+    x, v = theta[0], theta[1]
+    h = 0.01
+    for i in range(300):
+        a = -theta[2] * at.sin(x) - 0.1 * v + 0.5 * math.cos(i * h)
+        x, v = x + h * v, v + h * a
+        if i == 150:
+            v = v * 0.5 + at.cos(x)                 # the kick
+    return x * x + v * v
+
+
+THETA = np.array([0.3, 0.1, 1.0])
+
+
+def test_a_loop_cut_short_names_the_line_that_breaks_it():
+    c = at.compile(kicked, THETA)
+    text = c.explain(THETA)
+    assert "Its loop: 149 repetitions of 10 instructions" in text
+    assert f"test_explain.py, lines {_line(kicked, 'a = -theta')}-{_line(kicked, 'x + h * v')}" \
+        in text
+    kick = _line(kicked, "the kick")
+    assert f"The repetition ends at test_explain.py, line {kick} (`v = v * 0.5 + " \
+           "at.cos(x)                 # the kick`): mul where the repetition before has" \
+           in text
+    assert c.traces == 1                           # (explain's recording is not a call's)
+
+
+def test_the_loop_finder_looks_past_an_event_at_the_middle():
+    """Before: only stretches through the middle instruction, where the kick is."""
+    lean = at.compile(kicked, THETA)._lean("value", [THETA]).lean
+    assert lean.loop is not None and lean.loop[2] == 149
+    value, grad = at.compile(kicked, THETA).value_and_grad(THETA)
+    t = at.tensor(THETA, requires_grad=True)
+    want = kicked(t)
+    np.testing.assert_allclose(grad.numpy(), at.grad(want, t)[0].numpy(), rtol=1e-12)
+
+
+def test_too_few_repetitions_are_said():
+    def three_steps(x):
+        for _ in range(3):
+            for k in range(40):
+                x = at.sin(x) * (0.5 + 0.01 * k)    # the step's ops
+        return x.sum()
+    text = at.compile(three_steps, np.ones(2)).explain(np.ones(2))
+    assert "No loop is compiled: the longest repeating stretch is" in text
+    assert "under the 4 repetitions of at least 256 instructions in all a loop needs" in text
+
+
+def test_a_decision_in_python_is_named_with_its_line():
+    def guarded(x):
+        s = x.sum()
+        if s > 0:                                   # the decision
+            return s * 2.0
+        return s
+    text = at.compile(guarded, np.ones(3)).explain(np.ones(3))
+    assert f"test_explain.py, line {_line(guarded, 'the decision')}" in text
+    assert "1 decision(s) in Python on traced values" in text
+
+
+def test_an_op_without_a_lean_form_is_named_with_its_line():
+    def gram(x):
+        return (x @ x.T).sum()                      # the matmul
+    text = at.compile(gram, np.ones((3, 3))).explain(np.ones((3, 3)))
+    assert f"Its matmul at test_explain.py, line {_line(gram, 'the matmul')}" in text
+    assert "has no lean form" in text
+
+
+def test_a_program_without_repetition_says_so():
+    text = at.compile(lambda x: (at.sin(x) * x).sum(), np.ones(3)).explain(np.ones(3))
+    assert "No stretch of it repeats" in text
