@@ -19,6 +19,8 @@ from .opcodes import opcode_name
 from .program import LeanProgram
 from .thread_state import here
 
+WHOLE = 90          # % of the program in its loop from which what lies outside goes unsaid
+
 # frames not the user's: autotape's, numpy's (a numpy function called on Tensors) and
 # the standard library's (``isinstance`` through abc), by their files
 _SKIPPED = tuple(os.path.dirname(os.path.abspath(m.__file__)) + os.sep
@@ -79,11 +81,20 @@ def explain(compiled, args):
                    "program" + (f", under the {MIN_REPEATS} repetitions of at least "
                                 f"{MIN_COVERED} instructions in all a loop needs."
                                 if short else "."))
+    if lean.loop is not None and share >= WHOLE:
+        return "\n".join(say)                # (what lies outside: set-up and the loss)
     for q, why in breaks:
         side = "begins" if q < start else "ends"
         say.append(f"The repetition {side} at {lines.of(tape, int(lean.made_by[q]))}: "
                    f"{why}.")
     return "\n".join(say)
+
+
+def _skipped(frame):
+    path = frame.f_code.co_filename
+    if not path.startswith("<"):
+        path = os.path.abspath(path)
+    return path.startswith(_SKIPPED)
 
 
 def _listed(items, most=4):
@@ -126,13 +137,14 @@ class _Lines:
         return Tracing()
 
     def _call(self, frame, event, arg):
-        path = frame.f_code.co_filename
-        if not path.startswith("<"):
-            path = os.path.abspath(path)
-        return None if path.startswith(_SKIPPED) else self._line
+        return None if _skipped(frame) else self._line
 
     def _line(self, frame, event, arg):
-        if event == "line":
+        if event == "return":        # (the rest of the caller's line: its rows again)
+            frame = frame.f_back
+            while frame is not None and _skipped(frame):
+                frame = frame.f_back
+        if event in ("line", "return") and frame is not None:
             tape = here().tape
             tape = tape() if tape is not None else None
             self.counts.append(tape.nrows if tape is not None else 0)

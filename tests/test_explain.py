@@ -87,3 +87,23 @@ def test_an_op_without_a_lean_form_is_named_with_its_line():
 def test_a_program_without_repetition_says_so():
     text = at.compile(lambda x: (at.sin(x) * x).sum(), np.ones(3)).explain(np.ones(3))
     assert "No stretch of it repeats" in text
+
+
+def rhs(x):
+    return at.sin(x) * 0.3                          # the right-hand side
+
+
+def stepped(theta):
+    x = theta
+    for _ in range(300):
+        x = x + 0.01 * rhs(x)                       # the step
+    return (x * x).sum()
+
+
+def test_the_rest_of_a_line_after_a_call_is_the_callers():
+    """The ops of `x + 0.01 * rhs(x)` after rhs returns are the step's line's (Python
+    reports no new line event there: explain notes the return)."""
+    text = at.compile(stepped, THETA).explain(THETA)
+    assert (f"(test_explain.py, lines {_line(rhs, 'right-hand side')}-"
+            f"{_line(stepped, 'the step')})") in text
+    assert "The repetition" not in text             # (the loop is the program: no breaks)
