@@ -67,7 +67,7 @@ FLUSH_ROWS = 4096
 
 
 class Tape:
-    __slots__ = ("id", "staged", "rows_log", "flushed", "checkpoint", "extra", "arena", "arrays", "big_addr", "shape_ids", "shapes",
+    __slots__ = ("id", "staged", "rows_log", "flushed", "flush_at", "extra", "arena", "arrays", "big_addr", "shape_ids", "shapes",
                  "shape_ndim", "shape_dims", "shape_size", "released", "leaves", "frozen",
                  "retained", "imports", "import_rows", "consts", "owner", "nrows",
                  "array_bytes", "array_limit", "ipool", "hooks", "customs", "replaced", "resolved", "stale", "_columns", "_kernel_args",
@@ -80,7 +80,7 @@ class Tape:
         self.staged = []                 # staged rows: opcode, operand a, operand b, ...
         self.rows_log = ((), self.staged)   # (flushed (n, 3) int64 chunks, staged list)
         self.flushed = 0
-        self.checkpoint = self._next_checkpoint()   # row at which to flush, check size
+        self.flush_at = self._next_flush()   # row at which to flush, check size
         self.extra = []                  # row, shape id, aux, array index: 4 ints per row
                                          # that needs them
         self.ipool = []                  # int parameters and extra operands
@@ -145,22 +145,22 @@ class Tape:
         row = self.nrows
         self.staged.extend((op, a, b))
         self.nrows = row + 1
-        if row >= self.checkpoint:
-            self.reached_checkpoint()
+        if row >= self.flush_at:
+            self.flush_staged()
         return row
 
-    def reached_checkpoint(self):
+    def flush_staged(self):
         """Flush the staged rows; close the tape if one expression has made it huge."""
         chunk = np.array(self.staged, np.int64).reshape(-1, 3)
         fresh = []                       # (the old list is never cleared: a reader may
         self.rows_log = (self.rows_log[0] + (chunk,), fresh)   # hold it; one store
         self.staged = fresh              # publishes the chunk and the new list at once)
         self.flushed += chunk.shape[0]
-        self.checkpoint = self._next_checkpoint()
+        self.flush_at = self._next_flush()
         if self.flushed >= HARD_ROWS_FACTOR * MAX_ROWS and not self.whole:
             self.owner = None
 
-    def _next_checkpoint(self):
+    def _next_flush(self):
         if self.whole:                   # (a compiled recording: one tape, any size)
             return self.flushed + FLUSH_ROWS - 1
         return min(self.flushed + FLUSH_ROWS, HARD_ROWS_FACTOR * MAX_ROWS) - 1

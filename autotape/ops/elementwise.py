@@ -433,8 +433,8 @@ def _unary_function(op):
         tape.arena.append(z)                        # call costs 5% of scalar recording;
         tape.staged.extend((code, a, NO_ROW))       # test_tape checks the two agree)
         tape.nrows = row + 1
-        if row >= tape.checkpoint:
-            tape.reached_checkpoint()
+        if row >= tape.flush_at:
+            tape.flush_staged()
         t._row = row
         return t
 
@@ -574,8 +574,8 @@ def _binary_function(op):
         tape.arena.append(z)                        # call costs 5% of scalar recording;
         tape.staged.extend((code, a, b))            # test_tape checks the two agree)
         tape.nrows = row + 1
-        if row >= tape.checkpoint:
-            tape.reached_checkpoint()
+        if row >= tape.flush_at:
+            tape.flush_staged()
         t._row = row
         return t
 
