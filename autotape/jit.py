@@ -435,7 +435,7 @@ class Jit:
         if row < 0:                            # a constant output
             return np.zeros(total)
         adj, reached = _sweep_scratch(max(used, 1))
-        _sweep(used)(ops, values, used, row, adj, reached)
+        _sweep_for(used)(ops, values, used, row, adj, reached)
         return adj[:total].copy()
 
 
@@ -452,7 +452,7 @@ _sweep_ready = []
 PYTHON_SWEEP_MAX = 200_000
 
 
-def _sweep(rows):
+def _sweep_for(rows):
     """The reverse sweep of at.jit's recordings: compiled, or, until a helper has
     compiled it (a first call on a cold cache), for a recording of at most
     PYTHON_SWEEP_MAX rows, the same code run by Python (the op table's partials are
