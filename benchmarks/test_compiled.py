@@ -184,3 +184,54 @@ def test_points_scaling_autotape(benchmark, threads):
     vg(thetas)
     benchmark.group = "compiled: 4096 points on 1 and 2 threads (scaling)"
     benchmark.pedantic(lambda: vg(thetas), rounds=10, warmup_rounds=5)
+
+
+# ---- many points: 4096 driven pendulums (forcing from the loop index), both cores ---------------
+# (issue #27: against jax.jit(jax.vmap(...)) and a hand-written numba forward-mode loop over
+# the points, each on the machine's cores; autotape on one thread and on two)
+
+DRIVEN = "compiled: 4096 driven pendulums (200 steps), loss + gradient each, all cores"
+
+
+def _driven_200(theta):
+    return W.driven_pendulum_at(theta, 200)
+
+
+def _driven_points():
+    return W.thetas(4096)
+
+
+@pytest.mark.parametrize("threads", [1, 2])
+def test_driven_points_autotape(benchmark, threads):
+    if threads > numba.config.NUMBA_NUM_THREADS:
+        pytest.skip("fewer cores than threads")
+    thetas = _driven_points()
+    c = at.compile(_driven_200, thetas[0])
+    vg = F.vmap(c.value_and_grad)
+    numba.set_num_threads(threads)
+    at.set_num_threads(threads)
+    got = vg(thetas)
+    c.wait_compiled()
+    values, grads = W.driven_ensemble_numba(thetas, 200)
+    _close(vg(thetas)[1].numpy(), grads)
+    _close(got[0].numpy(), values)
+    benchmark.group = DRIVEN
+    benchmark.pedantic(lambda: vg(thetas), rounds=10, warmup_rounds=3)
+
+
+def test_driven_points_jax(benchmark, jax):
+    thetas = _driven_points()
+    f = jax.jit(jax.vmap(jax.value_and_grad(W.driven_pendulum_jax(jax, 200))))
+    _close(f(thetas)[1], W.driven_ensemble_numba(thetas, 200)[1])
+    benchmark.group = DRIVEN
+    benchmark.pedantic(lambda: f(thetas)[1].block_until_ready(), rounds=10, warmup_rounds=3)
+
+
+def test_driven_points_numba_forward_mode(benchmark):
+    """The floor: forward mode by hand (4 lanes), the points over numba's threads."""
+    thetas = _driven_points()
+    numba.set_num_threads(numba.config.NUMBA_NUM_THREADS)
+    W.driven_ensemble_numba(thetas, 200)
+    benchmark.group = DRIVEN
+    benchmark.pedantic(lambda: W.driven_ensemble_numba(thetas, 200), rounds=10,
+                       warmup_rounds=3)

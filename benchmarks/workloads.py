@@ -275,6 +275,15 @@ def ensemble_numba(thetas, steps):
     return values, grads
 
 
+@numba.njit(cache=True, parallel=True)
+def driven_ensemble_numba(thetas, steps):
+    """driven_pendulum_numba at every point, the points over numba's threads."""
+    values, grads = np.empty(thetas.shape[0]), np.empty(thetas.shape)
+    for p in numba.prange(thetas.shape[0]):
+        values[p], grads[p] = driven_pendulum_numba(thetas[p], steps)
+    return values, grads
+
+
 def thetas(points, seed=0):
     base = np.array([1.0, 0.0, 9.8, 0.1])
     return base * np.random.default_rng(seed).uniform(0.8, 1.2, (points, 4))
