@@ -369,7 +369,7 @@ class LeanProgram:
             return found
         self.calls += 1
         wait = not background.enabled()
-        if not wait and (self.calls < COMPILE_LOOP_AFTER or not self._look()):
+        if not wait and (self.calls < COMPILE_LOOP_AFTER or not self._may_look()):
             return None
         written = self.codegen.get(("source",) + kind)   # (writing it takes ~2 ms: once)
         if written is None:
@@ -384,6 +384,8 @@ class LeanProgram:
         found = codegen.cpu_module(*written, wait=wait, what=self.what)
         if found is not None:
             self.codegen[kind] = found
+        else:
+            self._looked_in_vain()
         return found
 
     def _table(self):
@@ -440,18 +442,22 @@ class LeanProgram:
             return True
         self.calls += 1
         wait = self.segments is not None or not background.enabled()
-        if not wait and (self.calls < COMPILE_LOOP_AFTER or not self._look()):
+        if not wait and (self.calls < COMPILE_LOOP_AFTER or not self._may_look()):
             return False
-        return self._compile_loop(dtype, group, wait)
+        if self._compile_loop(dtype, group, wait):
+            return True
+        self._looked_in_vain()
+        return False
 
-    def _look(self):
-        """Whether this call looks for code compiling beside the calls: once every
-        LOOK_EVERY seconds (a look that finds it ready switches the program for good)."""
-        now = time.monotonic()
-        if now < self.next_look:
-            return False
-        self.next_look = now + LOOK_EVERY
-        return True
+    def _may_look(self):
+        """Whether this call looks for code compiling beside the calls: at most once
+        every LOOK_EVERY seconds after a look that found it not ready (a look that finds
+        it switches the program for good; a later process finds every kind on disk at
+        its first calls)."""
+        return time.monotonic() >= self.next_look
+
+    def _looked_in_vain(self):
+        self.next_look = time.monotonic() + LOOK_EVERY
 
     def _compile_loop(self, dtype, group, wait):
         if self.loop_code is None:              # (two threads may both write it: equal)
