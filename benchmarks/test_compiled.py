@@ -212,7 +212,7 @@ def test_driven_points_autotape(benchmark, threads):
     at.set_num_threads(threads)
     got = vg(thetas)
     c.wait_compiled()
-    values, grads = W.driven_ensemble_numba(thetas, 200)
+    values, grads = W.ensemble_numba(thetas, 200, True)
     _close(vg(thetas)[1].numpy(), grads)
     _close(got[0].numpy(), values)
     benchmark.group = DRIVEN
@@ -222,7 +222,7 @@ def test_driven_points_autotape(benchmark, threads):
 def test_driven_points_jax(benchmark, jax):
     thetas = _driven_points()
     f = jax.jit(jax.vmap(jax.value_and_grad(W.driven_pendulum_jax(jax, 200))))
-    _close(f(thetas)[1], W.driven_ensemble_numba(thetas, 200)[1])
+    _close(f(thetas)[1], W.ensemble_numba(thetas, 200, True)[1])
     benchmark.group = DRIVEN
     benchmark.pedantic(lambda: f(thetas)[1].block_until_ready(), rounds=10, warmup_rounds=3)
 
@@ -231,7 +231,7 @@ def test_driven_points_numba_forward_mode(benchmark):
     """The floor: forward mode by hand (4 lanes), the points over numba's threads."""
     thetas = _driven_points()
     numba.set_num_threads(numba.config.NUMBA_NUM_THREADS)
-    W.driven_ensemble_numba(thetas, 200)
+    W.ensemble_numba(thetas, 200, True)
     benchmark.group = DRIVEN
-    benchmark.pedantic(lambda: W.driven_ensemble_numba(thetas, 200), rounds=10,
+    benchmark.pedantic(lambda: W.ensemble_numba(thetas, 200, True), rounds=10,
                        warmup_rounds=3)

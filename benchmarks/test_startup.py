@@ -151,20 +151,25 @@ print(json.dumps(times))
 """
 
 
-def _first_calls(benchmark, cache):
-    here = os.path.dirname(__file__)
+def _script_once(benchmark, script, cache):
+    """One timed round of ``script`` (formatted with ``here``) in a fresh process on
+    ``cache``, as a user runs it; the JSON its last line prints."""
     env = dict(os.environ, NUMBA_CACHE_DIR=cache)
     for name in ("AUTOTAPE_BACKGROUND_WARMUP", "AUTOTAPE_BACKGROUND_COMPILE"):
         env.pop(name, None)                          # as a user has them
-    out = {}
+    out = []
 
     def once():
-        done = subprocess.run([sys.executable, "-c", FIRST_CALLS.format(here=here)],
-                              env=env, check=True, capture_output=True, text=True,
-                              cwd=tempfile.gettempdir())
-        out["times"] = json.loads(done.stdout)
+        done = subprocess.run([sys.executable, "-c", script.format(
+            here=os.path.dirname(__file__))], env=env, check=True, capture_output=True,
+            text=True, cwd=tempfile.gettempdir())
+        out.append(json.loads(done.stdout.splitlines()[-1]))
     benchmark.pedantic(once, rounds=1)
-    times = out["times"]
+    return out[-1]
+
+
+def _first_calls(benchmark, cache):
+    times = _script_once(benchmark, FIRST_CALLS, cache)
     benchmark.extra_info["first call s"] = round(times[0], 3)
     benchmark.extra_info["longest later call s"] = round(max(times[1:]), 4)
     benchmark.extra_info["calls ms"] = [round(t * 1e3, 1) for t in times]
@@ -303,24 +308,12 @@ print(json.dumps([times, by_python, eager]))
 
 
 def _custom_first_calls(benchmark, cache):
-    env, here = dict(os.environ, NUMBA_CACHE_DIR=cache), os.path.dirname(__file__)
-    for name in ("AUTOTAPE_BACKGROUND_WARMUP", "AUTOTAPE_BACKGROUND_COMPILE"):
-        env.pop(name, None)                          # as a user has them
-    out = {}
-
-    def once():
-        done = subprocess.run([sys.executable, "-c", CUSTOM_FIRST_CALLS.format(here=here)],
-                              env=env, check=True, capture_output=True, text=True,
-                              cwd=tempfile.gettempdir())
-        out["times"], out["by python"], out["eager"] = json.loads(
-            done.stdout.splitlines()[-1])
-    benchmark.pedantic(once, rounds=1)
-    times = out["times"]
+    times, by_python, eager = _script_once(benchmark, CUSTOM_FIRST_CALLS, cache)
     benchmark.extra_info["at.compile s"] = round(times[0], 3)
     benchmark.extra_info["first call s"] = round(times[1], 3)
     benchmark.extra_info["longest later call s"] = round(max(times[2:]), 4)
-    benchmark.extra_info["calls as eager code"] = out["eager"]
-    benchmark.extra_info["calls by the Python driver"] = out["by python"]
+    benchmark.extra_info["calls as eager code"] = eager
+    benchmark.extra_info["calls by the Python driver"] = by_python
     benchmark.extra_info["calls ms"] = [round(t * 1e3, 2) for t in times]
 
 

@@ -268,19 +268,15 @@ def _pendulum_dual(theta, steps, traj, jac, amp=0.0):
 
 
 @numba.njit(cache=True, parallel=True)
-def ensemble_numba(thetas, steps):
+def ensemble_numba(thetas, steps, driven=False):
+    """pendulum_numba (or driven_pendulum_numba) at every point, the points over numba's
+    threads."""
     values, grads = np.empty(thetas.shape[0]), np.empty(thetas.shape)
     for p in numba.prange(thetas.shape[0]):
-        values[p], grads[p] = pendulum_numba(thetas[p], steps)
-    return values, grads
-
-
-@numba.njit(cache=True, parallel=True)
-def driven_ensemble_numba(thetas, steps):
-    """driven_pendulum_numba at every point, the points over numba's threads."""
-    values, grads = np.empty(thetas.shape[0]), np.empty(thetas.shape)
-    for p in numba.prange(thetas.shape[0]):
-        values[p], grads[p] = driven_pendulum_numba(thetas[p], steps)
+        if driven:
+            values[p], grads[p] = driven_pendulum_numba(thetas[p], steps)
+        else:
+            values[p], grads[p] = pendulum_numba(thetas[p], steps)
     return values, grads
 
 

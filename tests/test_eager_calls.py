@@ -224,44 +224,41 @@ def test_points_run_on_one_thread_until_the_threaded_kernels_are_ready(monkeypat
         _close(call(), w, rtol=1e-12)
 
 
-def test_a_recording_on_the_tape_path_waits_for_the_replays_kernels(monkeypatch):
-    def peaked(x):                                  # (max: the lean program has no row)
-        return x.max() * 2.0 + (x * x).sum()
-    x = np.array([0.5, 2.0, -1.0])
-    want = at.compile(peaked, x).value_and_grad(x)
-    waiting = {"tape path": True}
-    monkeypatch.setattr(eager_calls, "ready", lambda tape_path=False, calls=False: not (
-        tape_path and waiting["tape path"]))
-    c = at.compile(peaked, x)
-    p, = c._programs.values()
-    _close(c.value_and_grad(x), want)
-    assert p.pending and p.tape_path and isinstance(p.lean, eager_calls.EagerProgram)
-    waiting["tape path"] = False
-    _close(c.value_and_grad(x), want)
-    assert not p.pending and p.lean is None          # (the tape path replays it now)
+TRIPLE = at.custom_op(numba.njit(lambda x: x * 3.0), numba.njit(
+    lambda inputs, y, g: (3.0 * g,)), name="triple")
 
 
-def test_a_program_calling_numba_ops_waits_for_the_ranges_its_driver_calls(monkeypatch):
-    """Its driver, or the Python one that runs while a helper compiles the driver,
-    calls the interpreter's ranges (kernels/calls.py): f runs eagerly until they are
-    compiled too."""
-    op = at.custom_op(numba.njit(lambda x: x * 3.0), numba.njit(
-        lambda inputs, y, g: (3.0 * g,)), name="triple")
+def _peaked(x):                                      # (max: the lean program has no row)
+    return x.max() * 2.0 + (x * x).sum()
 
-    def f(x):
-        return (op(at.sin(x)) * x).sum()
+
+def _calls_numba(x):
+    return (TRIPLE(at.sin(x)) * x).sum()
+
+
+@pytest.mark.parametrize("f, waits_for", [(_peaked, "tape_path"), (_calls_numba, "calls")])
+def test_a_program_waits_for_the_kernels_its_kind_of_call_runs(f, waits_for, monkeypatch):
+    """A recording the lean program does not lower waits for the tape replay's kernels
+    (``tape_path``); one calling numba custom ops for the interpreter's ranges its driver
+    calls, or the Python driver while a helper compiles it (``calls``,
+    kernels/calls.py): f runs as eager code until then."""
     x = np.array([0.5, 2.0, -1.0])
     want = at.compile(f, x).value_and_grad(x)
-    waiting = {"calls": True}
+    waiting = [True]
     monkeypatch.setattr(eager_calls, "ready", lambda tape_path=False, calls=False: not (
-        calls and waiting["calls"]))
+        {"tape_path": tape_path, "calls": calls}[waits_for] and waiting[0]))
     c = at.compile(f, x)
     p, = c._programs.values()
     _close(c.value_and_grad(x), want)
-    assert p.pending and p.calls and isinstance(p.lean, eager_calls.EagerProgram)
-    waiting["calls"] = False
+    assert p.pending and getattr(p, waits_for) and isinstance(p.lean,
+                                                               eager_calls.EagerProgram)
+    waiting[0] = False
     _close(c.value_and_grad(x), want)
-    assert not p.pending and p.lean.user_calls
+    assert not p.pending
+    if waits_for == "calls":
+        assert p.lean.user_calls
+    else:
+        assert p.lean is None                       # (the tape path replays it now)
 
 
 def test_points_on_one_thread_start_the_helper_that_compiles_the_threaded_kernels(
