@@ -65,3 +65,22 @@ def test_custom_op_paired_ratio(benchmark):
     c.value_and_grad(THETA)
     run_paired(benchmark, lambda: c.value_and_grad(THETA), lambda: _direct(THETA),
                "compiled_over_direct", rounds=300)
+
+
+@GROUP
+def test_python_driver_paired_with_the_compiled_one(benchmark):
+    """What a call costs while a helper compiles the program's driver: the same ranges
+    and numba functions called from Python (kernels/calls.py's ``run_in_python``),
+    paired round by round with the compiled driver (median ratio python / compiled)."""
+    from conftest import run_paired
+    compiled, by_python = at.compile(_loss, THETA), at.compile(_loss, THETA)
+    want = compiled.value_and_grad(THETA)
+    by_python.value_and_grad(THETA)
+    driver = by_python._lean("value", [THETA]).lean.driver
+    driver.runner = lambda args: None            # (as while the helper compiles)
+    got = by_python.value_and_grad(THETA)
+    assert got[0].item() == want[0].item() and got[1].numpy().tolist() == \
+        want[1].numpy().tolist()
+    run_paired(benchmark, lambda: by_python.value_and_grad(THETA),
+               lambda: compiled.value_and_grad(THETA), "python_driver_over_compiled",
+               rounds=300)
