@@ -124,7 +124,7 @@ class LeanProgram:
         user_calls = [_user_call(tape, row) for row in call_rows(instr)] or None
         p = cls.of(instr, pool, divisor, in_slots, out_slots, int(nslots), const_slots,
                    const_vals, loops and user_calls is None, user_calls)
-        p.made_by = made_by
+        p.made_by = made_by            # (for Compiled.explain; not pickled)
         return p
 
     @classmethod
@@ -184,7 +184,8 @@ class LeanProgram:
     def __getstate__(self):
         state = {name: getattr(self, name) for name in self.__slots__
                  if name not in ("loop_kernels", "calls", "segments", "reached", "driver",
-                                 "codegen", "loop_code", "loop_ready", "next_look")}
+                                 "codegen", "loop_code", "loop_ready", "next_look",
+                                 "made_by")}
         state["budget"] = self.segments.budget if self.segments is not None else False
         return state
 
@@ -193,7 +194,7 @@ class LeanProgram:
         for name, value in state.items():
             setattr(self, name, value)
         self.loop_kernels = self.segments = self.reached = self.driver = None
-        self.codegen = self.loop_code = self.loop_ready = None
+        self.codegen = self.loop_code = self.loop_ready = self.made_by = None
         self.calls, self.next_look = 0, 0.0
         if budget is not False:
             self.checkpoint(budget)
