@@ -140,7 +140,7 @@ class Compiled:
         self.traces = 0
         self._programs = {}
         self._guard_failures = 0
-        self._lean("value", _arguments(example_args, example=True))
+        self._lean("value", call_arguments(example_args, example=True))
 
     def __repr__(self):
         return f"<autotape.Compiled {getattr(self.f, '__name__', self.f)!r}: " \
@@ -200,10 +200,10 @@ class Compiled:
     @_recording_again
     def __call__(self, *args):
         """f(*args), from the replayed tape (Tensors in f's output structure)."""
-        args = _arguments(args)
+        args = call_arguments(args)
         p = self._lean("value", args, one_point=True)
         if p is not None:
-            values, _ = p.lean.run(_joined(args)[None])
+            values, _ = p.lean.run(joined(args)[None])
             return p.rebuild(_lean_values(p.outputs, values[0]))
         p, tape = self._at("value", args, checked=True)
         try:
@@ -215,11 +215,11 @@ class Compiled:
     def value_and_grad(self, *args):
         """``(f(*args), gradient)`` for a scalar f; the gradient has the structure of
         the arguments (one Tensor, or a tuple for several)."""
-        args = _arguments(args)
+        args = call_arguments(args)
         p = self._lean("value", args, one_point=True)
         if p is not None:
             out = _scalar_output(p, "value_and_grad")
-            values, jac = p.lean.run(_joined(args)[None], jacobian=True)
+            values, jac = p.lean.run(joined(args)[None], jacobian=True)
             (value,), (grads,) = (_lean_values(p.outputs, values[0]),
                                   _lean_jacobian(p, p.outputs, jac[0]))
             return value, grads
@@ -247,10 +247,10 @@ class Compiled:
         reverse (a sweep per output element) or, where arguments have fewer elements
         than outputs, in forward mode (``jacfwd``: a tangent lane per argument element).
         """
-        args = _arguments(args)
+        args = call_arguments(args)
         p = self._lean("value", args)
         if p is not None:
-            _, jac = _lean_jacobian_at(p, _joined(args)[None])
+            _, jac = _lean_jacobian_at(p, joined(args)[None])
             return p.rebuild(_lean_jacobian(p, p.outputs, jac[0]))
         return self._tape_jacobian(args)
 
@@ -275,11 +275,11 @@ class Compiled:
                 [2.],
                 [3.]])
         """
-        args = _arguments(args)
+        args = call_arguments(args)
         p = self._lean("value", args)
         if p is None:                          # (the tape path sweeps in reverse)
             return self._tape_jacobian(args)
-        _, jac = _forward_jacobian(p, _joined(args)[None])
+        _, jac = _forward_jacobian(p, joined(args)[None])
         return p.rebuild(_lean_jacobian(p, p.outputs, jac[0]))
 
     @_recording_again
@@ -290,11 +290,11 @@ class Compiled:
         >>> at.compile(lambda x: (x ** 2).sum(), np.ones(2)).jacrev(np.array([1.0, 3.0]))
         tensor([2., 6.])
         """
-        args = _arguments(args)
+        args = call_arguments(args)
         p = self._lean("value", args)
         if p is None:
             return self._tape_jacobian(args)
-        _, jac = p.lean.run(_joined(args)[None], jacobian=True)
+        _, jac = p.lean.run(joined(args)[None], jacobian=True)
         return p.rebuild(_lean_jacobian(p, p.outputs, jac[0]))
 
     @_recording_again
@@ -306,7 +306,7 @@ class Compiled:
         >>> f.jvp((np.array([1.0, 2.0]),), (np.array([1.0, 0.0]),))
         (tensor([1., 8.]), tensor([3., 0.]))
         """
-        args = _arguments(tuple(primals))
+        args = call_arguments(tuple(primals))
         tans = _tangents(args, tangents)
         p = self._lean("value", args)
         if p is None:                          # the tape path: J from the reverse sweep
@@ -320,7 +320,7 @@ class Compiled:
                    for per in jac]
             return p.rebuild(values), p.rebuild(
                 [new_leaf(t if t.ndim else float(t), t.shape, F64) for t in tan])
-        X, T = _joined(args)[None], _joined(tans)[None, :, None]
+        X, T = joined(args)[None], joined(tans)[None, :, None]
         if p.lean.user_calls is None:
             values, tan = p.lean.tangents(X, T)
         else:                                  # (users' compiled ops have VJPs only)
@@ -341,10 +341,10 @@ class Compiled:
         tensor([[4., 2.],
                 [2., 0.]])
         """
-        args = _arguments(args)
+        args = call_arguments(args)
         p = self._lean("hessian", args)
         if p is not None:                      # forward over reverse (measured cheaper)
-            _, jac = _forward_jacobian(p, _joined(args)[None])
+            _, jac = _forward_jacobian(p, joined(args)[None])
             return _per_argument(_lean_jacobian(p, p.grads, jac[0]))
         p, tape = self._at("hessian", args, fused=True, checked=True)
         try:
@@ -371,7 +371,7 @@ class Compiled:
         It runs as a lean program of ... instructions.
         Its loop: ... repetitions of ... instructions (..., line 3), ...% of the program, ...
         """
-        return explain(self, _arguments(args))
+        return explain(self, call_arguments(args))
 
     def map_points(self, method, args, device=None):
         """``method`` ("__call__", "grad", "value_and_grad", "jacobian", "hessian") at B
@@ -387,7 +387,7 @@ class Compiled:
             raise ValueError(f"vmap: a compiled function maps __call__, grad, "
                              f"value_and_grad, jacobian, jacfwd, jacrev or hessian, not "
                              f"{method!r}")
-        batch = _arguments(args)
+        batch = call_arguments(args)
         if any(a.ndim == 0 for a in batch):
             raise ValueError("vmap: every argument needs a leading axis of points; "
                              f"got shapes {[a.shape for a in batch]}")
@@ -427,7 +427,7 @@ class Compiled:
                              f"jacobian, jacfwd, jacrev or hessian, not {method!r}")
         if any(gpu.is_device_array(a) for a in args):
             return self._map_device_points(method, args)
-        batch = _arguments(args)
+        batch = call_arguments(args)
         B = batch[0].shape[0] if batch and batch[0].ndim else 0
         if not B or any(a.ndim == 0 or a.shape[0] != B for a in batch):
             raise ValueError("vmap: every argument needs the same leading axis of points")
@@ -487,7 +487,7 @@ class Compiled:
 
     def _gpu_program(self, kind, args):
         """The lean program for these arguments' shapes, which the GPU runs."""
-        p = self._lean(kind, _arguments(args), eager=False)
+        p = self._lean(kind, call_arguments(args), eager=False)
         if p is None:
             raise ValueError(
                 "vmap on the GPU: f's recording does not run as a lean program (it takes "
@@ -683,7 +683,7 @@ class Compiled:
         p.pending = False
 
 
-def _arguments(args, example=False):
+def call_arguments(args, example=False):
     """The arguments as float64 arrays, or float32 ones when every float array among
     them is float32 (a float32 program). A call's argument that requires grad is refused
     (grad mode on): a compiled function is not a differentiable op, and its result would
@@ -783,7 +783,7 @@ def _unchanged(captured):
 def _replay(p, tape, args):
     """Re-evaluate the program at ``args`` in ``tape`` (a twin of its own); returns the
     first guard that says to record again, or None."""
-    p.executor.replay(tape, p.input_rows, _joined(args), lambda i: _replay_row(tape, i))
+    p.executor.replay(tape, p.input_rows, joined(args), lambda i: _replay_row(tape, i))
     for guard in p.guards:
         fn, operands, expected, _ = guard
         values = [_row_value(tape, v) if kind == "row" else v for kind, v in operands]
@@ -796,7 +796,7 @@ def _replay(p, tape, args):
     return None
 
 
-def _joined(args):
+def joined(args):
     """The arguments' values one after another, as the replay kernels take them."""
     return args[0].reshape(-1) if len(args) == 1 else np.concatenate(
         [a.reshape(-1) for a in args])
@@ -1030,7 +1030,7 @@ def _sweep_replayed(p, tape, targets, lanes, args):
         return [np.zeros(lead + s) for s in p.shapes]
     if p.fused:
         out = np.empty((lanes, p.total_in))
-        p.executor.replay_and_sweep(tape, p.input_rows, _joined(args), plan, lanes, out)
+        p.executor.replay_and_sweep(tape, p.input_rows, joined(args), plan, lanes, out)
         if len(args) == 1:
             return [out.reshape(lead + p.shapes[0])]
         cols = list(itertools.accumulate(p.sizes, initial=0))

@@ -22,7 +22,7 @@ LAYERS = [
     ["functions.*", "linalg"],
     ["engine", "graph_backward", "custom"],
     ["numpy_dispatch", "tensor_methods"],
-    ["func", "eager_calls", "explain", "compile", "gradcheck", "autograd.*", "warmup", "dask", "jit",
+    ["func", "eager_calls", "explain", "compile", "sparse", "gradcheck", "autograd.*", "warmup", "dask", "jit",
      "jit_python"],
     ["numpy", "torch_names", "__init__", "__main__"],
 ]

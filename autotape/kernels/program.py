@@ -30,7 +30,7 @@ from ..tape_format import A, AUX, B, OP, VLOC, array_location, operand, operand_
 from .cache import cached_njit, distinct
 from .context import operand_map, shape_of, size_of, sweep_context, value
 from .elementwise import (binary_partial_x, binary_partial_y, binary_value, passes_nothing,
-                          tangent_times, times, unary_partial, unary_value)
+                          selects, tangent_times, times, unary_partial, unary_value)
 from .indexing import indexing_forward, pattern_map
 from .reduce import kept_map
 
@@ -644,6 +644,27 @@ def _kernels(fixed_c, one_lane=False):
                         d = unary_partial(op, np.float64(V[x * C + j]), np.float64(V[z * C + j]))
                         for l in range(K):
                             Tz[l * C + j] = tangent_times(op, np.float64(Tx[l * C + j]), d)
+            elif op <= BINARY_LAST and K * C < 8:    # (few lanes: no views, see above)
+                a, b, sa, sb = instr[q, I_A], instr[q, I_B], instr[q, I_SA], instr[q, I_SB]
+                for k in range(n):
+                    x, y, z = a + k * sa, b + k * sb, out + k
+                    for j in range(C):
+                        xv, yv, zv = np.float64(V[x * C + j]), np.float64(V[y * C + j]), \
+                            np.float64(V[z * C + j])
+                        if op == ADD or op == SUB:
+                            dx, dy = 1.0, (1.0 if op == ADD else -1.0)
+                        elif op == MUL:
+                            dx, dy = yv, xv
+                        else:
+                            dx, dy = binary_partial_x(op, xv, yv, zv), \
+                                binary_partial_y(op, xv, yv, zv)
+                        mx = dx == 0.0 and selects(op)      # (tangent_times' tests,
+                        my = dy == 0.0 and selects(op)      # once per element)
+                        for l in range(K):
+                            tx = np.float64(T[x * KC + l * C + j])
+                            ty = np.float64(T[y * KC + l * C + j])
+                            T[z * KC + l * C + j] = (0.0 if tx == 0.0 or mx else tx * dx) + \
+                                (0.0 if ty == 0.0 or my else ty * dy)
             elif op <= BINARY_LAST:
                 a, b, sa, sb = instr[q, I_A], instr[q, I_B], instr[q, I_SA], instr[q, I_SB]
                 for k in range(n):
