@@ -12,7 +12,7 @@ takes three lanes, not 10^4.
     ...     return np.roll(u, 1) - 2.0 * u + np.roll(u, -1) + at.sin(u)
     >>> c = at.compile(rhs, np.zeros(6))
     >>> J = ats.jacobian(c, np.linspace(0, 1, 6))
-    >>> J.shape, J.nnz, ats.colours(c, np.zeros(6)).max() + 1
+    >>> J.shape, J.nnz, int(ats.colours(c, np.zeros(6)).max()) + 1
     ((6, 6), 18, 3)
 
 Rows run over f's output elements (several outputs one after another), columns over
