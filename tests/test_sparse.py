@@ -104,3 +104,27 @@ def test_a_function_off_the_lean_program_gets_its_dense_jacobians_nonzeros():
 def test_bad_input_is_named():
     with pytest.raises(TypeError, match="expected a Compiled"):
         ats.jacobian(lambda u: u, np.ones(2))
+
+
+def test_usable_as_jac_for_solve_ivp_and_least_squares():
+    integrate = pytest.importorskip("scipy.integrate")
+    optimize = pytest.importorskip("scipy.optimize")
+    n = 200
+
+    def rhs(u):                                       # stiff: fast diffusion
+        inner = 400.0 * (u[:-2] - 2.0 * u[1:-1] + u[2:]) + u[1:-1] * (1.0 - u[1:-1])
+        return at.concatenate([u[:1] * 0.0, inner, u[-1:] * 0.0])
+    u0 = np.sin(np.linspace(0.0, np.pi, n)) ** 2
+    c = at.compile(rhs, u0)
+    solved = integrate.solve_ivp(lambda t, y: c(y).numpy(), (0.0, 0.05), u0, method="BDF",
+                                 jac=lambda t, y: ats.jacobian(c, y), rtol=1e-8, atol=1e-10)
+    plain = integrate.solve_ivp(lambda t, y: c(y).numpy(), (0.0, 0.05), u0, method="BDF",
+                                rtol=1e-8, atol=1e-10)
+    assert solved.success and solved.njev >= 1
+    np.testing.assert_allclose(solved.y[:, -1], plain.y[:, -1], rtol=1e-5, atol=1e-7)
+
+    target = rhs(at.tensor(u0 * 0.9)).numpy()         # u with rhs(u) = target
+    fit = optimize.least_squares(lambda v: c(v).numpy() - target, u0, method="trf",
+                                 jac=lambda v: ats.jacobian(c, v), x_scale="jac")
+    assert fit.success
+    np.testing.assert_allclose(c(fit.x).numpy(), target, atol=1e-6)
