@@ -8,6 +8,7 @@ rows the recording tape had when each line of f (and of what it calls, outside
 autotape and numpy) began: a row's line is the last one that began before it.
 """
 import bisect
+import contextlib
 import linecache
 import os
 import sys
@@ -124,17 +125,16 @@ class _Lines:
     def __init__(self):
         self.counts, self.places = [], []
 
+    @contextlib.contextmanager
     def tracing(self):
-        lines = self
-
-        class Tracing:
-            def __enter__(self):
-                self.saved = sys.gettrace()
-                sys.settrace(lines._call)
-
-            def __exit__(self, *exc):
-                sys.settrace(self.saved)
-        return Tracing()
+        """Note the lines inside the block (this thread's; a tracer set before, such as
+        a debugger's or coverage's, is put back after)."""
+        saved = sys.gettrace()
+        sys.settrace(self._call)
+        try:
+            yield
+        finally:
+            sys.settrace(saved)
 
     def _call(self, frame, event, arg):
         return None if _skipped(frame) else self._line
