@@ -651,13 +651,7 @@ def _kernels(fixed_c, one_lane=False):
                     for j in range(C):
                         xv, yv, zv = np.float64(V[x * C + j]), np.float64(V[y * C + j]), \
                             np.float64(V[z * C + j])
-                        if op == ADD or op == SUB:
-                            dx, dy = 1.0, (1.0 if op == ADD else -1.0)
-                        elif op == MUL:
-                            dx, dy = yv, xv
-                        else:
-                            dx, dy = binary_partial_x(op, xv, yv, zv), \
-                                binary_partial_y(op, xv, yv, zv)
+                        dx, dy = binary_partials(op, xv, yv, zv)
                         mx = dx == 0.0 and selects(op)      # (tangent_times' tests,
                         my = dy == 0.0 and selects(op)      # once per element)
                         for l in range(K):
@@ -673,13 +667,7 @@ def _kernels(fixed_c, one_lane=False):
                     for j in range(C):
                         xv, yv, zv = np.float64(V[x * C + j]), np.float64(V[y * C + j]), \
                             np.float64(V[z * C + j])
-                        if op == ADD or op == SUB:
-                            dx, dy = 1.0, (1.0 if op == ADD else -1.0)
-                        elif op == MUL:
-                            dx, dy = yv, xv
-                        else:
-                            dx, dy = binary_partial_x(op, xv, yv, zv), \
-                                binary_partial_y(op, xv, yv, zv)
+                        dx, dy = binary_partials(op, xv, yv, zv)
                         for l in range(K):
                             Tz[l * C + j] = tangent_times(op, np.float64(Tx[l * C + j]), dx) + \
                                 tangent_times(op, np.float64(Ty[l * C + j]), dy)
@@ -766,6 +754,16 @@ def _load(V, T, C, K, const_slots, const_vals, in_slots, X, S, p0):
             V[s * C + j] = X[p, e]
             for l in range(K):
                 T[(s * K + l) * C + j] = S[0 if shared else p, e, l]
+
+
+@register_jitable
+def binary_partials(op, x, y, z):
+    """(d z / d x, d z / d y) of a binary op, the common three without a call."""
+    if op == ADD or op == SUB:
+        return 1.0, (1.0 if op == ADD else -1.0)
+    if op == MUL:
+        return y, x
+    return binary_partial_x(op, x, y, z), binary_partial_y(op, x, y, z)
 
 
 @register_jitable
