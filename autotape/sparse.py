@@ -27,6 +27,7 @@ import scipy.sparse
 
 from .compile import Compiled, call_arguments, joined
 from .kernels.elementwise import passes_nothing
+from .opcodes import BINARY_LAST, WHERE
 from .kernels.program import (CALL, COPY, GATHER, I_A, I_B, I_N, I_OP, I_OUT, I_P, I_SA,
                               I_SB, SCATTER_ADD)
 from .pytree import flatten
@@ -140,11 +141,10 @@ def _pattern(lean):
             pairs = int(lean.instr[q, I_SA])
             src, at = lean.pool[p:p + 2 * pairs:2], lean.pool[p + 1:p + 2 * pairs:2]
             per = np.bincount(at, minlength=n)
-            order = np.argsort(at, kind="stable")
+            order, start = np.argsort(at, kind="stable"), np.cumsum(per) - per
             sources = [np.full((n, width), none, np.int64)]
             for k in range(int(per.max(initial=0))):     # (the k-th source of each element)
                 block = np.full((n, width), none, np.int64)
-                start = np.cumsum(per) - per
                 has = per > k
                 block[has] = deps[src[order[start[has] + k]]]
                 sources.append(block)
@@ -158,11 +158,13 @@ def _pattern(lean):
             sources = [np.broadcast_to(_padded(everything, none), (n, everything.size))]
         elif passes_nothing(op):
             sources = []
-        else:
+        elif op <= BINARY_LAST or op == WHERE:
             strides = (int(lean.instr[q, I_SA]), int(lean.instr[q, I_SB]))
             operands = (int(lean.instr[q, I_A]), int(lean.instr[q, I_B]))
             sources = [deps[a + np.arange(n) * s] for a, s in zip(operands, strides)
                        if a >= 0]              # (not a WHERE's condition, I_C)
+        else:                  # (a kind this walk does not know: no pattern rather than
+            return None        # a wrong one; the Jacobian is then taken whole)
         merged = _union(sources, n, none)
         if merged.shape[1] > MAX_DEPENDENCIES:
             return None
