@@ -78,3 +78,17 @@ def test_setitem_advanced_without_grad_is_numpy():
     x = at.ones(3, requires_grad=True)
     with pytest.raises(RuntimeError, match="view of a leaf Variable"):
         x[[0]] = 2.0
+
+
+def test_third_order_through_a_gather_of_rows():
+    # the derivative of the scatter (PUT_ADD) that a gather's VJP records has the
+    # gather's index shape, not the flat one (it failed with a reshape error)
+    import autotape.func as F
+    x = np.arange(6.0).reshape(3, 2)
+    v = np.ones((3, 2))
+
+    def rows(t):
+        return t[np.array([0, 2]), :] ** 3
+    second = F.jvp(lambda a, b: F.jvp(rows, (a,), (b,))[1], (x, v), (v, v))[1]
+    a = x[[0, 2]]                  # d(3 a^2 b) along (v, v) = 6 a b v + 3 a^2 v, v = b = 1
+    assert np.allclose(second.numpy(), 6 * a + 3 * a ** 2)

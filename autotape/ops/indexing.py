@@ -289,5 +289,5 @@ graph_vjps = {
                                   else at.gather(g, _region(r))),
     CONCAT: _band,
     TAKE: lambda at, g, r, k: at.put_add(g, _flat_index(r), r.x.shape),
-    PUT_ADD: lambda at, g, r, k: at.take_flat(g, _flat_index(r)),
+    PUT_ADD: lambda at, g, r, k: at.take_flat(g, _flat_index(r).reshape(r.x.shape)),
 }
