@@ -13,7 +13,9 @@ import numpy as np
 
 from . import memory  # noqa: F401  (freed memory is kept for reuse: see memory.py)
 from . import tensor_methods  # noqa: F401  (attaches Tensor's operators and methods)
-from . import autograd, func, linalg, warmup  # noqa: F401  (warmup: the background one)
+from . import autograd, fft, func, linalg, warmup  # noqa: F401  (warmup: the background one)
+from .complex_numbers import (ComplexTensor, angle, complex, conj, conjugate, imag, is_complex,
+                              iscomplexobj, isrealobj, real, view_as_complex, view_as_real)
 from .compile import Compiled, compile
 from .custom import CustomOp, checkpoint, custom_op
 from .creation import (arange, eye, full, full_like, manual_seed, ones, ones_like, rand,
@@ -44,7 +46,7 @@ from .ops.linalg import matmul
 from .ops.reduce import amax, amin, cumprod, cumsum, max, mean, min, prod, sum
 from .ops.subscript import OUT_NAMES as _OUT_NAMES, with_out as _with_out
 from .parallel import get_num_threads, set_num_threads
-from .tensor import Tensor
+from .tensor import Tensor, complex_aware as _complex_aware
 from .torch_names import *  # noqa: F401,F403
 from . import torch_names as _torch_names
 
@@ -65,6 +67,8 @@ __all__ = [
     "where", "clip", "sum", "mean", "max", "min", "amax", "amin", "prod", "cumsum", "cumprod",
     "matmul", "reshape", "transpose", "astype",
     "broadcast_to", "stack", "concatenate", "compile", "Compiled", "jit", "Jit",
+    "fft", "ComplexTensor", "complex", "view_as_real", "view_as_complex", "is_complex",
+    "iscomplexobj", "isrealobj", "real", "imag", "conj", "conjugate", "angle",
 ] + _statistics.__all__ + _shaping.__all__ + _products.__all__ + _calculus.__all__ + \
     _mathfuncs.__all__ + _stacking.__all__ + [
     op.name for op in _unary_ops.values()] + [op.name for op in _binary_ops.values()] + \
@@ -74,4 +78,16 @@ __all__ = [
 # table's own functions, without it)
 for _name in _OUT_NAMES + _torch_names.WITH_OUT:
     globals()[_name] = _with_out(globals()[_name], _name)
-del _name
+
+# complex operands of the public functions go to their complex implementations (the
+# elementwise ops of the table do that themselves, without a wrapper on their hot path)
+_TRANSFORMS = {"compile", "jit", "grad", "backward", "checkpoint", "custom_op", "gradcheck",
+               "gradgradcheck", "set_grad_enabled", "manual_seed", "set_num_threads"}
+_elementwise_names = {op.name for op in list(_unary_ops.values()) + list(_binary_ops.values())}
+for _name in __all__:
+    _fn = globals()[_name]
+    if callable(_fn) and not isinstance(_fn, type) and _name not in _elementwise_names \
+            and getattr(_fn, "__module__", "").startswith("autotape.") \
+            and "complex_numbers" not in _fn.__module__ and _name not in _TRANSFORMS:
+        globals()[_name] = _complex_aware(_fn, _name)
+del _name, _fn, _elementwise_names

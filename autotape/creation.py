@@ -3,7 +3,7 @@ import threading
 
 import numpy as np
 
-from .tensor import Tensor, canonical, new_leaf, read_from, tensor_from
+from .tensor import ComplexOperand, Tensor, canonical, new_leaf, read_from, tensor_from
 
 _GRAD_DTYPE_ERROR = "Only Tensors of floating point and complex dtype can require gradients"
 
@@ -12,6 +12,8 @@ def _dtype(dtype):
     if dtype is None:
         return None
     d = np.dtype(dtype)
+    if d.kind == "c":
+        raise ComplexOperand(f"a complex dtype ({d}) for a real Tensor")
     if d.kind not in "biuf" or d == np.float16:
         raise TypeError(f"autotape supports float32, float64, integer and bool dtypes, "
                         f"not {d}")

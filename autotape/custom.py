@@ -111,9 +111,10 @@ class CustomOp:
         return None if c is None else (c if isinstance(c, Tensor) else
                                        new_leaf(*canonical(np.asarray(c, np.float64))))
 
-    def cotangents(self, inputs, output, g):
+    def cotangents(self, inputs, output, g, needed=None):
         """vjp's result, checked: one cotangent per input (None for none), each of its
-        input's shape."""
+        input's shape. (``needed``, which inputs need one, is a hint a user's vjp does
+        not get: it computes them all.)"""
         if self.compiled:
             if any(isinstance(v, Tensor) for v in (*inputs, output, g)):
                 raise RuntimeError(

@@ -48,12 +48,92 @@ def grad(outputs, inputs, grad_outputs=None, retain_graph=None, create_graph=Fal
     (tensor([[2., 0.],
             [0., 4.]]),)
     """
+    if _any_complex(outputs, inputs, grad_outputs):
+        outputs, inputs, grad_outputs, rewrap = _real_parts(outputs, inputs, grad_outputs)
+        return rewrap(grad(outputs, inputs, grad_outputs, retain_graph, create_graph,
+                           allow_unused, is_grads_batched, materialize_grads))
     if MULTI_HOOKS[0]:
         with multi_grad_pass():
             return _grad(outputs, inputs, grad_outputs, retain_graph, create_graph,
                          allow_unused, is_grads_batched, materialize_grads, None)
     return _grad(outputs, inputs, grad_outputs, retain_graph, create_graph, allow_unused,
                  is_grads_batched, materialize_grads, None)
+
+
+# ---- complex numbers: the sweep is real ------------------------------------------------------
+#
+# A complex tensor (complex_numbers/) records its numbers' parts as one real Tensor of
+# shape ``shape + (2,)`` (its ``parts``). A complex output with grad_output v = a + ib
+# contributes <parts, (a, b)> = Re(conj(v) * output) to the real function swept, and a
+# complex input's gradient is the gradient of its parts, dL/dx + i dL/dy, as torch's.
+
+def _complex(v):
+    return type(v) is not Tensor and getattr(type(v), "parts", None) is not None
+
+
+def _listed(v):
+    if v is None:
+        return ()
+    if isinstance(v, dict):
+        return tuple(v.values())
+    return tuple(v) if isinstance(v, (list, tuple)) else (v,)
+
+
+def _any_complex(outputs, inputs, grad_outputs):
+    return any(type(v) is not Tensor and (_complex(v) or np.iscomplexobj(v))
+               for group in (outputs, inputs, grad_outputs) for v in _listed(group))
+
+
+def _parts_array(v):
+    """A complex array's parts, shape + (2,)."""
+    a = np.array(v, np.complex64 if np.asarray(v).dtype == np.complex64 else np.complex128)
+    return a.reshape(a.shape + (1,)).view(np.float64 if a.dtype == np.complex128 else
+                                          np.float32)
+
+
+def _real_parts(outputs, inputs, grad_outputs):
+    """Outputs, inputs and grad_outputs with complex ones replaced by their parts, and
+    a function turning the gradients of the parts back into complex gradients."""
+    single_out = not isinstance(outputs, (list, tuple))
+    outs = _listed(outputs)
+    given = (None,) * len(outs) if grad_outputs is None else (
+        (grad_outputs,) if single_out or not isinstance(grad_outputs, (list, tuple))
+        else tuple(grad_outputs))
+    new_outs, new_given = [], []
+    for k, (o, g) in enumerate(zip(outs, given)):
+        if _complex(o):
+            if g is None:
+                raise RuntimeError("grad can be implicitly created only for real scalar "
+                                   "outputs")
+            new_outs.append(o.parts)
+            new_given.append(g.parts if _complex(g) else new_leaf(*canonical(
+                _parts_array(g.numpy() if isinstance(g, Tensor) else g).copy())))
+        else:
+            if g is not None and (_complex(g) or (not isinstance(g, Tensor) and
+                                                  np.iscomplexobj(g))):
+                raise RuntimeError(
+                    "For complex Tensors, both grad_output and output are required to "
+                    f"have the same dtype. Mismatch in dtype: grad_output[{k}] is complex "
+                    f"and output[{k}] is real")
+            new_outs.append(o)
+            new_given.append(g)
+    keys = list(inputs) if isinstance(inputs, dict) else None
+    ins = _listed(inputs)
+    kinds = [type(x) if _complex(x) else None for x in ins]
+    new_ins = [x.parts if kind is not None else x for x, kind in zip(ins, kinds)]
+    if keys is not None:
+        new_ins = dict(zip(keys, new_ins))
+    elif not isinstance(inputs, (list, tuple)) and inputs is not None:
+        new_ins = new_ins[0]
+
+    def rewrap(grads):
+        values = list(grads.values()) if isinstance(grads, dict) else list(grads)
+        values = [kind(g) if kind is not None and g is not None else g
+                  for g, kind in zip(values, kinds)]
+        return dict(zip(keys, values)) if keys is not None else tuple(values)
+    return (new_outs[0] if single_out else new_outs), (
+        None if inputs is None else new_ins), (
+        None if grad_outputs is None else (new_given[0] if single_out else new_given)), rewrap
 
 
 def transform_grad(outputs, inputs, grad_outputs, is_grads_batched=False, own=()):
@@ -144,6 +224,8 @@ def backward(tensors, grad_tensors=None, retain_graph=None, create_graph=False,
     >>> at.backward(x ** 2); at.backward(x ** 3); x.grad
     tensor([5.])
     """
+    if _any_complex(tensors, inputs, grad_tensors):
+        tensors, inputs, grad_tensors, _ = _real_parts(tensors, inputs, grad_tensors)
     if MULTI_HOOKS[0]:
         with multi_grad_pass():
             return _backward(tensors, grad_tensors, retain_graph, create_graph, inputs)
@@ -578,13 +660,19 @@ def _custom_vjp(tape, row, view, accumulate):
               for r in operands]
     output = np.asarray(tape.read(row)[2], np.float64).reshape(tape.shape(row))
     per_operand = [[] for _ in operands]
+    copied = not getattr(op, "keeps_cotangent", False)     # (a user's vjp may write to g)
+    needed = [tape.op(r) != CONST for r in operands]
     for k in range(view.shape[0]):
-        cots = op.cotangents(inputs, output, view[k].reshape(output.shape).copy())
+        g = view[k].reshape(output.shape)
+        cots = op.cotangents(inputs, output, g.copy() if copied else g, needed)
         for j, c in enumerate(cots):
             per_operand[j].append(None if c is None else np.asarray(c, np.float64))
     for j, r in enumerate(operands):
         lanes = per_operand[j]
         if tape.op(r) == CONST or all(c is None for c in lanes):
+            continue
+        if len(lanes) == 1:                    # (one lane: no stacked copy)
+            accumulate(r, lanes[0][None])
             continue
         accumulate(r, np.stack([np.zeros(inputs[j].shape) if c is None else c
                                 for c in lanes]))

@@ -20,11 +20,13 @@ import numpy as np
 
 from .engine import grad as _grad, transform_grad
 from .grad_mode import enable_grad
+from .functions import shaping
 from .ops.indexing import astype, stack
 from .program import LeanProgram
 from .pytree import flatten
 from .tape import close_open_tape
-from .tensor import Tensor, new_leaf
+from .complex_numbers import ComplexTensor, conj
+from .tensor import Tensor, is_complex_data, new_leaf
 
 __all__ = ["grad", "value_and_grad", "vjp", "jvp", "jacrev", "jacfwd", "jacobian",
            "hessian", "hvp", "vhp", "vmap"]
@@ -161,16 +163,29 @@ def _outputs(out, name):
 
 # ---- gradients -----------------------------------------------------------------------------
 
-def value_and_grad(f, argnums=0, has_aux=False):
+def value_and_grad(f, argnums=0, has_aux=False, holomorphic=False):
     """A function returning ``(f(*args), gradient)``; with ``has_aux``, f returns
     ``(value, aux)`` and the result is ``((value, aux), gradient)``, as in jax.
 
+    For a complex argument z = x + iy of a real f the gradient is ``df/dx + i df/dy``
+    (torch's convention); ``holomorphic=True`` takes the complex derivative f'(z) of a
+    complex f (jax's flag).
+
     >>> at.func.value_and_grad(lambda x: x ** 2)(3.0)
     (tensor(9.), tensor(6.))
+    >>> at.func.grad(lambda z: z ** 2, holomorphic=True)(1j)
+    tensor(0.+2.j)
     """
+    if holomorphic:
+        return _holomorphic_value_and_grad(f, argnums, has_aux)
+
     def value_and_grad_f(*args):
         call = _Call(f, args, argnums, has_aux, "value_and_grad")
         out = call.out
+        if isinstance(out, ComplexTensor) or is_complex_data(out):
+            raise TypeError("grad requires real-valued outputs (output dtype that is a "
+                            f"sub-dtype of np.floating), but got {out.dtype}. For "
+                            "holomorphic differentiation, pass holomorphic=True.")
         if isinstance(out, (float, np.floating)) or (isinstance(out, np.ndarray) and
                                                      out.dtype.kind == "f"):
             out = _as_tensor(out)              # does not depend on the inputs
@@ -188,7 +203,40 @@ def value_and_grad(f, argnums=0, has_aux=False):
     return value_and_grad_f
 
 
-def grad(f, argnums=0, has_aux=False):
+def _holomorphic_value_and_grad(f, argnums, has_aux):
+    """f'(z) of a holomorphic f: for f = u + iv, the gradient of u is u_x + i u_y, and
+    f' = u_x + i v_x = u_x - i u_y (Cauchy-Riemann), its conjugate."""
+    def real_part(*args):
+        result = f(*args)
+        value, aux = result if has_aux else (result, None)
+        _complex_output(value, "grad")
+        return value.real, (value, aux)
+
+    inner = value_and_grad(real_part, argnums, has_aux=True)
+
+    def value_and_grad_f(*args):
+        (_, (value, aux)), g = inner(*args)
+        g = _map_complex(g, conj)
+        return ((value, aux) if has_aux else value), g
+    return value_and_grad_f
+
+
+def _complex_output(value, name):
+    if not (isinstance(value, ComplexTensor) or is_complex_data(value)):
+        raise TypeError(f"{name} with holomorphic=True requires outputs with complex "
+                        f"dtype, but got {getattr(value, 'dtype', type(value).__name__)}.")
+
+
+def _map_complex(tree, fn):
+    """fn applied to the complex leaves of a result tree."""
+    if isinstance(tree, (tuple, list)):
+        return type(tree)(_map_complex(t, fn) for t in tree)
+    if isinstance(tree, dict):
+        return {k: _map_complex(v, fn) for k, v in tree.items()}
+    return fn(tree) if isinstance(tree, ComplexTensor) else tree
+
+
+def grad(f, argnums=0, has_aux=False, holomorphic=False):
     """The gradient of a scalar function: ``grad(f)(*args)`` has the structure of the
     argument(s) at ``argnums``; with ``has_aux``, f returns ``(value, aux)`` and the
     result is ``(gradient, aux)``.
@@ -196,7 +244,7 @@ def grad(f, argnums=0, has_aux=False):
     >>> at.func.grad(lambda x, y: (x * y).sum(), argnums=(0, 1))(at.tensor([2.0]), 3.0)
     (tensor([3.]), tensor(2.))
     """
-    vg = value_and_grad(f, argnums, has_aux)
+    vg = value_and_grad(f, argnums, has_aux, holomorphic)
 
     def grad_f(*args):
         value, g = vg(*args)
@@ -258,7 +306,59 @@ def _jacobian_rows(call, outs):
     return jac
 
 
-def jacrev(f, argnums=0, has_aux=False):
+def _holds_complex(tree):
+    return any(isinstance(v, ComplexTensor) or is_complex_data(v) for v in _tree_leaves(tree))
+
+
+def _tree_leaves(tree):
+    if isinstance(tree, (tuple, list)):
+        return [leaf for t in tree for leaf in _tree_leaves(t)]
+    if isinstance(tree, dict):
+        return [leaf for t in tree.values() for leaf in _tree_leaves(t)]
+    return [tree]
+
+
+def _refuse_complex_outputs(out, name):
+    if _holds_complex(out):
+        raise TypeError(f"{name} requires real-valued outputs (output dtype that is a "
+                        "sub-dtype of np.floating), but got complex128. For holomorphic "
+                        "differentiation, pass holomorphic=True. For differentiation of "
+                        "non-holomorphic functions involving complex outputs, use vjp "
+                        "directly.")
+
+
+def _holomorphic_jacobian(jac, f, argnums, has_aux, name):
+    """jac(f) with holomorphic=True: the Jacobian of the outputs' parts (pytree nodes:
+    shape + (2,)) with respect to the arguments' parts; the derivatives along the real
+    axis, u_x and v_x, make f'(z) = u_x + i v_x."""
+    found = []
+
+    def parts_of_outputs(*args):
+        result = f(*args)
+        value, aux = result if has_aux else (result, None)
+        for v in _tree_leaves(value):
+            _complex_output(v, name)
+        leaves, rebuild = flatten(value)
+        found[:] = [rebuild, [leaf.ndim - 1 for leaf in leaves]]
+        return (leaves, aux) if has_aux else leaves
+
+    def jac_f(*args):
+        nums = (argnums,) if isinstance(argnums, int) else tuple(argnums)
+        for a in nums:
+            if not all(isinstance(v, ComplexTensor) or is_complex_data(v)
+                       for v in _tree_leaves(args[a])):
+                raise TypeError(f"{name} with holomorphic=True requires inputs with "
+                                "complex dtype")
+        result = jac(parts_of_outputs, argnums, has_aux)(*args)
+        per_output, aux = result if has_aux else (result, None)
+        rebuild, ndims = found
+        out = rebuild([_map_complex(j, lambda c, n=n: ComplexTensor(
+            shaping.moveaxis(c.parts[..., 0], n, -1))) for j, n in zip(per_output, ndims)])
+        return (out, aux) if has_aux else out
+    return jac_f
+
+
+def jacrev(f, argnums=0, has_aux=False, holomorphic=False):
     """The Jacobian of f: for an output of shape S and an input of shape T, a Tensor of
     shape ``S + T``. Nested as (outputs, then argnums) when either is a tuple.
 
@@ -266,8 +366,12 @@ def jacrev(f, argnums=0, has_aux=False):
     >>> J.shape
     (2, 2)
     """
+    if holomorphic:
+        return _holomorphic_jacobian(jacrev, f, argnums, has_aux, "jacrev")
+
     def jacrev_f(*args):
         call = _Call(f, args, argnums, has_aux, "jacrev")
+        _refuse_complex_outputs(call.out, "jacrev")
         outs, rebuild = _outputs(call.out, "jacrev")
         jac = _jacobian_rows(call, outs)
         call.retire()
@@ -328,7 +432,7 @@ def _forward_mode(call, outs, seeds):
     return lanes
 
 
-def jacfwd(f, argnums=0, has_aux=False):
+def jacfwd(f, argnums=0, has_aux=False, holomorphic=False):
     """The Jacobian of f, as jacrev returns it, by forward mode: one pass over f's
     recording carrying a tangent lane per input element (the cheap way when inputs are
     few and outputs many). Where the recording has ops that pass does not run (matmul,
@@ -339,9 +443,13 @@ def jacfwd(f, argnums=0, has_aux=False):
     tensor([[2., 0.],
             [0., 4.]])
     """
+    if holomorphic:
+        return _holomorphic_jacobian(jacfwd, f, argnums, has_aux, "jacfwd")
+
     def jacfwd_f(*args):
         close_open_tape()                      # (f's recording on a tape of its own)
         call = _Call(f, args, argnums, has_aux, "jacfwd")
+        _refuse_complex_outputs(call.out, "jacfwd")
         outs, rebuild = _outputs(call.out, "jacfwd")
         total = sum(x.size for x in call.inputs)
         lanes = _forward_mode(call, outs, np.eye(total))
@@ -375,7 +483,17 @@ def hessian(f, argnums=0):
     tensor([[ 4.,  2.],
             [ 2., 12.]])
     """
-    return jacfwd(grad(f, argnums), argnums)
+    inner = jacfwd(grad(f, argnums), argnums)
+
+    def hessian_f(*args):
+        nums = (argnums,) if isinstance(argnums, int) else tuple(argnums)
+        if any(_holds_complex(args[a]) for a in nums if -len(args) <= a < len(args)):
+            raise TypeError("hessian of a function of complex inputs: its gradient "
+                            "dL/dx + i dL/dy is not holomorphic, so its Jacobian is no "
+                            "complex matrix; take the Hessian with respect to the parts, "
+                            "hessian(lambda p: f(at.view_as_complex(p)))(at.view_as_real(z))")
+        return inner(*args)
+    return hessian_f
 
 
 # ---- directional derivatives ---------------------------------------------------------------

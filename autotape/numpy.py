@@ -9,7 +9,9 @@ A numpy name autotape does not provide raises AttributeError naming it.
 """
 import numpy as _np
 
-from . import linalg  # noqa: F401  (numpy.linalg's names: inv, solve, det, ...)
+from . import fft, linalg  # noqa: F401  (numpy.fft's and numpy.linalg's names)
+from .complex_numbers import (angle, conj, conjugate, imag, iscomplexobj,  # noqa: F401
+                              isrealobj, real)
 from . import tensor_methods  # noqa: F401  (Tensor's operators and methods)
 from .creation import arange, eye, full, ones, zeros  # noqa: F401
 from .creation import tensor as _tensor
@@ -27,7 +29,7 @@ from .ops.indexing import broadcast_to, concatenate, reshape, stack, transpose  
 from .ops.elementwise import clip, where  # noqa: F401
 from .ops.linalg import matmul  # noqa: F401
 from .ops.reduce import amax, amin, cumprod, cumsum, max, mean, min, prod, sum  # noqa: F401
-from .tensor import Tensor as _Tensor, holds_tensor as _holds_tensor
+from .tensor import Tensor as _Tensor, complex_aware as _complex_aware, holds_tensor as _holds_tensor
 
 for _op in list(_elementwise.unary_ops.values()) + list(_elementwise.binary_ops.values()):
     globals()[_op.name] = getattr(_elementwise, _op.name)   # numpy's names, as the table's
@@ -59,6 +61,19 @@ for _fn, _impl in _FUNCTIONS.items():
     globals().setdefault(_fn.__name__, _impl)
 for _fn in _PREDICATES:
     globals().setdefault(_fn.__name__, _fn)
+
+
+# complex operands go to the complex implementation of the same name (the elementwise
+# ops of the table do that themselves, off their hot path)
+_elementwise_names = {op.name for op in list(_elementwise.unary_ops.values()) +
+                      list(_elementwise.binary_ops.values())}
+for _name, _fn in list(globals().items()):
+    if callable(_fn) and not isinstance(_fn, type) and not _name.startswith("_") and \
+            _name not in _elementwise_names and \
+            getattr(_fn, "__module__", "").startswith("autotape.") and \
+            "complex_numbers" not in _fn.__module__:
+        globals()[_name] = _complex_aware(_fn, _name)
+del _name, _fn
 
 
 def __getattr__(name):

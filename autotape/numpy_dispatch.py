@@ -10,13 +10,15 @@ array_equal) return plain numpy results.
 """
 import numpy as np
 
-from . import linalg
+from . import complex_numbers, fft, linalg
+from .complex_numbers import ops as complex_ops
 from .creation import full
 from .functions import calculus, mathfuncs, products, shaping, stacking, statistics
 from .guards import observe
 from .ops import elementwise, indexing, reduce
 from .ops.subscript import write_out
-from .tensor import REQUIRES_GRAD_NUMPY_MSG, Tensor, array_of
+from .complex_numbers import ComplexTensor
+from .tensor import COMPLEX_FUNCTIONS, REQUIRES_GRAD_NUMPY_MSG, ComplexOperand, Tensor, array_of, complex_call
 from .ops.elementwise import binary_functions, binary_ops, unary_functions, unary_ops
 from .ops.linalg import matmul
 
@@ -146,7 +148,7 @@ FUNCTIONS = {
         x, ord, axis, keepdims),
     **{getattr(np.linalg, name): getattr(linalg, name) for name in (
         "inv", "solve", "det", "slogdet", "cholesky", "eigh", "eigvalsh", "svd", "qr",
-        "pinv", "lstsq", "matrix_power")},
+        "pinv", "lstsq", "matrix_power", "eig", "eigvals")},
     **{getattr(np, name): getattr(shaping, name) for name in shaping.__all__
        if hasattr(np, name) and name not in ("flatten", "trace")},
     **{getattr(np, name): getattr(products, name) for name in (
@@ -161,6 +163,10 @@ FUNCTIONS = {
     np.ndim: lambda a: indexing.as_tensor(a).ndim,
     np.size: lambda a: indexing.as_tensor(a).size,
 }
+FUNCTIONS.update(fft.FUNCTIONS)
+FUNCTIONS.update({np.real: complex_ops.real, np.imag: complex_ops.imag,
+                  np.angle: complex_ops.angle, np.real_if_close: complex_ops.real_if_close, np.iscomplexobj: complex_numbers.is_complex,
+                  np.isrealobj: complex_numbers.isrealobj})
 
 
 def array_ufunc(ufunc, method, inputs, kwargs):
@@ -180,9 +186,15 @@ def array_ufunc(ufunc, method, inputs, kwargs):
     if kwargs:
         raise TypeError(f"autotape does not support the argument(s) "
                         f"{', '.join(sorted(kwargs))} of numpy.{name} on Tensors")
-    if out is not None:
-        return _into(name, fn(*[x for x in inputs]), out)
-    return fn(*inputs)
+    try:
+        if out is not None:
+            return _into(name, fn(*[x for x in inputs]), out)
+        return fn(*inputs)
+    except ComplexOperand:
+        if out is not None:
+            raise TypeError(f"numpy.{name} with out= is not supported on complex "
+                            "numbers") from None
+        return complex_call(name, *inputs)
 
 
 def array_function(func, args, kwargs):
@@ -201,10 +213,23 @@ def array_function(func, args, kwargs):
         return _passed_through(func.__name__, func, args, kwargs)
     for a in args:                  # the common case, np.roll(x, 1): no nested search
         if type(a) is Tensor and (a._tape is not None or a._requires_grad):
-            return fn(*args, **kwargs)
+            return _called(func, fn, args, kwargs)
     if not any(t.requires_grad for t in _tensors_in([args, kwargs], [])):
         return _passed_through(func.__name__, func, args, kwargs)
-    return fn(*args, **kwargs)
+    return _called(func, fn, args, kwargs)
+
+
+def _called(func, fn, args, kwargs):
+    """fn(*args, **kwargs), or its complex implementation where an operand is complex."""
+    try:
+        return fn(*args, **kwargs)
+    except ComplexOperand:
+        return complex_call(numpy_name(func), *args, **kwargs)
+
+
+def numpy_name(func):
+    """A numpy function's name as COMPLEX_FUNCTIONS spells it (``linalg.solve``)."""
+    return ("linalg." if func.__module__ == "numpy.linalg" else "") + func.__name__
 
 
 # ---- ufunc methods --------------------------------------------------------------------------
@@ -301,3 +326,64 @@ def _passed_through(name, func, args, kwargs):
                         "grad (it would drop their gradient); call it on t.detach() if "
                         "that is intended")
     return _numpy_result(func, args, kwargs)
+
+
+# ---- complex tensors ---------------------------------------------------------------------
+#
+# The same protocols for ComplexTensor: ufuncs and the functions of numpy's names that
+# complex_numbers/ and fft.py implement record; any other numpy function runs on plain
+# arrays when nothing requires grad, and is refused by name when something does.
+
+def complex_array_ufunc(self, ufunc, method, *inputs, **kwargs):
+    if method != "__call__" or kwargs.get("out") is not None:
+        raise TypeError(f"numpy.{ufunc.__name__}.{method} (or out=) is not supported on "
+                        "complex tensors")
+    if ufunc in PREDICATES:
+        return ufunc(*_plain_values(inputs, ufunc.__name__), **kwargs)
+    return complex_call(ufunc.__name__, *inputs, **kwargs)
+
+
+def complex_array_function(self, func, types, args, kwargs):
+    if not any(v.requires_grad for v in _complex_or_tensors([args, kwargs], [])):
+        return func(*_plain_values(args, func.__name__), **_plain_values(kwargs, func.__name__))
+    fn = fft.FUNCTIONS.get(func) or FUNCTIONS_ON_COMPLEX.get(func)
+    if fn is not None:
+        return fn(*args, **kwargs)
+    if func not in PREDICATES and func.__module__ in ("numpy", "numpy.linalg") and \
+            numpy_name(func) in COMPLEX_FUNCTIONS:
+        return complex_call(numpy_name(func), *args, **kwargs)
+    return func(*_plain_values(args, func.__name__, func in PREDICATES), **kwargs)
+
+
+def _complex_or_tensors(value, found):
+    if isinstance(value, (ComplexTensor, Tensor)):
+        found.append(value)
+    elif isinstance(value, (list, tuple)):
+        for v in value:
+            _complex_or_tensors(v, found)
+    elif isinstance(value, dict):
+        for v in value.values():
+            _complex_or_tensors(v, found)
+    return found
+
+
+def _plain_values(value, name, predicate=True):
+    """value with every tensor in it replaced by its numpy value; refused for one that
+    requires grad, unless ``name`` is a predicate (its result carries no gradient)."""
+    if isinstance(value, (ComplexTensor, Tensor)):
+        if value.requires_grad and not predicate:
+            raise TypeError(f"autotape: numpy.{name} does not support complex tensors "
+                            "that require grad (it would drop their gradient)")
+        return value.detach().numpy()
+    if isinstance(value, (list, tuple)):
+        return type(value)(_plain_values(v, name, predicate) for v in value)
+    if isinstance(value, dict):
+        return {k: _plain_values(v, name, predicate) for k, v in value.items()}
+    return value
+
+
+FUNCTIONS_ON_COMPLEX = {np.real: complex_ops.real, np.imag: complex_ops.imag,
+                        np.angle: complex_ops.angle, np.iscomplexobj: complex_numbers.is_complex,
+                        np.isrealobj: complex_numbers.isrealobj}
+ComplexTensor.__array_ufunc__ = complex_array_ufunc
+ComplexTensor.__array_function__ = complex_array_function

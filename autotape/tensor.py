@@ -13,6 +13,7 @@ Storage rule: values that a tape may reference (those of tensors that require gr
 are never written in place. An in-place op on such a tensor binds it to a new value;
 ``numpy()``, ``__array__`` and ``detach()`` hand out read-only views of it.
 """
+import functools
 import math
 import warnings
 import weakref
@@ -500,6 +501,8 @@ def canonical(z):
     """numpy result -> (value, shape, dtype) in Tensor form."""
     z = np.asarray(z)
     dtype = z.dtype
+    if dtype.kind == "c":
+        raise ComplexOperand(f"a complex value ({dtype}) where a real Tensor is made")
     if dtype.kind not in "biuf" or dtype == np.float16:
         raise TypeError(f"autotape does not support dtype {dtype}")
     if z.shape == () and dtype.kind == "f":
@@ -523,6 +526,10 @@ def holds_tensor(items):
 def tensor_from(data, dtype=None):
     if isinstance(data, Tensor):
         return data
+    if (type(data) not in (list, tuple) and is_complex_data(data)) or (
+            dtype is not None and np.dtype(dtype).kind == "c"):
+        raise ComplexOperand(f"complex data ({type(data).__name__}) where a real Tensor "
+                             "is made")
     if type(data) is np.ndarray and data.dtype == F64 and dtype in (None, F64) and \
             data.flags.c_contiguous and pieces(data.size) > 1:
         t = new_leaf(*canonical(_copy_in_threads(data)))
@@ -532,6 +539,9 @@ def tensor_from(data, dtype=None):
         a = np.array(data, dtype=dtype)
     except (TypeError, ValueError) as e:
         raise TypeError(f"cannot make a tensor from {type(data).__name__}: {e}") from None
+    if a.dtype.kind == "c":
+        raise ComplexOperand(f"complex data ({type(data).__name__}) where a real Tensor "
+                             "is made")
     if a.dtype.kind not in "biuf":
         raise TypeError(f"autotape tensors hold real numbers or bools, not {a.dtype} "
                         f"(from {type(data).__name__})")
@@ -542,6 +552,61 @@ def tensor_from(data, dtype=None):
     if type(data) in (np.ndarray, list):
         read_from(data, t)
     return t
+
+
+# ---- complex operands ------------------------------------------------------------------
+#
+# A Tensor holds real numbers; complex numbers are ComplexTensors (complex_numbers/),
+# built on Tensors. Where a real-only path meets complex data it raises ComplexOperand;
+# the public functions catch it (complex_aware) and hand the whole call to the complex
+# implementation of the same numpy name, or refuse it by name: never a silent cast that
+# drops the imaginary part. The real paths pay nothing for this.
+
+class ComplexOperand(TypeError):
+    """Complex data reached a path that computes on real numbers only."""
+
+
+# numpy name -> the implementation taking complex operands (complex_numbers/ fills it)
+COMPLEX_FUNCTIONS = {}
+
+
+def is_complex_data(v):
+    """Whether v holds complex numbers: a Python or numpy complex, a complex array, a
+    ComplexTensor, or a list / tuple holding one."""
+    if type(v) in (list, tuple):
+        return any(is_complex_data(item) for item in v)
+    if isinstance(v, complex):
+        return True
+    dtype = getattr(v, "dtype", None)
+    return dtype is not None and getattr(dtype, "kind", None) == "c"
+
+
+def complex_call(name, *args, **kwargs):
+    """``name`` (numpy's spelling) on complex operands, or a TypeError naming it."""
+    fn = COMPLEX_FUNCTIONS.get(name)
+    if fn is None:
+        raise TypeError(f"autotape: {name} does not support complex numbers (its "
+                        "operands hold complex values; see docs/guide/complex.md for "
+                        "the functions that do)") from None
+    return fn(*args, **kwargs)
+
+
+def complex_aware(fn, name=None):
+    """``fn``, handing a call whose operands are complex to ``complex_call(name)``.
+
+    >>> at.exp(at.tensor([0.0, 1.0]) * 1j)
+    tensor([1.        +0.j        , 0.54030231+0.84147098j])
+    """
+    name = name or fn.__name__
+
+    @functools.wraps(fn)
+    def call(*args, **kwargs):
+        try:
+            return fn(*args, **kwargs)
+        except ComplexOperand:
+            return complex_call(name, *args, **kwargs)
+    call.complex_aware = True
+    return call
 
 
 def read_from(source, t):

@@ -9,6 +9,7 @@ import weakref
 import numpy as np
 
 from . import creation
+from .complex_numbers import ops as complex_ops
 from .engine import backward
 from .errstate import ignore_fp_errors
 from .functions import calculus, products, shaping, statistics
@@ -23,7 +24,7 @@ from .ops.views import check_inplace, contiguous, one_of_several, view_of, writt
 from .ops.linalg import matmul
 from .ops.recording import cast_result
 from .ops.subscript import getitem, setitem
-from .tensor import (LEAF_INPLACE_MSG, NONLEAF_NO_GRAD_INPLACE_MSG, Tensor, array_of,
+from .tensor import (LEAF_INPLACE_MSG, complex_aware, NONLEAF_NO_GRAD_INPLACE_MSG, Tensor, array_of,
                      new_leaf)
 
 
@@ -299,6 +300,34 @@ def conj(self):
     True
     """
     return self
+
+
+def _real(self):
+    """The real parts: a real tensor itself (numpy's ``.real``).
+
+    >>> x = at.tensor([1.0, 2.0], requires_grad=True)
+    >>> x.real is x
+    True
+    """
+    return self
+
+
+def _imag(self):
+    """The imaginary parts: zeros for a real tensor, as numpy's ``.imag``.
+
+    >>> at.tensor([1.0, 2.0]).imag
+    tensor([0., 0.])
+    """
+    return complex_ops.imag(self)
+
+
+def _angle(self, deg=False):
+    """The argument of each number: 0 for non-negative reals, pi for negative ones.
+
+    >>> at.tensor([1.0, -2.0]).angle()
+    tensor([0.        , 3.14159265])
+    """
+    return complex_ops.angle(self, deg)
 
 
 # ---- torch's spellings of ops the table has (aliases: one op table) ------------------------
@@ -838,7 +867,8 @@ METHODS = {
     "__rtruediv__": lambda self, other: elementwise.divide(other, self),
     "__rpow__": lambda self, other: elementwise.power(other, self),
     "__rmod__": lambda self, other: elementwise.mod(other, self),
-    "__matmul__": matmul, "__rmatmul__": lambda self, other: matmul(other, self),
+    "__matmul__": complex_aware(matmul), "__rmatmul__": complex_aware(
+        lambda self, other: matmul(other, self), "rmatmul"),
     "__neg__": elementwise.negative, "__abs__": elementwise.abs,
     "__pos__": lambda self: self,
     "__iadd__": lambda self, other: inplace(self, _binary_ops[ADD], other),
@@ -848,7 +878,9 @@ METHODS = {
     "__lt__": _compare(np.less), "__le__": _compare(np.less_equal),
     "__gt__": _compare(np.greater), "__ge__": _compare(np.greater_equal),
     "__eq__": _compare(np.equal), "__ne__": _compare(np.not_equal),
-    "__getitem__": getitem, "__setitem__": setitem,
+    "__getitem__": getitem, "__setitem__": complex_aware(setitem),
+    # complex numbers' attributes, on real tensors
+    "real": property(_real), "imag": property(_imag), "angle": _angle,
     # methods
     "sum": reduce.sum, "mean": reduce.mean, "max": reduce.max, "min": reduce.min,
     "prod": reduce.prod, "cumsum": reduce.cumsum, "cumprod": reduce.cumprod,

@@ -21,7 +21,7 @@ LAYERS = [
     ["creation", "ops.*", "hooks"],
     ["functions.*", "linalg"],
     ["engine", "graph_backward", "custom"],
-    ["numpy_dispatch", "tensor_methods"],
+    ["complex_numbers.*", "fft", "numpy_dispatch", "tensor_methods"],
     ["func", "eager_calls", "explain", "compile", "sparse", "gradcheck", "autograd.*", "warmup", "dask", "jit",
      "jit_python"],
     ["numpy", "torch_names", "__init__", "__main__"],

@@ -49,11 +49,17 @@ def test_one_element_conversions_and_errors():
         iter(at.tensor(1.0))
 
 
-@pytest.mark.parametrize("data", ["abc", [1.0, "x"], {"a": 1}, object(), 1 + 2j,
+@pytest.mark.parametrize("data", ["abc", [1.0, "x"], {"a": 1}, object(),
                                   [[1.0, 2.0], [3.0]]])
 def test_non_numeric_data_is_refused(data):
     with pytest.raises(TypeError):
         at.tensor(data)
+
+
+def test_complex_data_makes_a_complex_tensor():
+    z = at.tensor([1.0, 1 + 2j])
+    assert isinstance(z, at.ComplexTensor) and z.dtype == np.complex128
+    assert z.numpy().tolist() == [1.0, 1 + 2j]
 
 
 def test_python_numbers_and_arrays_mix_on_either_side():

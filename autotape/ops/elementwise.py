@@ -32,7 +32,8 @@ from ..opcodes import (ABS, ADD, ARCCOS, ARCCOSH, ARCSIN, ARCSINH, ARCTAN, ARCTA
                        SQUARE, SUB, TAN, TANH, WHERE, opcode_name)
 from ..tape import open_tape
 from ..tape_format import NO_ROW, where_params
-from ..tensor import F32, F64, Tensor, array_of, canonical, new_leaf, round_f32
+from ..tensor import (F32, F64, ComplexOperand, Tensor, array_of, canonical, complex_call,
+                      new_leaf, round_f32)
 from ..thread_state import per_thread
 from .indexing import as_tensor
 from .recording import record, row_of
@@ -401,7 +402,10 @@ def _unary_function(op):
 
     def unary(x):
         if type(x) is not Tensor:
-            x = as_tensor(x)
+            try:
+                x = as_tensor(x)
+            except ComplexOperand:
+                return complex_call(op.name, x)
         v = x._value
         if type(v) is not float:
             return _unary_array(op, x)
@@ -590,10 +594,13 @@ _NUMBER_TYPES = (float, int, bool)
 def _binary_arrays(op, x, y):
     if type(x) is Condition or type(y) is Condition:
         x, y = _mask_as_data(x, y), _mask_as_data(y, x)
-    if type(x) is not Tensor and type(x) not in _NUMBER_TYPES:
-        x = as_tensor(x)
-    if type(y) is not Tensor and type(y) not in _NUMBER_TYPES:
-        y = as_tensor(y)
+    try:
+        if type(x) is not Tensor and type(x) not in _NUMBER_TYPES:
+            x = as_tensor(x)
+        if type(y) is not Tensor and type(y) not in _NUMBER_TYPES:
+            y = as_tensor(y)
+    except ComplexOperand:
+        return complex_call(op.name, x, y)
     z = _binary_values(op, array_of(x) if type(x) is Tensor else x,
                        array_of(y) if type(y) is Tensor else y)
     if type(z) is np.ndarray and z.dtype is F64 and z.ndim and z.flags.c_contiguous:
@@ -769,7 +776,10 @@ def compare(np_fn, x, y):
 
 def _comparison(np_fn):
     def comparison(x, y):
-        return compare(np_fn, x if type(x) is Tensor else as_tensor(x), y)
+        try:
+            return compare(np_fn, x if type(x) is Tensor else as_tensor(x), y)
+        except ComplexOperand:
+            return complex_call(np_fn.__name__, x, y)
     comparison.__name__ = comparison.__qualname__ = np_fn.__name__
     comparison.__doc__ = (f"numpy.{np_fn.__name__} on Tensors: a bool Tensor (no gradient). "
                           "Inside at.compile it is recomputed per call (see compare)."
