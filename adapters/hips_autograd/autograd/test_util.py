@@ -1,12 +1,16 @@
 """autograd.test_util's check_grads and combo_check, computed with autotape: the
 reverse-mode VJP (and forward-mode JVP) of f at x against central differences along a
-random direction, then the same for the derivative itself (order 2)."""
+random direction, then the same for the derivative itself (order 2).
+
+Complex values are vectors of their parts: directions are complex where a value is,
+and <a, b> = Re(sum(conj(a) b)), the real inner product of the parts, under which
+autotape's VJP (torch's convention) is the adjoint of its JVP."""
 from itertools import product
 
 import numpy as onp
 
 import autotape.func as F
-from autotape import Tensor
+from autotape import ComplexTensor, Tensor
 
 TOL = 1e-6
 RTOL = 1e-6
@@ -38,15 +42,23 @@ def _rebuild(tree, leaves):
 
 
 def _array(v):
-    return onp.asarray(v.detach().numpy() if isinstance(v, Tensor) else v, onp.float64)
+    if isinstance(v, (Tensor, ComplexTensor)):
+        v = v.detach().numpy()
+    v = onp.asarray(v)
+    return v.astype(onp.complex128 if onp.iscomplexobj(v) else onp.float64)
 
 
 def _randn_like(tree):
-    return _rebuild(tree, [onp.random.randn(*onp.shape(_array(v))) for v in _leaves(tree)])
+    def randn(v):
+        a = _array(v)
+        r = onp.random.randn(*a.shape)
+        return r + 1j * onp.random.randn(*a.shape) if onp.iscomplexobj(a) else r
+    return _rebuild(tree, [randn(v) for v in _leaves(tree)])
 
 
 def _inner(a, b):
-    return sum(float(onp.sum(_array(x) * _array(y))) for x, y in zip(_leaves(a), _leaves(b)))
+    return sum(float(onp.real(onp.sum(onp.conj(_array(x)) * _array(y))))
+               for x, y in zip(_leaves(a), _leaves(b)))
 
 
 def _shifted(x, v, step):
@@ -107,21 +119,36 @@ def check_grads(f, argnum=0, modes=("fwd", "rev"), order=2):
     return check
 
 
-COMPLEX_CASES_SKIPPED = [0]
+COMPLEX_CASES = [0, 0]          # combinations with a complex argument: checked, passed;
+                                # their failures are listed in COMPLEX_FAILURES
 
 
 def combo_check(fun, *args, **kwargs):
-    """Check every combination of the given argument and keyword values. autotape is
-    real-valued: a combination with a complex argument is not applicable, skipped and
-    counted in COMPLEX_CASES_SKIPPED."""
+    """Check every combination of the given argument and keyword values; those with a
+    complex argument are counted in COMPLEX_CASES (checked, passed)."""
     _check_grads = lambda f: check_grads(f, *args, **kwargs)    # noqa: E731
 
     def _combo_check(*args, **kwargs):
         kwarg_key_vals = [[(k, x) for x in xs] for k, xs in kwargs.items()]
         for _args in product(*args):
-            if any(onp.iscomplexobj(leaf) for leaf in _leaves(_args)):
-                COMPLEX_CASES_SKIPPED[0] += 1
-                continue
+            complex_case = any(onp.iscomplexobj(leaf) for leaf in _leaves(_args))
             for _kwargs in product(*kwarg_key_vals):
-                _check_grads(fun)(*_args, **dict(_kwargs))
+                if not complex_case:
+                    _check_grads(fun)(*_args, **dict(_kwargs))
+                    continue
+                COMPLEX_CASES[0] += 1
+                try:
+                    _check_grads(fun)(*_args, **dict(_kwargs))
+                    COMPLEX_CASES[1] += 1
+                except Exception as e:          # (counted and listed, not raised)
+                    COMPLEX_FAILURES.append(f"{getattr(fun, '__name__', fun)}"
+                                            f"{_shapes(_args)} {dict(_kwargs)}: "
+                                            f"{type(e).__name__}: {str(e)[:120]}")
     return _combo_check
+
+
+COMPLEX_FAILURES = []
+
+
+def _shapes(args):
+    return tuple(("c" if onp.iscomplexobj(a) else "r") + str(onp.shape(a)) for a in args)

@@ -10,7 +10,7 @@ import functools as _functools
 import numpy as _onp
 
 import autotape.numpy as _anp
-from autotape import Tensor as _Tensor
+from autotape import ComplexTensor as _ComplexTensor, Tensor as _Tensor
 from .. import to_numpy as _to_numpy
 
 __version__ = _onp.__version__
@@ -18,7 +18,7 @@ __version__ = _onp.__version__
 
 def _has_tensor(values):
     for v in values:
-        if isinstance(v, _Tensor):
+        if isinstance(v, (_Tensor, _ComplexTensor)):
             return True
         if isinstance(v, (tuple, list)) and _has_tensor(v):
             return True
