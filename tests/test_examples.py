@@ -62,3 +62,11 @@ def test_sensitivity_map_matches_finite_differences_and_draws(tmp_path):
         fd = (value(theta + d) - value(theta - d)) / 2e-6
         assert abs(fd - gradients[5, 3, k]) < 1e-5 * max(1.0, abs(fd))
     assert os.path.getsize(path) > 10_000
+
+
+def test_nls_fit_recovers_the_parameters_and_draws(tmp_path):
+    truth, fitted, history, path = _example("nls_fit")["main"](
+        n=64, steps=100, every=25, out=str(tmp_path))
+    np.testing.assert_allclose(fitted, truth, rtol=0.02)
+    assert history[-1] < 0.1 * history[0]
+    assert os.path.getsize(path) > 10_000 and path.endswith("nls_fit.png")
