@@ -24,7 +24,7 @@ NAMESPACES = {"autotape": at, "autotape.func": at.func, "autotape.linalg": at.li
               "autotape.autograd": at.autograd,
               "autotape.autograd.functional": at.autograd.functional,
               "autotape.autograd.graph": at.autograd.graph,
-              "autotape.warmup": at.warmup}
+              "autotape.warmup": at.warmup, "autotape.fft": at.fft}
 if hasattr(at, "dask"):
     NAMESPACES["autotape.dask"] = at.dask
 DTYPES = {"float32", "float64", "int32", "int64"}      # numpy's own types, re-exported
@@ -36,10 +36,12 @@ def _public():
             if prefix == "autotape" and name in DTYPES:
                 continue
             yield f"{prefix}.{name}", getattr(module, name)
-    for name in dir(at.Tensor):
-        if not name.startswith("_"):
-            member = inspect.getattr_static(at.Tensor, name)
-            yield f"Tensor.{name}", member.fget if isinstance(member, property) else member
+    for cls in (at.Tensor, at.ComplexTensor):
+        for name in dir(cls):
+            if not name.startswith("_"):
+                member = inspect.getattr_static(cls, name)
+                yield f"{cls.__name__}.{name}", (member.fget if isinstance(member, property)
+                                                 else member)
 
 
 @pytest.mark.parametrize("name, obj", list(_public()), ids=lambda v: v if isinstance(
@@ -55,6 +57,7 @@ def test_the_api_reference_covers_every_namespace():
     for prefix in NAMESPACES:
         assert f"::: {prefix}\n" in pages, prefix
     assert "::: autotape.Tensor" in pages
+    assert "::: autotape.ComplexTensor" in pages
 
 
 @pytest.mark.parametrize("page", sorted(p.relative_to(DOCS).as_posix()
