@@ -13,6 +13,9 @@ The multi-axis transforms are 1-D ones axis by axis.
 >>> at.fft.fft(z)
 tensor([10.+0.j, -2.+2.j, -2.+0.j, -2.-2.j], grad_fn=<ComplexBackward>)
 """
+import functools
+import math
+
 import numpy as np
 
 try:
@@ -44,25 +47,70 @@ def _norm(norm):
 
 # ---- the primitives: 1-D, length kept ------------------------------------------------------
 
-def _transform(name):
+def _pocket(name):
     """numpy.fft's ``name``, computed by scipy.fft where scipy is installed (the same
-    pocketfft, with its many 1-D transforms of an n-D array on autotape's threads)."""
+    pocketfft, with the many 1-D transforms of an n-D array on autotape's threads)."""
     if pocketfft is None:
-        return getattr(np.fft, name)
+        fn = getattr(np.fft, name)
+        return lambda x, n=None, axis=-1, norm=None, overwrite_x=False: fn(x, n, axis, norm)
     fn = getattr(pocketfft, name)
 
-    def transform(x, n=None, axis=-1, norm=None):
-        return fn(x, n, axis, norm, workers=get_num_threads())
+    def transform(x, n=None, axis=-1, norm=None, overwrite_x=False):
+        return fn(x, n, axis, norm, overwrite_x, workers=get_num_threads())
     return transform
 
 
-fft_of, ifft_of, rfft_of, irfft_of = (_transform(name) for name in ("fft", "ifft", "rfft",
-                                                                    "irfft"))
+pocket_fft, pocket_ifft, rfft_of, irfft_of = (_pocket(name) for name in (
+    "fft", "ifft", "rfft", "irfft"))
+
+# A long 1-D transform streams its data through the cache log2(n) times. Long complex
+# transforms along the last axis go in four steps instead (Bailey's): n = n1 n2, then n2
+# transforms of length n1, a twiddle factor per element, n1 transforms of length n2 and
+# a transpose. The short transforms fit the cache and their batches run on autotape's
+# threads: 2^20 points took 26 ms rather than 30 on one thread, 14 rather than 30 on two
+# (2-core VM, scipy 1.17).
+FOUR_STEP_MIN = 1 << 16
+
+
+def _four_step_split(n):
+    """(n1, n2) with n1 n2 = n and n1 the largest divisor at most sqrt(n), or None when
+    n has no such split with both at least 16."""
+    n1 = math.isqrt(n)
+    while n1 >= 16 and n % n1:
+        n1 -= 1
+    return (n1, n // n1) if n1 >= 16 else None
+
+
+@functools.lru_cache(maxsize=8)
+def _twiddles(n1, n2, sign, scale):
+    """exp(sign 2 pi i k1 j2 / n) * scale, the four-step transform's middle factors."""
+    angle = (2.0 * math.pi / (n1 * n2)) * np.outer(np.arange(n1), np.arange(n2))
+    return scale * np.exp(sign * 1j * angle)
+
+
+def complex_transform(x, axis, norm, inverse):
+    """numpy.fft.fft (ifft with ``inverse``) of complex array x along ``axis``."""
+    n = x.shape[axis]
+    split = _four_step_split(n) if n >= FOUR_STEP_MIN and axis == x.ndim - 1 and \
+        x.flags.c_contiguous else None
+    if split is None:
+        return (pocket_ifft if inverse else pocket_fft)(x, axis=axis, norm=norm)
+    n1, n2 = split
+    # both steps unscaled; the normalisation rides on the twiddle factors
+    scale = {"backward": 1.0 / n if inverse else 1.0, "ortho": 1.0 / math.sqrt(n),
+             "forward": 1.0 if inverse else 1.0 / n}[norm]
+    step = (lambda a, ax, over: pocket_ifft(a, axis=ax, norm="forward", overwrite_x=over)) \
+        if inverse else (lambda a, ax, over: pocket_fft(a, axis=ax, overwrite_x=over))
+    b = step(x.reshape(x.shape[:-1] + (n1, n2)), -2, False)
+    b *= _twiddles(n1, n2, 1.0 if inverse else -1.0, scale)
+    c = step(b, -1, True)
+    return np.ascontiguousarray(np.swapaxes(c, -1, -2)).reshape(x.shape)
+
 
 # fft and ifft: the adjoint of one is the other, with the dual normalisation
-_fft = primitive("fft", lambda z, axis, norm: fft_of(z, axis=axis, norm=norm), (
+_fft = primitive("fft", lambda z, axis, norm: complex_transform(z, axis, norm, False), (
     lambda g, out, z, axis, norm: _ifft(g, axis=axis, norm=DUAL[norm]),))
-_ifft = primitive("ifft", lambda z, axis, norm: ifft_of(z, axis=axis, norm=norm), (
+_ifft = primitive("ifft", lambda z, axis, norm: complex_transform(z, axis, norm, True), (
     lambda g, out, z, axis, norm: _fft(g, axis=axis, norm=DUAL[norm]),))
 
 

@@ -286,15 +286,15 @@ _UFUNC_METHODS = {"reduce": _ufunc_reduce, "accumulate": _ufunc_accumulate,
 
 # ---- everything else: plain numpy where no gradient is lost ------------------------------
 
-def _tensors_in(value, found):
-    if isinstance(value, Tensor):
+def _tensors_in(value, found, kinds=Tensor):
+    if isinstance(value, kinds):
         found.append(value)
     elif isinstance(value, (list, tuple)):
         for v in value:
-            _tensors_in(v, found)
+            _tensors_in(v, found, kinds)
     elif isinstance(value, dict):
         for v in value.values():
-            _tensors_in(v, found)
+            _tensors_in(v, found, kinds)
     return found
 
 
@@ -344,7 +344,8 @@ def complex_array_ufunc(self, ufunc, method, *inputs, **kwargs):
 
 
 def complex_array_function(self, func, types, args, kwargs):
-    if not any(v.requires_grad for v in _complex_or_tensors([args, kwargs], [])):
+    if not any(v.requires_grad for v in _tensors_in([args, kwargs], [],
+                                                     (ComplexTensor, Tensor))):
         return func(*_plain_values(args, func.__name__), **_plain_values(kwargs, func.__name__))
     fn = fft.FUNCTIONS.get(func) or FUNCTIONS_ON_COMPLEX.get(func)
     if fn is not None:
@@ -353,18 +354,6 @@ def complex_array_function(self, func, types, args, kwargs):
             numpy_name(func) in COMPLEX_FUNCTIONS:
         return complex_call(numpy_name(func), *args, **kwargs)
     return func(*_plain_values(args, func.__name__, func in PREDICATES), **kwargs)
-
-
-def _complex_or_tensors(value, found):
-    if isinstance(value, (ComplexTensor, Tensor)):
-        found.append(value)
-    elif isinstance(value, (list, tuple)):
-        for v in value:
-            _complex_or_tensors(v, found)
-    elif isinstance(value, dict):
-        for v in value.values():
-            _complex_or_tensors(v, found)
-    return found
 
 
 def _plain_values(value, name, predicate=True):

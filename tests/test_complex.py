@@ -435,3 +435,97 @@ def test_broadcasting_random_shapes(sa, sb, op):
     assert out.shape == expected_shape
     assert np.allclose(numbers(out), getattr(np, op)(a, b))
     check_vjp_fd(getattr(at, op), a, b)
+
+
+# ---- linear algebra ------------------------------------------------------------------------
+
+def _phase_free(fn):
+    """A loss of a decomposition that does not depend on its vectors' phases."""
+    return fn
+
+
+LINALG = [
+    ("solve", lambda a, b: at.linalg.solve(a, b), lambda t, a, b: t.linalg.solve(a, b)),
+    ("inv", lambda a, b: at.linalg.inv(a) @ b, lambda t, a, b: t.linalg.inv(a) @ b),
+    ("det", lambda a, b: at.linalg.det(a) * b, lambda t, a, b: t.linalg.det(a) * b),
+    ("eigvals", lambda a, b: at.linalg.eigvals(a) * b[0, 0],
+     lambda t, a, b: t.linalg.eigvals(a) * b[0, 0]),
+    ("abs eigvecs", lambda a, b: abs(at.linalg.eig(a).eigenvectors) * b[0, 0],
+     lambda t, a, b: t.linalg.eig(a)[1].abs() * b[0, 0]),
+    ("svd values", lambda a, b: at.linalg.svd(a, compute_uv=False) * b[0, 0],
+     lambda t, a, b: t.linalg.svdvals(a) * b[0, 0]),
+    ("abs svd vectors", lambda a, b: abs(at.linalg.svd(a, full_matrices=False).U) * b[0, 0],
+     lambda t, a, b: t.linalg.svd(a, full_matrices=False)[0].abs() * b[0, 0]),
+    ("nuclear norm", lambda a, b: at.linalg.norm(a, "nuc") * b[0, 0],
+     lambda t, a, b: t.linalg.matrix_norm(a, "nuc") * b[0, 0]),
+]
+
+
+@pytest.mark.parametrize("name, fn, _", LINALG, ids=[c[0] for c in LINALG])
+def test_linalg_against_finite_differences(name, fn, _):
+    a, b = crandn(3, 3) + 2 * np.eye(3), crandn(3, 2)
+    check_vjp_fd(fn, a, b, rtol=1e-5)
+
+
+@needs_torch
+@pytest.mark.parametrize("name, fn, tfn", LINALG, ids=[c[0] for c in LINALG])
+def test_linalg_matches_torch(name, fn, tfn):
+    a, b = crandn(3, 3) + 2 * np.eye(3), crandn(3, 2)
+    w = crandn(*np.shape(numbers(fn(at.tensor(a), at.tensor(b)))))
+    la, lb = at.tensor(a, requires_grad=True), at.tensor(b, requires_grad=True)
+    ta, tb = torch.tensor(a, requires_grad=True), torch.tensor(b, requires_grad=True)
+    out, tout = fn(la, lb), tfn(torch, ta, tb)
+    assert np.allclose(numbers(out), tout.detach().numpy())
+    ga = at.grad(at.real(at.sum(at.conj(at.tensor(w)) * out)), [la, lb], allow_unused=True,
+                 materialize_grads=True)
+    gt = torch.autograd.grad((torch.tensor(w).conj() * tout).real.sum(), [ta, tb],
+                             allow_unused=True, materialize_grads=True)
+    for g, h in zip(ga, gt):
+        assert np.allclose(numbers(g), h.numpy(), atol=1e-9)
+
+
+def test_eigh_reads_one_triangle_as_numpy_does():
+    a = crandn(4, 4)
+    for uplo in ("L", "U"):
+        w = at.linalg.eigh(at.tensor(a), uplo).eigenvalues
+        assert np.allclose(numbers(w), np.linalg.eigh(a, uplo)[0])
+        check_vjp_fd(lambda m, u=uplo: at.linalg.eigh(m, u).eigenvalues, a)
+        check_vjp_fd(lambda m, u=uplo: abs(at.linalg.eigh(m, u).eigenvectors), a, rtol=1e-5)
+    with pytest.raises(RuntimeError, match="full_matrices=False"):
+        at.linalg.svd(at.tensor(crandn(2, 3)))
+    r = RNG.standard_normal((3, 3))
+    assert np.allclose(np.sort_complex(numbers(at.linalg.eigvals(at.tensor(r)))),
+                       np.sort_complex(np.linalg.eigvals(r)))
+
+
+def test_complex_sign_prod_var_and_extremes():
+    z = crandn(2, 3)
+    assert np.allclose(numbers(at.prod(at.tensor(z), axis=1)), np.prod(z, axis=1))
+    check_vjp_fd(lambda a: at.prod(a, axis=1), z)
+    check_vjp_fd(lambda a: at.prod(a), np.array([1j, 0.0, 2.0]))      # a zero: exact
+    assert np.allclose(numbers(at.var(at.tensor(z), axis=0)), np.var(z, axis=0))
+    check_vjp_fd(lambda a: at.std(a, axis=1), z)
+    assert np.allclose(numbers(at.max(at.tensor(z), axis=0)), np.max(z, axis=0))
+    check_vjp_fd(lambda a: at.min(a, axis=1), z)
+    assert np.allclose(numbers(at.sign(at.tensor(z))), np.sign(z))
+    check_vjp_fd(at.sign, z)
+
+
+@pytest.mark.parametrize("norm", ["backward", "ortho", "forward"])
+def test_long_transforms_in_four_steps_match_numpy(norm):
+    from autotape.fft import FOUR_STEP_MIN, complex_transform
+    n = FOUR_STEP_MIN * 3                       # split as 384 x 512
+    x = crandn(2, n)
+    for inverse, np_fn in ((False, np.fft.fft), (True, np.fft.ifft)):
+        ref = np_fn(x, norm=norm)
+        got = complex_transform(x, 1, norm, inverse)
+        assert np.abs(got - ref).max() <= 1e-13 * np.abs(ref).max()
+    c64 = x.astype(np.complex64)
+    assert np.allclose(complex_transform(c64, 1, norm, False), np.fft.fft(x, norm=norm),
+                       rtol=1e-4, atol=1e-3 * np.abs(np.fft.fft(x, norm=norm)).max())
+    # the VJP is the adjoint: <fft(x), y> = <x, vjp(y)>
+    z = at.tensor(x[0], requires_grad=True)
+    y = crandn(n)
+    g, = at.grad(at.fft.fft(z, norm=norm), z, y)
+    assert np.vdot(np.fft.fft(x[0], norm=norm), y).real == pytest.approx(
+        np.vdot(x[0], numbers(g)).real, rel=1e-10)

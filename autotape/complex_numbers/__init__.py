@@ -208,6 +208,7 @@ FUNCTIONS = {
     "angle": ops.angle, "equal": ops.equal, "not_equal": ops.not_equal,
     "sum": _sum, "mean": _mean, "cumsum": ops.cumsum, "reshape": ops.reshape,
     "prod": ops.prod, "max": ops.amax, "amax": ops.amax, "min": ops.amin, "amin": ops.amin,
+    "sign": ops.sign,
     "var": ops.var, "std": ops.std, "real_if_close": ops.real_if_close,
     "transpose": ops.transpose, "concatenate": ops.concatenate, "cat": ops.concatenate,
     "stack": ops.stack, "broadcast_to": ops.broadcast_to, "where": ops.where,

@@ -373,6 +373,16 @@ negative.__doc__ = """-z.
     """
 
 
+def sign(z):
+    """z / |z|, and 0 at 0 (numpy 2's sign of complex numbers, torch's sgn).
+
+    >>> at.sign(at.tensor([3 + 4j, 0j]))
+    tensor([0.6+0.8j, 0. +0.j ])
+    """
+    z = as_complex(z)
+    return multiply(z, _over(1.0, absolute(z)))
+
+
 def power(x, y):
     """x ** y with complex operands; a small integer power is repeated products.
 
