@@ -138,10 +138,32 @@ class ComplexArguments:
         return self.value_and_grad(*args)[1]
 
     def jacobian(self, *args):
-        """d output / d argument for real outputs (complex for complex arguments)."""
-        self._refuse_complex_outputs("jacobian")
-        jac = self.compiled.jacobian(*self._parts(args))
-        return self._complex(jac)
+        """d output / d argument for real outputs (complex for complex arguments, in the
+        gradient's convention)."""
+        return self._jacobian("jacobian", args)
+
+    def jacfwd(self, *args):
+        """The Jacobian by forward mode (see Compiled.jacfwd)."""
+        return self._jacobian("jacfwd", args)
+
+    def jacrev(self, *args):
+        """The Jacobian by reverse mode (see Compiled.jacrev)."""
+        return self._jacobian("jacrev", args)
+
+    def _jacobian(self, method, args):
+        self._refuse_complex_outputs(method)
+        return self._complex(getattr(self.compiled, method)(*self._parts(args)))
+
+    def jvp(self, primals, tangents):
+        """``(f(*primals), J @ tangents)``; a complex argument's tangent is complex."""
+        return self.compiled.jvp(self._parts(tuple(primals)), self._parts(tuple(tangents)))
+
+    def hessian(self, *args):
+        """Refused: the gradient of a real f with respect to complex arguments,
+        dL/dx + i dL/dy, is not holomorphic, so its Jacobian is no complex matrix."""
+        raise TypeError("hessian of a function of complex arguments: compile it on the "
+                        "parts instead, at.compile(lambda p: f(at.view_as_complex(p)), "
+                        "parts), and take that hessian")
 
     def _refuse_complex_outputs(self, name):
         if self.complex_outputs:
@@ -155,10 +177,11 @@ class ComplexArguments:
         return self.compiled.explain(*self._parts(args))
 
     def map_points(self, method, args, device=None):
-        """vmap of ``__call__``, ``grad`` or ``value_and_grad`` (Compiled.map_points)."""
-        if method not in ("__call__", "grad", "value_and_grad"):
-            raise ValueError(f"vmap of {method} of a function of complex arguments is not "
-                             "supported; map __call__, grad or value_and_grad")
+        """vmap of a method (Compiled.map_points): results as the method's."""
+        if method == "hessian":
+            self.hessian()
+        if method in ("jacobian", "jacfwd", "jacrev"):
+            self._refuse_complex_outputs(method)
         parts = []
         for a, c in zip(args, self.complex_at):
             if c:
@@ -166,7 +189,7 @@ class ComplexArguments:
                     a.detach().numpy() if isinstance(a, ComplexTensor) else a, np.complex128))
             parts.append(a)
         result = self.compiled.map_points(method, parts, device)
-        if method == "grad":
+        if method in ("grad", "jacobian", "jacfwd", "jacrev"):
             return self._complex(result)
         if method == "value_and_grad":
             return result[0], self._complex(result[1])

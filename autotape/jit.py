@@ -522,6 +522,10 @@ def _argument(a, k, name):
         raise TypeError(f"at.jit({name}): argument {k} must be a float or a float array, "
                         f"not {type(a).__name__}")
     kind = np.asarray(a).dtype.kind
+    if kind == "c":
+        raise TypeError(f"at.jit({name}): argument {k} is complex; at.jit differentiates "
+                        "real numba code (for complex numbers use at.compile, or pass the "
+                        "parts: z.real and z.imag)")
     if kind not in "iuf":
         raise TypeError(f"at.jit({name}): argument {k} has dtype {np.asarray(a).dtype}")
     if kind in "iu" and np.ndim(a):

@@ -306,6 +306,9 @@ def test_unsupported_ops_are_refused_by_name():
     x = at.tensor([1.0, 2.0])
     with pytest.raises(TypeError):
         x[0] = 1j                                 # (never a silent cast to real)
+    import numba
+    with pytest.raises(TypeError, match="is complex; at.jit differentiates real numba"):
+        at.jit(numba.njit(lambda a: (a * a).sum())).grad(np.array([1j]))
     with pytest.raises(TypeError, match="median"):
         np.median(z)
 
@@ -412,6 +415,17 @@ def test_compile_and_vmap_with_complex_values():
         e = F.grad(loss, argnums=(0, 1))(zs[i], ks[i])
         assert np.allclose(numbers(gzs)[i], numbers(e[0]))
         assert np.allclose(numbers(gks)[i], numbers(e[1]))
+    J = c.jacobian(z, k)
+    E = F.jacrev(lambda a, b: loss(a, b), argnums=(0, 1))(z, k)
+    assert all(np.allclose(numbers(a), numbers(b)) for a, b in zip(J, E))
+    assert all(np.allclose(numbers(a), numbers(b)) for a, b in zip(c.jacfwd(z, k), E))
+    Js = F.vmap(c.jacrev)(zs, ks)
+    assert np.allclose(numbers(Js[0])[1], numbers(F.jacrev(loss)(zs[1], ks[1])))
+    value, tangent = c.jvp((z, k), (1j * np.ones(8), np.zeros(8)))
+    assert np.allclose(numbers(tangent), numbers(F.jvp(loss, (z, k), (1j * np.ones(8),
+                                                                        np.zeros(8)))[1]))
+    with pytest.raises(TypeError, match="hessian of a function of complex arguments"):
+        c.hessian(z, k)
     spectrum = at.compile(lambda x: at.fft.rfft(x * x), np.ones(6))
     assert np.allclose(numbers(spectrum(np.arange(6.0))), np.fft.rfft(np.arange(6.0) ** 2))
     with pytest.raises(TypeError, match="with complex outputs"):
