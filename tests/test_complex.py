@@ -543,3 +543,45 @@ def test_long_transforms_in_four_steps_match_numpy(norm):
     g, = at.grad(at.fft.fft(z, norm=norm), z, y)
     assert np.vdot(np.fft.fft(x[0], norm=norm), y).real == pytest.approx(
         np.vdot(x[0], numbers(g)).real, rel=1e-10)
+
+
+TORCH_NAMES = {"arcsin": "asin", "arccos": "acos", "arctan": "atan", "arcsinh": "asinh",
+               "arccosh": "acosh", "arctanh": "atanh"}
+
+
+@needs_torch
+@pytest.mark.parametrize("name", HOLOMORPHIC + ["abs", "angle", "real", "imag", "conj",
+                                                "sign"])
+def test_every_elementwise_gradient_matches_torch(name):
+    z, w = crandn(5) * 0.6 + 0.2, crandn(5)
+    ours = {"abs": abs, "sign": at.sign}.get(name, getattr(at, name, None))
+    theirs = {"abs": torch.abs, "sign": torch.sgn, "square": torch.square,
+              "reciprocal": torch.reciprocal, "real": torch.real, "imag": torch.imag,
+              "conj": lambda t: torch.conj(t).resolve_conj(),
+              "exp2": lambda t: 2 ** t}.get(name) or getattr(torch, TORCH_NAMES.get(name, name))
+    za, zt = at.tensor(z, requires_grad=True), torch.tensor(z, requires_grad=True)
+    out, tout = ours(za), theirs(zt)
+    assert np.allclose(numbers(out), tout.detach().numpy())
+    weights = w if at.is_complex(out) else w.real
+    ga, = at.grad(at.real(at.sum(at.conj(at.tensor(weights)) * out)), za)
+    gt, = torch.autograd.grad((torch.tensor(weights).conj() * tout).real.sum(), zt)
+    assert np.allclose(numbers(ga), gt.resolve_conj().numpy(), rtol=1e-9, atol=1e-12)
+
+
+@needs_torch
+@pytest.mark.parametrize("name", ["fft", "ifft", "rfft", "irfft", "fft2", "ifft2", "rfft2",
+                                  "irfft2", "fftn", "ifftn", "rfftn", "irfftn"])
+@pytest.mark.parametrize("norm", ["backward", "ortho", "forward"])
+def test_every_fft_gradient_matches_torch(name, norm):
+    data = RNG.standard_normal((4, 6))
+    if not name.startswith("r"):
+        data = data + 1j * RNG.standard_normal((4, 6))
+    elif name.startswith("ir"):
+        data = np.fft.rfft2(data)
+    za, zt = at.tensor(data, requires_grad=True), torch.tensor(data, requires_grad=True)
+    out, tout = getattr(at.fft, name)(za, norm=norm), getattr(torch.fft, name)(zt, norm=norm)
+    assert np.allclose(numbers(out), tout.detach().numpy())
+    w = crandn(*out.shape) if at.is_complex(out) else RNG.standard_normal(out.shape)
+    ga, = at.grad(at.real(at.sum(at.conj(at.tensor(w)) * out)), za)
+    gt, = torch.autograd.grad((torch.tensor(w).conj() * tout).real.sum(), zt)
+    assert np.allclose(numbers(ga), gt.resolve_conj().numpy(), rtol=1e-9, atol=1e-12)
