@@ -27,6 +27,11 @@ NAMESPACES = {"autotape": at, "autotape.func": at.func, "autotape.linalg": at.li
               "autotape.warmup": at.warmup, "autotape.fft": at.fft}
 if hasattr(at, "dask"):
     NAMESPACES["autotape.dask"] = at.dask
+try:                                     # (scipy's: an optional dependency)
+    import autotape.implicit
+    NAMESPACES["autotape.implicit"] = autotape.implicit
+except ImportError:
+    pass
 DTYPES = {"float32", "float64", "int32", "int64"}      # numpy's own types, re-exported
 
 
