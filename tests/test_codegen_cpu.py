@@ -88,6 +88,21 @@ def test_arrays_in_the_loop():
     assert _ran_generated(c, ks[0], 3)
 
 
+def test_a_where_with_a_constant_branch_in_the_loop():
+    # the constant branch has no adjoint: its loop body wrote "None += ..." (a
+    # SyntaxError at the second call of a compiled adaptive ODE solve)
+    def f(k):
+        x, y = k[0], k[1]
+        for _ in range(40):
+            accept = at.where(x * y > 0.5, 1.0, 0.0)
+            x = at.where(accept > 0.5, x * 0.99 + 0.01 * y, x)
+            y = y * 0.98 + 0.02 * accept
+        return x * y
+    ks = np.array([[1.0, 0.8], [0.2, 0.3], [0.9, 0.4]])
+    c, twin = _twins(f, ks[0])
+    _identical(c, twin, ks, ("value_and_grad",))
+
+
 @settings(max_examples=6, deadline=None)
 @given(*LOOP_BODIES)
 def test_random_loop_bodies(ops, steps):

@@ -636,9 +636,15 @@ def _instruction(body, q, points):
         if op == WHERE:
             w = ref(I_A + 2, " + k" * int(instr[q, I_SA + 2]) if n > 1 else "")
             forward.append(f"{z} = {x} if {w} != 0 else {y}  # WHERE")
-            writes += [(1, I_A, True), (3, I_A + 1, True)]
-            backward += [f"if {w} != 0:", f"    {gx} += {gz}", "else:",
-                         f"    {gy} += {gz}  # WHERE"]
+            take_x, take_y = body.gets_adjoint(q, I_A), body.gets_adjoint(q, I_A + 1)
+            if take_x and take_y:
+                writes += [(1, I_A, True), (3, I_A + 1, True)]
+                backward += [f"if {w} != 0:", f"    {gx} += {gz}", "else:",
+                             f"    {gy} += {gz}  # WHERE"]
+            elif take_x or take_y:         # (a constant branch has no adjoint to write)
+                writes.append((1, I_A if take_x else I_A + 1, True))
+                backward += [f"if {w} {'!=' if take_x else '=='} 0:",
+                             f"    {gx if take_x else gy} += {gz}  # WHERE"]
         else:
             symbol = {ADD: "+", SUB: "-", MUL: "*", DIV: "/"}.get(op)
             forward.append(f"{z} = " + (f"{X} {symbol} {Y}" if symbol else
