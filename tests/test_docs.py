@@ -24,7 +24,8 @@ NAMESPACES = {"autotape": at, "autotape.func": at.func, "autotape.linalg": at.li
               "autotape.autograd": at.autograd,
               "autotape.autograd.functional": at.autograd.functional,
               "autotape.autograd.graph": at.autograd.graph,
-              "autotape.warmup": at.warmup, "autotape.fft": at.fft}
+              "autotape.warmup": at.warmup, "autotape.fft": at.fft,
+              "autotape.integrate": at.integrate}
 if hasattr(at, "dask"):
     NAMESPACES["autotape.dask"] = at.dask
 try:                                     # (scipy's: an optional dependency)

@@ -1,0 +1,332 @@
+"""Differentiable ODE solves with scipy's conventions: ``solve_ivp(fun, t_span, y0,
+method, t_eval, args, rtol, atol, ...)``, explicit Runge-Kutta methods (RK45:
+Dormand-Prince 5(4), Tsit5: Tsitouras 5(4), RK4 with fixed steps).
+
+Step-size control is data, not control flow: every step is attempted, its error
+estimate decides by a mask (``where``) whether the state and time move on, and the next
+step size is computed from it, so the recording has no branch on the solution. A solve
+therefore records the same ops whatever the parameters: ``at.compile`` records it once
+(``max_steps`` attempts, those after the end doing nothing), and ``vmap`` runs each
+point with its own steps. Called eagerly (not inside ``at.compile``), the loop stops once
+the end is reached. Gradients flow through the solver itself (discretise-then-
+differentiate, as diffrax's default), the step sizes included.
+
+>>> sol = at.integrate.solve_ivp(lambda t, y, k: -k * y, (0.0, 1.0), np.array([1.0]),
+...                              args=(at.tensor(2.0),), t_eval=[1.0], rtol=1e-8, atol=1e-10)
+>>> round(float(sol.y[0, 0]), 8)             # exp(-2)
+0.13533528
+"""
+import math
+from collections import namedtuple
+
+import numpy as np
+
+from .guards import current_trace
+from .ops import elementwise as ops
+from .ops.indexing import as_tensor, stack
+from .ops.reduce import mean
+from .tensor import Tensor
+
+__all__ = ["solve_ivp", "OdeResult"]
+
+OdeResult = namedtuple("OdeResult", ["t", "y", "status", "message", "success", "nfev",
+                                     "nsteps"])
+OdeResult.__doc__ = """What solve_ivp returns, as scipy's: ``t`` (the output times),
+``y`` (a Tensor of shape (n, len(t))), ``status`` (0: the end was reached),
+``message``, ``success``, ``nfev`` (right-hand side evaluations) and ``nsteps``
+(steps attempted).
+
+>>> sol = at.integrate.solve_ivp(lambda t, y: -y, (0.0, 1.0), np.array([1.0, 2.0]))
+>>> sol.y.shape, sol.success
+((2, 2), True)
+"""
+
+Tableau = namedtuple("Tableau", ["c", "a", "b", "e", "order", "fsal", "dense"])
+Tableau.__doc__ = """An explicit Runge-Kutta method: nodes c, coefficients a (rows), weights b,
+error weights e (None: no estimate, fixed steps), the error estimate's order, whether
+the last stage is f at the step's end (FSAL), and ``dense(theta)``: its continuous
+extension's weights at step fractions theta, shape (len(theta), stages) (None: cubic
+Hermite)."""
+
+# Dormand & Prince (1980): 5th-order solution, e = b5 - b4 for the error estimate
+DOPRI5 = Tableau(
+    c=(0.0, 1 / 5, 3 / 10, 4 / 5, 8 / 9, 1.0, 1.0),
+    a=((), (1 / 5,), (3 / 40, 9 / 40), (44 / 45, -56 / 15, 32 / 9),
+       (19372 / 6561, -25360 / 2187, 64448 / 6561, -212 / 729),
+       (9017 / 3168, -355 / 33, 46732 / 5247, 49 / 176, -5103 / 18656),
+       (35 / 384, 0.0, 500 / 1113, 125 / 192, -2187 / 6784, 11 / 84)),
+    b=(35 / 384, 0.0, 500 / 1113, 125 / 192, -2187 / 6784, 11 / 84, 0.0),
+    e=(-71 / 57600, 0.0, 71 / 16695, -71 / 1920, 17253 / 339200, -22 / 525, 1 / 40),
+    order=4, fsal=True,
+    dense=lambda th: _polynomial_weights(_DOPRI5_DENSE, th))
+
+# Shampine (1986)'s 4th-order continuous extension of DOPRI5 (scipy's, with the optimum
+# c6): stage i's weight at step fraction th is sum_j P[i][j] th^(j + 1)
+_DOPRI5_DENSE = (
+    (1.0, -8048581381 / 2820520608, 8663915743 / 2820520608, -12715105075 / 11282082432),
+    (0.0, 0.0, 0.0, 0.0),
+    (0.0, 131558114200 / 32700410799, -68118460800 / 10900136933, 87487479700 / 32700410799),
+    (0.0, -1754552775 / 470086768, 14199869525 / 1410260304, -10690763975 / 1880347072),
+    (0.0, 127303824393 / 49829197408, -318862633887 / 49829197408,
+     701980252875 / 199316789632),
+    (0.0, -282668133 / 205662961, 2019193451 / 616988883, -1453857185 / 822651844),
+    (0.0, 40617522 / 29380423, -110615467 / 29380423, 69997945 / 29380423))
+
+
+def _polynomial_weights(table, th):
+    """Each stage's weight sum_j table[i][j] th^(j + 1), as elementwise ops."""
+    powers = [th, th * th, th * th * th, th * th * th * th]
+    return stack([sum(c * p for c, p in zip(row, powers) if c != 0.0) if any(row) else
+                  th * 0.0 for row in table], axis=-1)
+
+
+def _tsit5_dense(t):
+    """Tsitouras's interpolant: the weights of the 7 stages at step fractions t."""
+    return np.stack([
+        -1.0530884977290216 * t * (t - 1.3299890189751412) *
+        (t ** 2 - 1.4364028541716351 * t + 0.7139816917074209),
+        0.1017 * t ** 2 * (t ** 2 - 2.1966568338249754 * t + 1.2949852507374631),
+        2.490627285651252793 * t ** 2 * (t ** 2 - 2.38535645472061657 * t +
+                                         1.57803468208092486),
+        -16.54810288924490272 * (t - 1.21712927295533244) * (t - 0.61620406037800089) *
+        t ** 2,
+        47.37952196281928122 * (t - 1.203071208372362603) * (t - 0.658047292653547382) *
+        t ** 2,
+        -34.87065786149660974 * (t - 1.2) * (t - 0.666666666666666667) * t ** 2,
+        2.5 * (t - 1) * (t - 0.6) * t ** 2], axis=-1)
+
+
+# Tsitouras (2011), Runge-Kutta pairs of order 5(4) satisfying only the first column
+# simplifying assumption
+_T6 = (0.09646076681806523, 0.01, 0.4798896504144996, 1.379008574103742,
+       -3.290069515436081, 2.324710524099774)
+TSIT5 = Tableau(
+    c=(0.0, 0.161, 0.327, 0.9, 0.9800255409045097, 1.0, 1.0),
+    a=((), (0.161,), (-0.008480655492356989, 0.335480655492357),
+       (2.897153057105493, -6.359448489975075, 4.3622954328695815),
+       (5.325864828439257, -11.748883564062828, 7.4955393428898365,
+        -0.09249506636175525),
+       (5.86145544294642, -12.92096931784711, 8.159367898576159, -0.071584973281401,
+        -0.028269050394068383),
+       _T6),
+    b=_T6 + (0.0,),
+    e=(0.09646076681806523 - 0.09468075576583946, 0.01 - 0.009183565540343254,
+       0.4798896504144996 - 0.4877705284247616, 1.379008574103742 - 1.234297566930479,
+       -3.290069515436081 + 2.7077123499835256, 2.324710524099774 - 1.866628418170587,
+       -1 / 66),
+    order=4, fsal=True, dense=_tsit5_dense)
+
+RK4 = Tableau(c=(0.0, 0.5, 0.5, 1.0), a=((), (0.5,), (0.0, 0.5), (0.0, 0.0, 1.0)),
+              b=(1 / 6, 1 / 3, 1 / 3, 1 / 6), e=None, order=4, fsal=False, dense=None)
+
+METHODS = {"RK45": DOPRI5, "Tsit5": TSIT5, "RK4": RK4}
+SAFETY, MIN_FACTOR, MAX_FACTOR = 0.9, 0.2, 10.0          # scipy's step-size control
+
+
+def solve_ivp(fun, t_span, y0, method="RK45", t_eval=None, args=(), rtol=1e-3, atol=1e-6,
+              first_step=None, max_step=math.inf, max_steps=4096):
+    """Solve y' = fun(t, y, *args) from t_span[0] to t_span[1], differentiably with
+    respect to y0 and the args (Tensors requiring grad, or arrays and numbers).
+
+    ``method``: "RK45" (Dormand-Prince 5(4), scipy's default), "Tsit5" (Tsitouras
+    5(4)), both adaptive with scipy's error norm and step-size rule, or "RK4" (fixed
+    steps of ``first_step``, or of ``max_step``). ``t_eval``: the output times (cubic
+    Hermite interpolation within steps; default: the two ends). ``max_steps``: steps
+    attempted at most; reaching the end takes fewer, and a solve that needs more
+    raises, as does a non-finite state.
+
+    >>> sol = at.integrate.solve_ivp(lambda t, y: -y, (0.0, 1.0), np.array([1.0]),
+    ...                              rtol=1e-10, atol=1e-12)
+    >>> round(float(sol.y[0, -1]), 9)
+    0.367879441
+    """
+    tableau = METHODS.get(method)
+    if tableau is None:
+        raise ValueError(f"solve_ivp: method must be one of {sorted(METHODS)}, not "
+                         f"{method!r}")
+    t0, t1 = float(t_span[0]), float(t_span[1])
+    if not t1 > t0:
+        raise ValueError(f"solve_ivp: t_span must increase, got {t_span}")
+    y = as_tensor(y0)
+    if y.dtype.kind != "f":
+        y = y.astype(np.float64)
+    if y.ndim != 1:
+        raise ValueError(f"solve_ivp: y0 must be 1-D, got shape {y.shape}")
+    if not bool(abs(y.detach()).max() < math.inf):
+        raise ValueError("solve_ivp: y0 is not finite")
+    args = tuple(a if isinstance(a, Tensor) else as_tensor(a) for a in args)
+    times = np.array([t0, t1] if t_eval is None else t_eval, np.float64).reshape(-1)
+    if times.size and (times.min() < t0 or times.max() > t1 or np.any(np.diff(times) < 0)):
+        raise ValueError("solve_ivp: t_eval must be sorted and within t_span")
+
+    def f(t, state):
+        out = as_tensor(fun(t, state, *args))
+        if out.shape != state.shape:
+            raise ValueError(f"solve_ivp: fun returned shape {out.shape} for a state of "
+                             f"shape {state.shape}")
+        return out
+    if tableau.e is None:
+        return _fixed_steps(f, tableau, t0, t1, y, times, first_step or max_step, max_steps)
+    return _adaptive(f, tableau, t0, t1, y, times, rtol, atol, first_step, max_step,
+                     max_steps)
+
+
+def _stages(f, tableau, t, y, h, k1):
+    """The stages k_i = f(t + c_i h, y + h sum_j a_ij k_j) of one step."""
+    ks = [k1]
+    for c, row in zip(tableau.c[1:], tableau.a[1:]):
+        increment = sum(a * k for a, k in zip(row, ks) if a != 0.0)
+        ks.append(f(t + c * h, y + h * increment))
+    return ks
+
+
+def _hermite(y, y_new, k_start, k_end, h, theta):
+    """The cubic Hermite interpolant at fractions theta (one row per output time) of a
+    step from y (slope k_start) to y_new (slope k_end)."""
+    th = theta[:, None]
+    return (1 - th) * y + th * y_new + th * (th - 1) * (
+        (1 - 2 * th) * (y_new - y) + (th - 1) * h * k_start + th * h * k_end)
+
+
+def _adaptive(f, tableau, t0, t1, y, times, rtol, atol, first_step, max_step, max_steps):
+    eager = current_trace() is None
+    t = as_tensor(np.float64(t0))
+    k1 = f(t, y)
+    nfev = 1
+    h = as_tensor(np.float64(first_step)) if first_step is not None else \
+        _initial_step(f, t, y, k1, tableau.order, rtol, atol)
+    nfev += first_step is None
+    out = stack([y] * times.size) if times.size else None    # (times at t0 keep y0)
+    done = False
+    for attempt in range(max_steps):
+        h = ops.minimum(ops.minimum(h, max_step), t1 - t)
+        ks = _stages(f, tableau, t, y, h, k1)
+        nfev += len(ks) - 1
+        y_new = y + h * sum(b * k for b, k in zip(tableau.b, ks) if b != 0.0)
+        k_end = ks[-1] if tableau.fsal else f(t + h, y_new)
+        error = h * sum(e * k for e, k in zip(tableau.e, ks) if e != 0.0)
+        scale = atol + rtol * ops.maximum(abs(y), abs(y_new))
+        norm = _rms(error / scale)
+        if eager and not math.isfinite(float(norm.detach())):
+            raise RuntimeError(f"solve_ivp: fun gave a non-finite value near t = "
+                               f"{float(t.detach()):.6g}: the state is not finite there")
+        accept = _mask(norm <= 1.0)                          # (0 or 1: data)
+        factor = ops.clip(SAFETY * ops.maximum(norm, 1e-10) ** (-1.0 / (tableau.order + 1)),
+                          MIN_FACTOR, MAX_FACTOR)
+        t_new = t + h
+        if out is not None:
+            out = _interpolated(out, times, t, t_new, h, y, y_new, ks, k_end, accept,
+                                tableau.dense)
+        y = ops.where(accept > 0.5, y_new, y)
+        k1 = ops.where(accept > 0.5, k_end, k1)
+        t = ops.where(accept > 0.5, t_new, t)
+        h = h * factor
+        if eager:                                 # (a compiled solve runs every attempt)
+            _check_finite(y, f"at t = {float(t.detach()):.6g}")
+            if float(t.detach()) >= t1:
+                done = True
+                break
+    if eager:
+        if not done:
+            raise RuntimeError(f"solve_ivp: max_steps ({max_steps}) attempts reached at "
+                               f"t = {float(t.detach()):.6g} before {t1:g}; raise max_steps "
+                               "or loosen rtol / atol")
+        return _result(times, out, attempt + 1, nfev, 0)
+    # Compiled, nothing is decided in Python (so the recording holds at any point): the
+    # outputs a solve did not reach are nan, and its status says why, as data.
+    reached = _mask(t >= t1)
+    finite = _mask((y * 0.0).sum() == 0.0)              # (inf * 0 and nan are nan)
+    status = reached * finite - 1.0 - (1.0 - finite)    # 0, -1 (max_steps), -2 (not finite)
+    if out is not None:
+        out = ops.where(_mask(times <= t)[:, None] * finite > 0.5, out, math.nan)
+    return _result(times, out, max_steps, nfev, status)
+
+
+def _check_finite(y, where):
+    if not bool(abs(y.detach()).max() < math.inf):          # (nan compares False)
+        raise RuntimeError(f"solve_ivp: the state is not finite {where}")
+
+
+def _rms(v):
+    """The root mean square (scipy's error norm); its derivative stays finite at 0,
+    where a step of size 0 (after the end) has error 0."""
+    return ops.sqrt(mean(v * v) + 1e-300)
+
+
+def _mask(condition):
+    """A comparison as 1.0 / 0.0 data (so that masks combine by arithmetic)."""
+    return ops.where(condition, 1.0, 0.0)
+
+
+def _initial_step(f, t, y, k1, order, rtol, atol):
+    """scipy's first step size (Hairer, Norsett & Wanner), as data."""
+    scale = atol + abs(y) * rtol
+    d0 = _rms(y / scale)
+    d1 = _rms(k1 / scale)
+    small = _mask(d0 < 1e-5) + _mask(d1 < 1e-5) > 0.5
+    h0 = ops.where(small, 1e-6, 0.01 * d0 / ops.where(small, 1.0, d1))
+    k2 = f(t + h0, y + h0 * k1)
+    d2 = _rms((k2 - k1) / scale) / h0
+    largest = ops.maximum(d1, d2)
+    h1 = ops.where(largest <= 1e-15, ops.maximum(1e-6, h0 * 1e-3),
+                   (0.01 / ops.maximum(largest, 1e-15)) ** (1.0 / (order + 1)))
+    return ops.minimum(100 * h0, h1)
+
+
+def _interpolated(out, times, t, t_new, h, y, y_new, ks, k_end, accept, dense):
+    """The outputs at the times inside this step (t, t_new], where it is accepted: the
+    method's continuous extension, or cubic Hermite."""
+    inside = _mask(times > t) * _mask(times <= t_new) * accept
+    positive = ops.where(h > 0, h, 1.0)           # (a step of 0 after the end: no 1/0)
+    theta = ops.clip((times - t) / positive, 0.0, 1.0)   # (an output outside the step
+                                                         #  reads none of it)
+    if dense is None:
+        values = _hermite(y, y_new, ks[0], k_end, h, theta)
+    else:
+        weights = _dense_weights(dense, theta)            # (times, stages)
+        values = y + h * sum(weights[:, i:i + 1] * k for i, k in enumerate(ks))
+    return ops.where(inside[:, None] > 0.5, values, out)
+
+
+def _dense_weights(dense, theta):
+    """dense(theta) for a recorded theta: numpy's polynomial on the values, recorded as
+    the same polynomial of the tensor (its derivative in theta is the interpolant's
+    slope: the output times' values move with the step)."""
+    return as_tensor(dense(theta)) if not isinstance(theta, Tensor) else dense(theta)
+
+
+def _fixed_steps(f, tableau, t0, t1, y, times, step, max_steps):
+    if not math.isfinite(step) or step <= 0:
+        raise ValueError("solve_ivp: RK4 takes fixed steps: give first_step (or max_step)")
+    n = int(math.ceil((t1 - t0) / step - 1e-12))
+    if n > max_steps:
+        raise RuntimeError(f"solve_ivp: {n} steps of {step:g} exceed max_steps ({max_steps})")
+    h = (t1 - t0) / n
+    out = stack([y] * times.size) if times.size else None
+    t = t0
+    k1 = f(t, y)
+    for _ in range(n):
+        ks = _stages(f, tableau, t, y, h, k1)
+        y_new = y + h * sum(b * k for b, k in zip(tableau.b, ks))
+        k_end = f(t + h, y_new)
+        if out is not None:
+            out = _interpolated(out, times, t, t + h, h, y, y_new, [k1], k_end, 1.0, None)
+        y, k1, t = y_new, k_end, t + h
+    return _result(times, out, n, 4 * n + 1, 0)
+
+
+MESSAGES = {0: "The solver successfully reached the end of the integration interval.",
+            -1: "max_steps attempts were not enough to reach the end (the outputs after "
+                "the last time reached are nan).",
+            -2: "The state became non-finite (the outputs after it are nan)."}
+
+
+def _result(times, out, nsteps, nfev, status):
+    """The OdeResult; a compiled solve's status is a 0-d tensor (0, -1 or -2) and its
+    message and success say so."""
+    y = out.T if out is not None else None
+    if isinstance(status, Tensor):
+        return OdeResult(times, y, status, "under at.compile: see status (0: the end was "
+                         "reached, -1: max_steps, -2: a non-finite state)", status == 0.0,
+                         nfev, nsteps)
+    return OdeResult(times, y, status, MESSAGES[status], status == 0, nfev, nsteps)

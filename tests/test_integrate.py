@@ -1,0 +1,115 @@
+"""autotape.integrate.solve_ivp: solutions against scipy's solve_ivp at the same
+tolerances, gradients against central differences, one recording under at.compile (no
+guard on the step-size control), vmap with each point taking its own steps, and the
+errors and statuses of a solve that cannot finish."""
+import math
+
+import numpy as np
+import pytest
+
+import autotape as at
+import autotape.func as F
+from autotape.integrate import solve_ivp
+
+integrate = pytest.importorskip("scipy.integrate")
+
+
+def lotka_volterra(t, y, p):
+    return at.stack([p[0] * y[0] - p[1] * y[0] * y[1], -p[2] * y[1] + p[3] * y[0] * y[1]])
+
+
+def lotka_volterra_numbers(t, y, p=(1.5, 1.0, 3.0, 1.0)):
+    return [p[0] * y[0] - p[1] * y[0] * y[1], -p[2] * y[1] + p[3] * y[0] * y[1]]
+
+
+P0 = np.array([1.5, 1.0, 3.0, 1.0])
+Y0 = np.array([1.0, 1.0])
+TIMES = np.linspace(0.0, 10.0, 11)
+
+
+def test_rk45_takes_scipys_steps_and_matches_its_solution():
+    sol = solve_ivp(lotka_volterra, (0.0, 10.0), Y0, t_eval=TIMES, args=(P0,), rtol=1e-8,
+                    atol=1e-10)
+    ref = integrate.solve_ivp(lotka_volterra_numbers, (0.0, 10.0), Y0, t_eval=TIMES,
+                              rtol=1e-8, atol=1e-10)
+    assert sol.success and sol.status == 0
+    np.testing.assert_allclose(sol.y.numpy(), ref.y, atol=1e-8)
+    np.testing.assert_array_equal(sol.t, TIMES)
+    assert sol.nfev == ref.nfev
+
+
+@pytest.mark.parametrize("method", ["RK45", "Tsit5", "RK4"])
+def test_every_method_converges_to_the_solution(method):
+    exact = integrate.solve_ivp(lotka_volterra_numbers, (0.0, 10.0), Y0, t_eval=TIMES,
+                                rtol=1e-13, atol=1e-14, method="DOP853").y
+    kwargs = {"first_step": 0.005} if method == "RK4" else {"rtol": 1e-9, "atol": 1e-11}
+    sol = solve_ivp(lotka_volterra, (0.0, 10.0), Y0, method=method, t_eval=TIMES,
+                    args=(P0,), **kwargs)
+    np.testing.assert_allclose(sol.y.numpy(), exact, atol=1e-6)
+
+
+@pytest.mark.parametrize("method", ["RK45", "Tsit5"])
+def test_gradients_match_central_differences(method):
+    def loss(p, y0):
+        s = solve_ivp(lotka_volterra, (0.0, 10.0), y0, method=method, t_eval=TIMES,
+                      args=(p,), rtol=1e-10, atol=1e-12)
+        return (s.y ** 2).sum()
+    gp, gy = F.grad(loss, argnums=(0, 1))(P0, Y0)
+    value = lambda p, y: float(loss(at.tensor(p), at.tensor(y)))      # noqa: E731
+    h = 1e-6
+    fp = [(value(P0 + h * e, Y0) - value(P0 - h * e, Y0)) / (2 * h) for e in np.eye(4)]
+    fy = [(value(P0, Y0 + h * e) - value(P0, Y0 - h * e)) / (2 * h) for e in np.eye(2)]
+    np.testing.assert_allclose(gp.numpy(), fp, rtol=1e-6)
+    np.testing.assert_allclose(gy.numpy(), fy, rtol=1e-6)
+
+
+def test_compiled_once_and_mapped_over_points():
+    def loss(p):
+        s = solve_ivp(lotka_volterra, (0.0, 10.0), Y0, t_eval=TIMES, args=(p,),
+                      rtol=1e-6, atol=1e-8, max_steps=300)
+        return (s.y ** 2).sum()
+    c = at.compile(loss, P0)
+    points = P0 * (1.0 + 0.1 * np.random.default_rng(0).standard_normal((6, 4)))
+    with _no_recording_again():
+        grads = F.vmap(c.grad)(points)
+        for k in range(6):
+            value, grad = c.value_and_grad(points[k])
+            assert float(value) == pytest.approx(float(loss(at.tensor(points[k]))), rel=1e-12)
+            np.testing.assert_allclose(grad.numpy(), F.grad(loss)(points[k]).numpy(),
+                                       rtol=1e-9)
+            np.testing.assert_allclose(grads.numpy()[k], grad.numpy(), rtol=1e-9)
+
+
+class _no_recording_again:
+    """Fails if at.compile warns that it recorded again (a decision flipped)."""
+
+    def __enter__(self):
+        import warnings
+        self.catcher = warnings.catch_warnings(record=True)
+        self.caught = self.catcher.__enter__()
+        warnings.simplefilter("always")
+
+    def __exit__(self, *exc):
+        self.catcher.__exit__(*exc)
+        assert not [w for w in self.caught if "recorded again" in str(w.message)]
+
+
+def test_a_solve_that_cannot_finish_says_so():
+    with pytest.raises(RuntimeError, match="max_steps"):
+        solve_ivp(lotka_volterra, (0.0, 10.0), Y0, args=(P0,), max_steps=5)
+    with pytest.raises(RuntimeError, match="not finite"):
+        solve_ivp(lambda t, y: at.sqrt(y - 2.0), (0.0, 1.0), np.array([1.0]))
+    with pytest.raises(ValueError, match="y0 is not finite"):
+        solve_ivp(lotka_volterra, (0.0, 1.0), np.array([math.nan, 1.0]), args=(P0,))
+    with pytest.raises(ValueError, match="method must be one of"):
+        solve_ivp(lotka_volterra, (0.0, 1.0), Y0, method="BDF2", args=(P0,))
+    with pytest.raises(ValueError, match="t_eval must be sorted"):
+        solve_ivp(lotka_volterra, (0.0, 1.0), Y0, t_eval=[2.0], args=(P0,))
+    # compiled, a solve runs out of steps as data: nan outputs and status -1
+    c = at.compile(lambda p: solve_ivp(lotka_volterra, (0.0, 10.0), Y0, t_eval=TIMES,
+                                       args=(p,), max_steps=20).y, P0)
+    out = c(P0).numpy()
+    assert np.isnan(out[:, -1]).all() and np.isfinite(out[:, 0]).all()
+    status = at.compile(lambda p: solve_ivp(lotka_volterra, (0.0, 10.0), Y0, args=(p,),
+                                            max_steps=20).status, P0)(P0)
+    assert float(status) == -1.0
