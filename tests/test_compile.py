@@ -557,3 +557,10 @@ def test_eager_storing_into_a_numpy_array_says_the_gradient_is_lost_there():
     assert caught[0].filename == __file__
     with pytest.warns(UserWarning, match="to a scalar may lead to unexpected behavior"):
         float(t)                               # (a plain conversion: torch's words)
+
+
+def test_masks_added_inside_a_trace():
+    # two comparison masks combined by arithmetic: numpy's bool sum, a guard (it
+    # recursed: a Condition reached numpy as an operand)
+    c = at.compile(lambda x: at.where((x < 1.0) + (x > 0.0) > 0.5, x, -x).sum(), np.ones(3))
+    assert float(c(np.array([0.5, 2.0, -1.0]))) == 1.5

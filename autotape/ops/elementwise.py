@@ -601,8 +601,8 @@ def _binary_arrays(op, x, y):
             y = as_tensor(y)
     except ComplexOperand:
         return complex_call(op.name, x, y)
-    z = _binary_values(op, array_of(x) if type(x) is Tensor else x,
-                       array_of(y) if type(y) is Tensor else y)
+    z = _binary_values(op, array_of(x) if isinstance(x, Tensor) else x,    # (a Condition
+                       array_of(y) if isinstance(y, Tensor) else y)        #  too: its guard)
     if type(z) is np.ndarray and z.dtype is F64 and z.ndim and z.flags.c_contiguous:
         return _record_array(op.code, z, x, y)
     return record(op.code, z, x, y)
