@@ -502,7 +502,9 @@ def canonical(z):
     z = np.asarray(z)
     dtype = z.dtype
     if dtype.kind == "c":
-        raise ComplexOperand(f"a complex value ({dtype}) where a real Tensor is made")
+        raise ComplexOperand(f"a complex value ({dtype}) where a real Tensor is made: this "
+                             "function takes real numbers (the ones that take complex "
+                             "numbers: docs/guide/complex.md)")
     if dtype.kind not in "biuf" or dtype == np.float16:
         raise TypeError(f"autotape does not support dtype {dtype}")
     if z.shape == () and dtype.kind == "f":
@@ -529,7 +531,8 @@ def tensor_from(data, dtype=None):
     if (type(data) not in (list, tuple) and is_complex_data(data)) or (
             dtype is not None and np.dtype(dtype).kind == "c"):
         raise ComplexOperand(f"complex data ({type(data).__name__}) where a real Tensor "
-                             "is made")
+                             "is made: this function takes real numbers (the ones that "
+                             "take complex numbers: docs/guide/complex.md)")
     if type(data) is np.ndarray and data.dtype == F64 and dtype in (None, F64) and \
             data.flags.c_contiguous and pieces(data.size) > 1:
         t = new_leaf(*canonical(_copy_in_threads(data)))
@@ -541,7 +544,8 @@ def tensor_from(data, dtype=None):
         raise TypeError(f"cannot make a tensor from {type(data).__name__}: {e}") from None
     if a.dtype.kind == "c":
         raise ComplexOperand(f"complex data ({type(data).__name__}) where a real Tensor "
-                             "is made")
+                             "is made: this function takes real numbers (the ones that "
+                             "take complex numbers: docs/guide/complex.md)")
     if a.dtype.kind not in "biuf":
         raise TypeError(f"autotape tensors hold real numbers or bools, not {a.dtype} "
                         f"(from {type(data).__name__})")

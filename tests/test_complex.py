@@ -313,6 +313,16 @@ def test_unsupported_ops_are_refused_by_name():
         np.median(z)
 
 
+def test_real_tensor_methods_take_complex_operands():
+    x = at.tensor([1.0, 2.0], requires_grad=True)
+    z = at.tensor([1j, 2.0])
+    assert numbers(x.dot(z)) == pytest.approx(4 + 1j)
+    assert np.allclose(numbers(at.tensor([[1.0, 2.0]]).matmul(at.tensor([[1j], [1.0]]))),
+                       [[2 + 1j]])
+    with pytest.raises(TypeError, match="does not support complex numbers"):
+        x.clip(z, 3.0)                         # (clip compares: no order of complex numbers)
+
+
 def test_real_tensors_times_complex_scalars():
     x = at.tensor([1.0, 2.0], requires_grad=True)
     y = x * 1j + np.array([1j, 2.0]) * x
