@@ -530,7 +530,8 @@ def prod(z, axis=None, keepdims=False, **_):
     axes = axes if isinstance(axes, tuple) else (axes,)
     kept = _kept_shape(z.shape, axes)
     rest = [k for k in range(z.ndim) if k not in axes]
-    moved = ops_transpose_parts(z, list(axes) + rest)
+    order = tuple(axes) + tuple(rest)
+    moved = transpose(z, order) if order != tuple(range(z.ndim)) else z
     out = reshape(moved, (-1,) + tuple(z.shape[k] for k in rest))
     while out.shape[0] > 1:
         if out.shape[0] % 2:
@@ -541,10 +542,6 @@ def prod(z, axis=None, keepdims=False, **_):
         out = broadcast_to(1.0 + 0j, (1,) + out.shape[1:])
     out = reshape(out, tuple(z.shape[k] for k in rest))
     return reshape(out, kept) if keepdims else out
-
-
-def ops_transpose_parts(z, axes):
-    return transpose(z, tuple(axes)) if list(axes) != list(range(z.ndim)) else z
 
 
 def _extreme(pick):
