@@ -14,14 +14,11 @@ The multi-axis transforms are 1-D ones axis by axis.
 tensor([10.+0.j, -2.+2.j, -2.+0.j, -2.-2.j], grad_fn=<ComplexBackward>)
 """
 import functools
+import importlib
 import math
 
 import numpy as np
 
-try:
-    import scipy.fft as pocketfft
-except ImportError:                     # (numpy's own then: the same values, one thread)
-    pocketfft = None
 
 from .complex_numbers.ops import as_complex, concatenate as complex_concatenate, primitive
 from .complex_numbers.ops import SHAPING as COMPLEX_SHAPING
@@ -47,16 +44,25 @@ def _norm(norm):
 
 # ---- the primitives: 1-D, length kept ------------------------------------------------------
 
+@functools.lru_cache(maxsize=1)
+def _scipy_fft():
+    """scipy.fft, imported at the first transform (it takes 150 ms, which `import
+    autotape` should not pay), or None without scipy."""
+    try:
+        return importlib.import_module("scipy.fft")
+    except ImportError:                 # (numpy's own then: the same values, one thread)
+        return None
+
+
 def _pocket(name):
     """numpy.fft's ``name``, computed by scipy.fft where scipy is installed (the same
     pocketfft, with the many 1-D transforms of an n-D array on autotape's threads)."""
-    if pocketfft is None:
-        fn = getattr(np.fft, name)
-        return lambda x, n=None, axis=-1, norm=None, overwrite_x=False: fn(x, n, axis, norm)
-    fn = getattr(pocketfft, name)
-
     def transform(x, n=None, axis=-1, norm=None, overwrite_x=False):
-        return fn(x, n, axis, norm, overwrite_x, workers=get_num_threads())
+        scipy_fft = _scipy_fft()
+        if scipy_fft is None:
+            return getattr(np.fft, name)(x, n, axis, norm)
+        return getattr(scipy_fft, name)(x, n, axis, norm, overwrite_x,
+                                        workers=get_num_threads())
     return transform
 
 

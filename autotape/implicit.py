@@ -261,14 +261,20 @@ def _sparse_solve(A, b):
     if b.ndim != 1 or b.shape[0] != A.shape[0]:
         raise ValueError(f"linear_solve: b must be a vector of {A.shape[0]}, got shape "
                          f"{b.shape}")
-    factors = {}
+    kept = [None]       # (values, LU) of the last forward: replays of a compiled
+                        # function share this op, from any thread, so the VJP uses the
+                        # factors only when they are of its own values
 
-    def forward(values, rhs):
+    def factorised(values):
         try:
-            lu = spla.splu(A.scipy(values).tocsc())
+            return spla.splu(A.scipy(values).tocsc())
         except RuntimeError as e:
             raise RuntimeError(f"linear_solve: the sparse matrix is singular ({e})") from None
-        factors["lu"] = lu
+
+    def forward(values, rhs):
+        values = np.array(values, np.float64)
+        lu = factorised(values)
+        kept[0] = (values, lu)                # (one assignment: atomic)
         return lu.solve(np.asarray(rhs, np.float64))
 
     def vjp(inputs, x, g):
@@ -276,7 +282,10 @@ def _sparse_solve(A, b):
         if isinstance(g, Tensor):             # recorded: the transposed solve, as an op
             gb = _sparse_solve(_transposed(A, values), g)
         else:
-            gb = factors["lu"].solve(np.asarray(g, np.float64), trans="T")
+            last = kept[0]
+            lu = last[1] if last is not None and np.array_equal(last[0], values) else \
+                factorised(values)
+            gb = lu.solve(np.asarray(g, np.float64), trans="T")
         return -(gb[A.rows] * x[A.indices]), gb
     return CustomOp(forward, vjp, "sparse_solve")(A.values, b)
 

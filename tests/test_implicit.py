@@ -170,3 +170,18 @@ def test_roots_in_compiled_functions_and_under_vmap():
     for k in range(3):
         np.testing.assert_allclose(grads.numpy()[k], F.grad(loss)(points[k]).numpy(),
                                    rtol=1e-9)
+
+
+def test_a_compiled_sparse_solve_differentiates_at_each_calls_own_values():
+    # replays share the op (and its kept LU factors): the VJP must use its own values'
+    pattern = poisson_pattern(5)
+    b = RNG.standard_normal(25)
+
+    def loss(theta):
+        return (linear_solve(conductivity_matrix(theta, pattern), b) ** 2).sum()
+    thetas = 0.2 * RNG.standard_normal((3, 25))
+    c = at.compile(loss, thetas[0])
+    for k, theta in enumerate(thetas):
+        c(thetas[(k + 1) % 3])                                          # another forward
+        np.testing.assert_allclose(c.grad(theta).numpy(), F.grad(loss)(theta).numpy(),
+                                   rtol=1e-10)
