@@ -13,7 +13,7 @@ conversions, gradients.
 """
 import numpy as np
 
-from ..tensor import REQUIRES_GRAD_NUMPY_MSG, Tensor, new_leaf
+from ..tensor import Tensor, new_leaf
 
 C128, C64 = np.dtype(np.complex128), np.dtype(np.complex64)
 F64, F32 = np.dtype(np.float64), np.dtype(np.float32)
@@ -165,12 +165,9 @@ class ComplexTensor:
         return complex_view(self._ri.numpy())
 
     def __array__(self, dtype=None, copy=None):
-        if self.requires_grad:
-            raise RuntimeError(REQUIRES_GRAD_NUMPY_MSG)
-        a = self.numpy()
-        if dtype is not None and a.dtype != dtype:
-            return a.astype(dtype)
-        return a.copy() if copy else a
+        # (the parts' own conversion: the same refusal for a tensor that requires grad)
+        a = complex_view(self._ri.__array__(copy=copy))
+        return a if dtype is None or a.dtype == dtype else a.astype(dtype)
 
     def detach(self):
         """A new leaf that does not require grad, sharing the value.
