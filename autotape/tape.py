@@ -29,6 +29,7 @@ so a graph may span any number of tapes.
 import contextlib
 import itertools
 import math
+import threading
 import weakref
 from array import array
 from collections import namedtuple
@@ -41,7 +42,7 @@ from .kernels.cache import on_disk
 from .kernels.staging import address_of, bits_equal, decode_rows
 from .kernels.sweep import families_of
 from .opcodes import CONST, IMPORT, LEAF
-from .tape_format import NO_ROW, OP, SHAPE, VLOC, array_index, operand_list
+from .tape_format import NO_ROW, OP, ROW_WIDTH, SHAPE, VLOC, array_index, operand_list
 
 # When a tape holds this much, the next op whose operands are all leaves or constants
 # (where a new iteration of a loop usually starts) opens a new tape; no value needs to
@@ -71,7 +72,7 @@ class Tape:
                  "shape_ndim", "shape_dims", "shape_size", "released", "leaves", "frozen",
                  "retained", "imports", "import_rows", "consts", "owner", "nrows",
                  "array_bytes", "array_limit", "ipool", "hooks", "customs", "replaced", "resolved", "stale", "_columns", "_kernel_args",
-                 "whole", "__weakref__")
+                 "_decoded", "_decoding", "whole", "__weakref__")
 
     def __init__(self, owner=None):
         self.id = next(_tape_ids)
@@ -111,6 +112,8 @@ class Tape:
         self.array_limit = MAX_ARRAY_BYTES     # (grows with the largest row, see above)
         self._columns = None
         self._kernel_args = None
+        self._decoded = None             # what columns() decoded so far (_Decoded)
+        self._decoding = threading.Lock()
 
     def __repr__(self):
         return f"<Tape {self.id}: {self.nrows} rows{'' if self.owner else ', closed'}>"
@@ -203,16 +206,7 @@ class Tape:
     def rows_between(self, start, stop):
         """Rows start..stop-1 as an (n, 3) int64 array of opcode, operand a, operand b
         (without assembling the columns)."""
-        chunks, staged = self.rows_log
-        flushed = len(chunks) * FLUSH_ROWS
-        parts = [chunks[c][max(start - c * FLUSH_ROWS, 0):stop - c * FLUSH_ROWS]
-                 for c in range(start // FLUSH_ROWS, min(len(chunks), -(-stop // FLUSH_ROWS)))]
-        if stop > flushed:
-            parts.append(np.array(staged[3 * max(start - flushed, 0):3 * (stop - flushed)],
-                                  np.int64).reshape(-1, 3))
-        if not parts:
-            return np.zeros((0, 3), np.int64)
-        return np.concatenate(parts) if len(parts) > 1 else parts[0]
+        return _rows_of(*self.rows_log, start, stop)
 
     # -- rows that bring values onto the tape ---------------------------------------------
 
@@ -264,33 +258,47 @@ class Tape:
     # -- the tape as compiled code reads it -------------------------------------------------
 
     def columns(self):
-        """The tape as int64 columns for the compiled sweep (decoded once per length).
+        """The tape as int64 columns for the compiled sweep.
 
-        Safe while the owner thread appends: the staged rows are read first, in one
-        store's snapshot, and every list read after them only grew since, so it holds
-        all that those rows name (push writes a row's staged entry last)."""
+        Decoded incrementally: only the rows added since the last call (a recording that
+        takes gradients with create_graph as it goes reads its tape after every one of
+        them). Safe while the owner thread appends: the staged rows are read first, in
+        one store's snapshot, and every list read after them only grew since, so it
+        holds all that those rows name (push writes a row's staged entry last); threads
+        reading one tape decode in turn, and earlier Columns stay valid (the buffers
+        are only written past what they show)."""
         cols = self._columns
         if cols is not None and cols.nrows == self.nrows:
             return cols
-        chunks, staged = self.rows_log
-        staged = np.array(list(staged), np.int64).reshape(-1, 3)
-        if chunks:
-            staged = np.concatenate(chunks + (staged,))
-        n = staged.shape[0]
-        released = self.released
-        if released.size < n:
-            grown = np.zeros(max(n, 2 * released.size), np.uint8)
-            grown[:released.size] = released
-            self.released = grown
-        i64 = np.int64
-        extra = np.array(self.extra, i64)
-        size, ndim = np.array(self.shape_size, i64), np.array(self.shape_ndim, i64)
-        rows, start, total = _reader(decode_rows, n)(staged, extra, size, ndim)
-        ipool, dims = np.array(self.ipool or [0], i64), np.array(self.shape_dims or [0], i64)
-        cols = self._columns = Columns(
-            n, rows, ipool, ndim, start, dims, size, np.array(self.big_addr or [0], i64),
-            total, (rows, ipool, ndim, start, dims, size), _reader(families_of, n)(rows))
-        return cols
+        with self._decoding:
+            d = self._decoded
+            if d is None:
+                d = self._decoded = _Decoded()
+            chunks, staged = self.rows_log
+            n = len(chunks) * FLUSH_ROWS + len(staged) // 3
+            if d.nrows == n and self._columns is not None:
+                return self._columns
+            fresh = _rows_of(chunks, staged, d.nrows, n)
+            released = self.released
+            if released.size < n:
+                grown = np.zeros(max(n, 2 * released.size), np.uint8)
+                grown[:released.size] = released
+                self.released = grown
+            size = d.shape_size.add(self.shape_size)
+            ndim = d.shape_ndim.add(self.shape_ndim)
+            extra = np.array(self.extra[d.extra_used:], np.int64)
+            decoded, d.arena, total, used = _reader(decode_rows, n - d.nrows)(
+                fresh, extra, size, d.nrows, d.arena)
+            d.extra_used += used
+            rows = d.rows.add(decoded)
+            first, d.nrows, d.total = d.nrows, n, d.total + total
+            d.families |= _reader(families_of, n - first)(rows, first)
+            start = d.shape_start.add(_starts(ndim, d.shape_start.n))
+            ipool, dims = d.ipool.add(self.ipool, 1), d.shape_dims.add(self.shape_dims, 1)
+            cols = self._columns = Columns(
+                n, rows, ipool, ndim, start, dims, size, d.big_addr.add(self.big_addr, 1),
+                d.total, (rows, ipool, ndim, start, dims, size), d.families)
+            return cols
 
     def kernel_args(self):
         """``(args, arena)``: the tape as every compiled kernel takes it (rows, ipool,
@@ -360,7 +368,7 @@ class Tape:
         assert self.owner is None
         self.arrays = [a.copy() for a in self.arrays]
         self.big_addr = [address_of(a) for a in self.arrays]
-        self._columns = self._kernel_args = None
+        self._columns = self._kernel_args = self._decoded = None
 
     def twin(self):
         """A closed tape's twin: the same rows, values of its own. Concurrent replays of
@@ -370,6 +378,7 @@ class Tape:
         twin = Tape.__new__(Tape)
         for name in _SLOTS:
             setattr(twin, name, getattr(self, name))
+        twin._decoding = threading.Lock()
         twin.arena = self.arena[:]
         twin.released = self.released.copy()
         twin.own_values()
@@ -424,6 +433,66 @@ def _reader(kernel, n):
 
 
 _SLOTS = [name for name in Tape.__slots__ if name != "__weakref__"]
+
+
+class _Growing:
+    """An int64 copy of a list that only grows (or of a row array's rows), extended by
+    what was added since: ``add`` writes only past what earlier views show, so a view
+    handed out before stays valid (a larger buffer is a new one)."""
+    __slots__ = ("buffer", "n")
+
+    def __init__(self, width=None):
+        self.buffer = np.zeros((16, width) if width else 16, np.int64)
+        self.n = 0
+
+    def add(self, values, at_least=0):
+        """Take in values[n:] (a list, or an array of only the new entries when it is
+        an array); returns the view of all entries (at least ``at_least`` of them: zeros
+        past the end, where compiled code wants a non-empty array)."""
+        new = values[self.n:] if type(values) is list else values
+        need = self.n + len(new)
+        if need > len(self.buffer):
+            grown = np.zeros((max(need, 2 * len(self.buffer)),) + self.buffer.shape[1:],
+                             np.int64)
+            grown[:self.n] = self.buffer[:self.n]
+            self.buffer = grown
+        if len(new):
+            self.buffer[self.n:need] = new
+        self.n = need
+        return self.buffer[:max(need, at_least)]
+
+
+class _Decoded:
+    """What Tape.columns decoded so far: the rows, the lists' int64 copies, where the
+    next row's 0-d value goes in the arena, how much of ``extra`` was used, the values'
+    total size and the kernel families met."""
+    __slots__ = ("rows", "ipool", "shape_ndim", "shape_start", "shape_dims", "shape_size",
+                 "big_addr", "nrows", "arena", "extra_used", "total", "families")
+
+    def __init__(self):
+        self.rows = _Growing(ROW_WIDTH)
+        self.ipool, self.shape_ndim, self.shape_start = _Growing(), _Growing(), _Growing()
+        self.shape_dims, self.shape_size, self.big_addr = _Growing(), _Growing(), _Growing()
+        self.nrows = self.arena = self.extra_used = self.total = self.families = 0
+
+
+def _rows_of(chunks, staged, start, stop):
+    """Rows start..stop-1 of a rows_log snapshot, as an (n, 3) int64 array."""
+    flushed = len(chunks) * FLUSH_ROWS
+    parts = [chunks[c][max(start - c * FLUSH_ROWS, 0):stop - c * FLUSH_ROWS]
+             for c in range(start // FLUSH_ROWS, min(len(chunks), -(-stop // FLUSH_ROWS)))]
+    if stop > flushed:
+        parts.append(np.array(staged[3 * max(start - flushed, 0):3 * (stop - flushed)],
+                              np.int64).reshape(-1, 3))
+    if not parts:
+        return np.zeros((0, 3), np.int64)
+    return np.concatenate(parts) if len(parts) > 1 else np.ascontiguousarray(parts[0])
+
+
+def _starts(ndim, known):
+    """Where the dims of shapes known... start in the shape table (ndim: all shapes')."""
+    ends = np.cumsum(ndim)
+    return (ends - ndim)[known:]
 Row = namedtuple("Row", "op operands params shape")
 Columns = namedtuple("Columns", "nrows rows ipool shape_ndim shape_start shape_dims "
                                 "shape_size big_addr total_size kernel_prefix families")

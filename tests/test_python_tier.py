@@ -206,7 +206,7 @@ def test_a_small_tape_read_by_python_gives_the_compiled_columns(name, inputs, ma
     from autotape import tape as tape_module
     tape = make()._tape
     compiled = tape.columns()
-    tape._columns = None
+    tape._columns = tape._decoded = None
     calls = []
 
     class NotCompiled:                          # (a kernel neither compiled nor on disk)

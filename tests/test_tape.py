@@ -201,6 +201,33 @@ def test_rows_flushed_in_chunks_decode_the_same(small_tapes):
         assert g.item() == pytest.approx((f(0.2 + h) - f(0.2 - h)) / (2 * h), rel=1e-6)
 
 
+def test_columns_decoded_as_the_tape_grows_equal_one_decode_of_it_all():
+    """columns() decodes only the rows added since its last call (a recording that takes
+    create_graph gradients as it goes reads its tape after each): read at many lengths,
+    across flushes, with arrays, shapes and parameters, it gives what decoding the
+    whole tape at once gives, and the columns handed out earlier keep their rows."""
+    x = at.tensor(np.linspace(0.1, 0.9, 3), requires_grad=True)
+    y, earlier = x, []
+    for k in range(1500):                     # > FLUSH_ROWS rows: chunks and staged rows
+        y = at.sin(y) * 0.5 + at.sum(y) * (x[k % 3] if k % 2 else 1.0)
+        if k % 2:
+            y = at.where(y > 0.0, y, y.reshape(3, 1)[:, 0])
+        if k % 97 == 0:
+            cols = y._tape.columns()
+            earlier.append((cols, cols.rows.copy(), cols.ipool.copy()))
+    tape = y._tape
+    grown = tape.columns()
+    tape._columns = tape._decoded = None
+    whole = tape.columns()
+    assert grown.nrows == whole.nrows == tape.nrows > tape_module.FLUSH_ROWS
+    for field in ("rows", "ipool", "shape_ndim", "shape_start", "shape_dims", "shape_size",
+                  "big_addr", "total_size", "families"):
+        np.testing.assert_array_equal(getattr(grown, field), getattr(whole, field), field)
+    for cols, rows, ipool in earlier:
+        np.testing.assert_array_equal(cols.rows, rows)
+        np.testing.assert_array_equal(cols.ipool, ipool)
+
+
 def test_large_leaf_gradients_are_written_in_place_and_owned():
     """Large leaves get their gradient written into a fresh array by the sweep (no copy
     out of the shared adjoint buffer); it must survive later sweeps unchanged."""

@@ -18,7 +18,7 @@ from autotape.kernels.sweep import (ALL_FAMILIES, ELEMENTWISE, INDEX, LINALG, MA
 
 
 def _families(t):
-    return families_of(t._tape.columns().rows)
+    return families_of(t._tape.columns().rows, 0)
 
 
 def test_scalar_code_needs_no_kernel_family():

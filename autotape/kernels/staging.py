@@ -27,12 +27,14 @@ def bits_equal(a, b):
 
 
 @cached_njit()
-def decode_rows(staged, extra, shape_size, shape_ndim):
-    """Assemble staged rows (see tape.py) into the int64 columns of the tape format; returns the
-    columns, where each shape's dims start in the shape table, and the total size of
-    all rows' values. ``staged`` is (opcode, operand a, operand b) per row; ``extra`` is
-    flat: (row, shape id, aux, array index) per entry, in row order; entries past the
-    staged rows are ignored."""
+def decode_rows(staged, extra, shape_size, first_row, arena):
+    """Assemble the staged rows ``first_row``... (see tape.py; ``staged`` is (opcode,
+    operand a, operand b) per row) into the int64 columns of the tape format. ``extra``
+    is flat (row, shape id, aux, array index) entries in row order, from the first one
+    not used yet; ``arena``: the 0-d values before these rows. Returns the columns, the
+    0-d values after them, the total size of these rows' values, and how many ints of
+    ``extra`` they used (entries past the staged rows: a tape still growing, read by
+    another thread, are left for the next call)."""
     n = staged.shape[0]
     rows = np.empty((n, ROW_WIDTH), np.int64)
     big = np.full(n, -1, np.int64)
@@ -42,14 +44,15 @@ def decode_rows(staged, extra, shape_size, shape_ndim):
         rows[i, B] = staged[i, 2]
         rows[i, SHAPE] = 0
         rows[i, AUX] = NO_ROW
-    for e in range(0, extra.size, 4):
-        r = extra[e]
-        if r >= n:                 # read after the staged rows, from a tape still growing
+    used = 0
+    for e in range(0, extra.size - extra.size % 4, 4):
+        r = extra[e] - first_row
+        if r >= n:
             break
         rows[r, SHAPE] = extra[e + 1]
         rows[r, AUX] = extra[e + 2]
         big[r] = extra[e + 3]
-    arena = 0
+        used = e + 4
     total = 0
     for i in range(n):
         if big[i] >= 0:
@@ -58,7 +61,4 @@ def decode_rows(staged, extra, shape_size, shape_ndim):
             rows[i, VLOC] = arena
             arena += 1
         total += shape_size[rows[i, SHAPE]]
-    start = np.zeros(shape_ndim.size, np.int64)
-    for s in range(1, shape_ndim.size):
-        start[s] = start[s - 1] + shape_ndim[s - 1]
-    return rows, start, total
+    return rows, arena, total, used

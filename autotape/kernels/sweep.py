@@ -314,12 +314,12 @@ _FAMILY_OF[PYTHON_FIRST:PYTHON_LAST + 1] = PYTHON
 
 
 @cached_njit()
-def families_of(rows):
-    """The kernel families a sweep of these rows may need (a bitmask). A 0-d elementwise
-    row of 0-d arena values needs none: the same test as the sweep's scalar path. (One
-    compiled loop: as numpy calls it cost a small tape's sweep 12 us more.)"""
+def families_of(rows, first):
+    """The kernel families a sweep of rows ``first``... may need (a bitmask). A 0-d
+    elementwise row of 0-d arena values needs none: the same test as the sweep's scalar
+    path. (One compiled loop: as numpy calls it cost a small tape's sweep 12 us more.)"""
     families = 0
-    for i in range(rows.shape[0]):
+    for i in range(first, rows.shape[0]):
         op = rows[i, OP]
         if op < UNARY_FIRST or (op <= BINARY_LAST and rows[i, VLOC] >= 0 and
                                 rows[rows[i, A], VLOC] >= 0 and
