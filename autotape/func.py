@@ -20,6 +20,7 @@ import numpy as np
 
 from .engine import grad as _grad, transform_grad
 from .grad_mode import enable_grad
+from .guards import current_trace
 from .functions import shaping
 from .ops.indexing import astype, stack
 from .program import LeanProgram
@@ -432,6 +433,14 @@ def _forward_mode(call, outs, seeds):
     return lanes
 
 
+def _own_tape():
+    """f's recording goes on a tape of its own, so that the forward-mode pass reads f
+    alone; inside at.compile's recording it stays on that tape (the whole program is
+    one recording: the derivatives are recorded, by the reverse sweep)."""
+    if current_trace() is None:
+        close_open_tape()
+
+
 def jacfwd(f, argnums=0, has_aux=False, holomorphic=False):
     """The Jacobian of f, as jacrev returns it, by forward mode: one pass over f's
     recording carrying a tangent lane per input element (the cheap way when inputs are
@@ -447,7 +456,7 @@ def jacfwd(f, argnums=0, has_aux=False, holomorphic=False):
         return _holomorphic_jacobian(jacfwd, f, argnums, has_aux, "jacfwd")
 
     def jacfwd_f(*args):
-        close_open_tape()                      # (f's recording on a tape of its own)
+        _own_tape()
         call = _Call(f, args, argnums, has_aux, "jacfwd")
         _refuse_complex_outputs(call.out, "jacfwd")
         outs, rebuild = _outputs(call.out, "jacfwd")
@@ -522,7 +531,7 @@ def jvp(f, primals, tangents, has_aux=False):
     (tensor([8.]), tensor([12.]))
     """
     primals, tangents = tuple(primals), tuple(tangents)
-    close_open_tape()                          # (f's recording on a tape of its own)
+    _own_tape()
     call = _Call(f, primals, tuple(range(len(primals))), has_aux, "jvp")
     outs, rebuild = _outputs(call.out, "jvp")
     tans = _tangent_tensors(call, tangents, "jvp")

@@ -181,6 +181,31 @@ def test_transforms_nest_and_stay_differentiable():
     assert at.grad(g.sum(), w)[0].tolist() == [6.0, 12.0]
 
 
+@pytest.mark.parametrize("transform", ["jacrev", "jacfwd", "jvp"])
+def test_transforms_inside_a_compiled_function_are_recorded_with_it(transform):
+    """A Jacobian taken inside at.compile's f (a Rosenbrock step's df/dy) is part of
+    the one recording: compiled, its value and the gradient through it (second
+    derivatives) are the eager ones, and no decision is left in Python."""
+    def field(y, k):
+        return at.stack([y[1], k * (1 - y[0] ** 2) * y[1] - y[0]])
+
+    def f(y, k):
+        if transform == "jvp":
+            J = at.stack([F.jvp(lambda v: field(v, k), (y,), (at.tensor(e),))[1]
+                          for e in np.eye(2)], axis=1)
+        else:
+            J = getattr(F, transform)(field)(y, k)
+        return (at.sin(J) * J).sum() + (J @ y).sum()
+    y, k = np.array([2.0, 0.5]), np.array(3.0)
+    c = at.compile(f, y, k)
+    assert "decision" not in c.explain(y, k)
+    value, (gy, gk) = c.value_and_grad(y, k)
+    ev, (ey, ek) = F.value_and_grad(f, argnums=(0, 1))(y, k)
+    np.testing.assert_allclose(value.numpy(), ev.numpy(), rtol=1e-14)
+    np.testing.assert_allclose(gy.numpy(), ey.numpy(), rtol=1e-13)
+    np.testing.assert_allclose(gk.numpy(), ek.numpy(), rtol=1e-13)
+
+
 def test_per_sample_gradients_in_one_sweep():
     """The recipe in the README: the Jacobian of the per-sample losses."""
     X, y = rng.uniform(-1, 1, (6, 3)), rng.uniform(-1, 1, 6)
