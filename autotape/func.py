@@ -87,8 +87,9 @@ class _Call:
         self.nums = _argnums_tuple(argnums, len(args), name)
         args = list(args)
         self.rebuilds, self.inputs, self.counts, self.fresh = [], [], [], []
-        # Derivatives stay differentiable when an input came in requiring grad.
-        self.create_graph = False
+        # Derivatives stay differentiable when an input came in requiring grad, and
+        # inside at.compile's recording (f may read its traced values as constants).
+        self.create_graph = current_trace() is not None
         for a in self.nums:
             leaves, rebuild = flatten(args[a])
             tracked = [_tracked(v, name) for v in leaves]

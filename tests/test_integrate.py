@@ -38,7 +38,7 @@ def test_rk45_takes_scipys_steps_and_matches_its_solution():
     assert sol.nfev == ref.nfev
 
 
-@pytest.mark.parametrize("method", ["RK45", "Tsit5", "RK4"])
+@pytest.mark.parametrize("method", ["RK45", "Tsit5", "RK4", "Rodas4"])
 def test_every_method_converges_to_the_solution(method):
     exact = integrate.solve_ivp(lotka_volterra_numbers, (0.0, 10.0), Y0, t_eval=TIMES,
                                 rtol=1e-13, atol=1e-14, method="DOP853").y
@@ -48,7 +48,7 @@ def test_every_method_converges_to_the_solution(method):
     np.testing.assert_allclose(sol.y.numpy(), exact, atol=1e-6)
 
 
-@pytest.mark.parametrize("method", ["RK45", "Tsit5"])
+@pytest.mark.parametrize("method", ["RK45", "Tsit5", "Rodas4"])
 def test_gradients_match_central_differences(method):
     def loss(p, y0):
         s = solve_ivp(lotka_volterra, (0.0, 10.0), y0, method=method, t_eval=TIMES,
@@ -113,3 +113,86 @@ def test_a_solve_that_cannot_finish_says_so():
     status = at.compile(lambda p: solve_ivp(lotka_volterra, (0.0, 10.0), Y0, args=(p,),
                                             max_steps=20).status, P0)(P0)
     assert float(status) == -1.0
+
+
+# ---- stiff problems: Rodas4 -------------------------------------------------------------
+
+def robertson(t, y, k):
+    return at.stack([-k[0] * y[0] + k[2] * y[1] * y[2],
+                     k[0] * y[0] - k[2] * y[1] * y[2] - k[1] * y[1] ** 2, k[1] * y[1] ** 2])
+
+
+def robertson_numbers(t, y, k=(0.04, 3e7, 1e4)):
+    return [-k[0] * y[0] + k[2] * y[1] * y[2],
+            k[0] * y[0] - k[2] * y[1] * y[2] - k[1] * y[1] ** 2, k[1] * y[1] ** 2]
+
+
+def van_der_pol(t, y, p):
+    return at.stack([y[1], p[0] * (1 - y[0] ** 2) * y[1] - y[0]])
+
+
+def van_der_pol_numbers(t, y, mu):
+    return [y[1], mu * (1 - y[0] ** 2) * y[1] - y[0]]
+
+
+def test_rodas4_solves_robertson_as_scipys_radau():
+    """Robertson's chemical kinetics to t = 1e5: rates 0.04 to 3e7 (an explicit method
+    needs millions of steps), here a few hundred."""
+    times = np.array([0.0, 1e-3, 1.0, 1e2, 1e4, 1e5])
+    k = np.array([0.04, 3e7, 1e4])
+    sol = solve_ivp(robertson, (0.0, 1e5), np.array([1.0, 0.0, 0.0]), method="Rodas4",
+                    t_eval=times, args=(k,), rtol=1e-9, atol=1e-13)
+    ref = integrate.solve_ivp(robertson_numbers, (0.0, 1e5), [1.0, 0.0, 0.0],
+                              method="Radau", t_eval=times, rtol=1e-12, atol=1e-16)
+    assert sol.success and sol.nsteps < 2000
+    np.testing.assert_allclose(sol.y.numpy(), ref.y, rtol=1e-6, atol=1e-12)
+
+
+def test_rodas4_gradient_of_a_stiff_solve_matches_the_true_one():
+    """Van der Pol with mu = 1000 on its slow manifold: the gradient with respect to the
+    initial state and mu matches central differences of scipy's Radau solution at
+    rtol 1e-13 to 1e-6, the small sensitivity to the initial velocity (set by the stiff
+    transient) included: the step sizes are taken as chosen, not differentiated."""
+    times = np.linspace(0.0, 500.0, 6)
+
+    def loss(y0, p):
+        s = solve_ivp(van_der_pol, (0.0, 500.0), y0, method="Rodas4", t_eval=times,
+                      args=(p,), rtol=1e-10, atol=1e-12, max_steps=4000)
+        return (s.y ** 2).sum()
+
+    def reference(y0, mu):
+        s = integrate.solve_ivp(van_der_pol_numbers, (0.0, 500.0), y0, method="Radau",
+                                t_eval=times, args=(mu,), rtol=1e-13, atol=1e-15,
+                                jac=lambda t, y, mu: [[0.0, 1.0], [-2 * mu * y[0] * y[1] - 1,
+                                                                   mu * (1 - y[0] ** 2)]])
+        return (s.y ** 2).sum()
+    y0, mu = np.array([2.0, 0.0]), 1000.0
+    gy, gp = F.grad(loss, argnums=(0, 1))(y0, np.array([mu]))
+    h = 1e-4                      # (the reference's error, ~1e-13, over h: below 1e-8)
+    fy = [(reference(y0 + h * e, mu) - reference(y0 - h * e, mu)) / (2 * h) for e in np.eye(2)]
+    fp = (reference(y0, mu + 1e-3) - reference(y0, mu - 1e-3)) / 2e-3
+    np.testing.assert_allclose(gy.numpy(), fy, rtol=2e-6)
+    np.testing.assert_allclose(gp.numpy(), [fp], rtol=2e-6)
+
+
+def test_rodas4_compiled_once_lean_and_mapped_over_points():
+    """Compiled, the step's matrix is factorised by elementwise ops with pivoting as
+    data (where), so the solve is one lean loop; its values and gradients equal the
+    eager solve's (LAPACK's factorisation) at every point, with no recording again."""
+    def loss(p):
+        s = solve_ivp(van_der_pol, (0.0, 10.0), np.array([2.0, 0.0]), method="Rodas4",
+                      t_eval=[2.0, 10.0], args=(p,), rtol=1e-6, atol=1e-8, max_steps=150)
+        return (s.y ** 2).sum() + s.status
+    p0 = np.array([1000.0])
+    c = at.compile(loss, p0)
+    explained = c.explain(p0)
+    assert "lean program" in explained and "decision" not in explained
+    points = np.array([[1000.0], [300.0], [50.0], [20.0]])
+    with _no_recording_again():
+        grads = F.vmap(c.grad)(points)
+        for k, p in enumerate(points):
+            value, grad = c.value_and_grad(p)
+            eager_value, eager_grad = F.value_and_grad(loss)(p)
+            assert float(value) == pytest.approx(float(eager_value), rel=1e-10)
+            np.testing.assert_allclose(grad.numpy(), eager_grad.numpy(), rtol=1e-8)
+            np.testing.assert_allclose(grads.numpy()[k], grad.numpy(), rtol=1e-9)
