@@ -190,6 +190,11 @@ def solve_ivp(fun, t_span, y0, method="RK45", t_eval=None, args=(), rtol=1e-3, a
         raise ValueError(f"solve_ivp: y0 must be 1-D, got shape {y.shape}")
     if current_trace() is None and not bool(abs(y.detach()).max() < math.inf):
         raise ValueError("solve_ivp: y0 is not finite")    # (compiled: status -2)
+    if first_step is not None and not 0 < first_step < math.inf:
+        raise ValueError(f"solve_ivp: first_step must be positive and finite, got "
+                         f"{first_step}")
+    if not max_step > 0:
+        raise ValueError(f"solve_ivp: max_step must be positive, got {max_step}")
     args = tuple(a if isinstance(a, Tensor) else as_tensor(a) for a in args)
     times = np.array([t0, t1] if t_eval is None else t_eval, np.float64).reshape(-1)
     if times.size and (times.min() < t0 or times.max() > t1 or np.any(np.diff(times) < 0)):

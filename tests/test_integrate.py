@@ -103,6 +103,10 @@ def test_a_solve_that_cannot_finish_says_so():
         solve_ivp(lotka_volterra, (0.0, 1.0), np.array([math.nan, 1.0]), args=(P0,))
     with pytest.raises(ValueError, match="method must be one of"):
         solve_ivp(lotka_volterra, (0.0, 1.0), Y0, method="BDF2", args=(P0,))
+    with pytest.raises(ValueError, match="first_step must be positive"):
+        solve_ivp(lotka_volterra, (0.0, 1.0), Y0, args=(P0,), first_step=-0.1)
+    with pytest.raises(ValueError, match="max_step must be positive"):
+        solve_ivp(lotka_volterra, (0.0, 1.0), Y0, args=(P0,), method="Rodas4", max_step=0.0)
     with pytest.raises(ValueError, match="t_eval must be sorted"):
         solve_ivp(lotka_volterra, (0.0, 1.0), Y0, t_eval=[2.0], args=(P0,))
     # compiled, a solve runs out of steps as data: nan outputs and status -1
