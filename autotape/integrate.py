@@ -166,8 +166,8 @@ def solve_ivp(fun, t_span, y0, method="RK45", t_eval=None, args=(), rtol=1e-3, a
     5(4)), both adaptive with scipy's error norm and step-size rule, "Rodas4" (a
     Rosenbrock method of order 4 for stiff problems: linearly implicit, fun's Jacobian
     taken by autotape), or "RK4" (fixed steps of ``first_step``, or of ``max_step``).
-    Gradients take the step sizes as chosen (not differentiated). ``t_eval``: the output times (cubic
-    Hermite interpolation within steps; default: the two ends). ``max_steps``: steps
+    Gradients take the step sizes as chosen (not differentiated). ``t_eval``: the
+    output times (cubic Hermite interpolation within steps; default: the two ends). ``max_steps``: steps
     attempted at most; reaching the end takes fewer, and a solve that needs more
     raises, as does a non-finite state.
 
@@ -234,8 +234,7 @@ def _rosenbrock_step(f, method, t, y, h, proposed, k1):
             method.alpha, method.gammas, method.a, method.c)):
         fi = k1 if i == 0 else f(t + alpha * work, y + sum(
             a * k for a, k in zip(a_row, ks) if a != 0.0))
-        rhs = fi + sum(c * k for c, k in zip(c_row, ks) if c != 0.0) / work \
-            if i else fi
+        rhs = fi + sum(c * k for c, k in zip(c_row, ks)) / work if c_row else fi
         if gamma_i != 0.0:
             rhs = rhs + (gamma_i * work) * f_t
         ks.append(solve(rhs))
@@ -262,10 +261,10 @@ def _factorised(W):
             bigger = _mask(abs(lu[i][k]) > best)
             best = ops.where(bigger > 0.5, abs(lu[i][k]), best)
             taken.append(bigger)
-        masks, later = [None] * len(taken), 0.0
+        masks, later = [None] * len(taken), 0.0      # later: a row after j is bigger
         for j in range(len(taken) - 1, -1, -1):
             masks[j] = taken[j] * (1.0 - later)
-            later = ops.maximum(later, taken[j]) if j < len(taken) - 1 else taken[j]
+            later = ops.maximum(later, taken[j])
         lu = _swapped(lu, k, masks)
         pivots.append(masks)
         for i in range(k + 1, n):

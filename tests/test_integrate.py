@@ -200,3 +200,20 @@ def test_rodas4_compiled_once_lean_and_mapped_over_points():
             assert float(value) == pytest.approx(float(eager_value), rel=1e-10)
             np.testing.assert_allclose(grad.numpy(), eager_grad.numpy(), rtol=1e-8)
             np.testing.assert_allclose(grads.numpy()[k], grad.numpy(), rtol=1e-9)
+
+
+def test_rodas4_compiled_factorisation_of_three_states_equals_lapacks():
+    """Robertson (3 states: the pivot search compares several rows): the compiled
+    solve's elementwise LU gives the eager (LAPACK) value and gradient."""
+    def loss(k):
+        s = solve_ivp(robertson, (0.0, 1e3), np.array([1.0, 0.0, 0.0]), method="Rodas4",
+                      t_eval=[1.0, 1e3], args=(k,), rtol=1e-6, atol=1e-10, max_steps=200)
+        return (s.y ** 2).sum() + s.status
+    k = np.array([0.04, 3e7, 1e4])
+    c = at.compile(loss, k)
+    assert "decision" not in c.explain(k)
+    value, grad = c.value_and_grad(k)
+    eager_value, eager_grad = F.value_and_grad(loss)(k)
+    assert float(value) == pytest.approx(float(eager_value), rel=1e-12)
+    np.testing.assert_allclose(grad.numpy(), eager_grad.numpy(), rtol=1e-10,
+                               atol=1e-12 * np.abs(eager_grad.numpy()).max())
