@@ -14,6 +14,7 @@ import numpy as np
 from . import memory  # noqa: F401  (freed memory is kept for reuse: see memory.py)
 from . import tensor_methods  # noqa: F401  (attaches Tensor's operators and methods)
 from . import autograd, fft, func, integrate, linalg, warmup  # noqa: F401  (warmup: the background one)
+from . import device_tensors  # noqa: F401  (device tensors: at.tensor(..., device='cuda'))
 from .complex_numbers import (ComplexTensor, angle, complex, conj, conjugate, imag, is_complex,
                               iscomplexobj, isrealobj, real, view_as_complex, view_as_real)
 from .compile import Compiled, compile

@@ -3,7 +3,8 @@ import threading
 
 import numpy as np
 
-from .tensor import ComplexOperand, Tensor, canonical, new_leaf, read_from, tensor_from
+from .tensor import (ComplexOperand, Tensor, canonical, device_call, new_leaf, read_from,
+                     tensor_from)
 
 _GRAD_DTYPE_ERROR = "Only Tensors of floating point and complex dtype can require gradients"
 
@@ -28,15 +29,18 @@ def _finish(t, requires_grad):
     return t
 
 
-def tensor(data, dtype=None, requires_grad=False):
+def tensor(data, dtype=None, requires_grad=False, device=None):
     """A new leaf holding a copy of ``data`` (numbers, nested lists, arrays, tensors).
 
     Floating data is float64 unless ``dtype`` says otherwise (float32 is supported).
+    ``device="cuda"`` puts it on the GPU (docs/guide/gpu.md).
 
     >>> x = at.tensor([5.0, 3.0], requires_grad=True)
     >>> x.dtype
     dtype('float64')
     """
+    if device is not None and str(device) != "cpu":
+        return device_call("tensor", data, dtype, requires_grad, device)
     if isinstance(data, Tensor):
         t = tensor_from(data.numpy(), _dtype(dtype))
         if not data.requires_grad:             # (one that does is guarded by numpy())

@@ -26,7 +26,7 @@ from .kernels.staging import address_of
 from .kernels.sweep import VARIANTS, sweep_for, variant_of
 from .ops.indexing import astype, stack
 from .ops import versions
-from .tensor import F64, Tensor, array_of, canonical, new_leaf
+from .tensor import F64, Tensor, array_of, canonical, device_call, new_leaf, on_device
 from .thread_state import here
 
 
@@ -48,6 +48,9 @@ def grad(outputs, inputs, grad_outputs=None, retain_graph=None, create_graph=Fal
     (tensor([[2., 0.],
             [0., 4.]]),)
     """
+    if type(outputs) is not Tensor and on_device(outputs):
+        return device_call("grad", outputs, inputs, grad_outputs, retain_graph,
+                           create_graph, allow_unused, is_grads_batched, materialize_grads)
     if _any_complex(outputs, inputs, grad_outputs):
         outputs, inputs, grad_outputs, rewrap = _real_parts(outputs, inputs, grad_outputs)
         return rewrap(grad(outputs, inputs, grad_outputs, retain_graph, create_graph,
@@ -224,6 +227,9 @@ def backward(tensors, grad_tensors=None, retain_graph=None, create_graph=False,
     >>> at.backward(x ** 2); at.backward(x ** 3); x.grad
     tensor([5.])
     """
+    if type(tensors) is not Tensor and on_device(tensors):
+        return device_call("backward", tensors, grad_tensors, retain_graph, create_graph,
+                           inputs)
     if _any_complex(tensors, inputs, grad_tensors):
         tensors, inputs, grad_tensors, _ = _real_parts(tensors, inputs, grad_tensors)
     if MULTI_HOOKS[0]:

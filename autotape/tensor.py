@@ -528,6 +528,8 @@ def holds_tensor(items):
 def tensor_from(data, dtype=None):
     if isinstance(data, Tensor):
         return data
+    if isinstance(data, OnDevice):
+        raise DeviceOperand(MIXED_DEVICES_MSG)
     if (type(data) not in (list, tuple) and is_complex_data(data)) or (
             dtype is not None and np.dtype(dtype).kind == "c"):
         raise ComplexOperand(f"complex data ({type(data).__name__}) where a real Tensor "
@@ -595,6 +597,54 @@ def complex_call(name, *args, **kwargs):
     return fn(*args, **kwargs)
 
 
+# ---- device operands ------------------------------------------------------------------
+#
+# Tensors whose values live on a GPU (device_tensors.py) are OnDevice, not Tensors. Where
+# a CPU path would make a Tensor of one, tensor_from raises DeviceOperand, torch's error
+# for mixed devices; the public functions catch it (complex_aware) and hand the whole call
+# to the device implementation of the same name, which computes it on the device or,
+# where a CPU tensor is among the operands, raises that error itself.
+
+MIXED_DEVICES_MSG = ("Expected all tensors to be on the same device, but found at least "
+                     "two devices, cuda:0 and cpu!")
+
+
+class OnDevice:
+    """The base of tensors whose values live on a device (device_tensors.py)."""
+    __slots__ = ()
+
+
+class DeviceOperand(RuntimeError):
+    """A device tensor reached a path that makes a CPU Tensor."""
+
+
+class DeviceToNumpy(DeviceOperand, TypeError):
+    """numpy asked for a device tensor's values (``np.asarray``): torch's TypeError; a
+    public function that met it inside hands the call to the device implementation."""
+
+
+# name -> the implementation for device tensors (device_tensors.py fills it): numpy's
+# names of functions, and "to" (move a tensor), "grad", "backward"
+DEVICE_FUNCTIONS = {}
+
+
+def device_call(name, *args, **kwargs):
+    """``name`` with device tensors among the operands, or a TypeError naming it."""
+    fn = DEVICE_FUNCTIONS.get(name)
+    if fn is None:
+        raise TypeError(f"autotape: {name} is not available for device tensors (the "
+                        "ones that are: docs/guide/gpu.md); move the operands to the "
+                        "CPU with .cpu() first") from None
+    return fn(*args, **kwargs)
+
+
+def on_device(values):
+    """Whether a tensor, or a list / tuple of them, holds a device tensor."""
+    if type(values) in (list, tuple):
+        return any(isinstance(v, OnDevice) for v in values)
+    return isinstance(values, OnDevice)
+
+
 def complex_aware(fn, name=None):
     """``fn``, handing a call whose operands are complex to ``complex_call(name)``.
 
@@ -609,6 +659,8 @@ def complex_aware(fn, name=None):
             return fn(*args, **kwargs)
         except ComplexOperand:
             return complex_call(name, *args, **kwargs)
+        except DeviceOperand:
+            return device_call(name, *args, **kwargs)
     call.complex_aware = True
     return call
 

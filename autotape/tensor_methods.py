@@ -24,8 +24,8 @@ from .ops.views import check_inplace, contiguous, one_of_several, view_of, writt
 from .ops.linalg import matmul
 from .ops.recording import cast_result
 from .ops.subscript import getitem, setitem
-from .tensor import (LEAF_INPLACE_MSG, complex_aware, NONLEAF_NO_GRAD_INPLACE_MSG, Tensor, array_of,
-                     new_leaf)
+from .tensor import (LEAF_INPLACE_MSG, NONLEAF_NO_GRAD_INPLACE_MSG, Tensor, array_of,
+                     complex_aware, device_call, new_leaf)
 
 
 class GradFn:
@@ -384,8 +384,8 @@ def _t(self):
 
 
 def _to(self, *args, dtype=None, device=None, copy=False, non_blocking=False):
-    """torch's ``to``: ``to(dtype)``, ``to("cpu")``, ``to(other)`` (its dtype),
-    ``to(device=..., dtype=...)``. autotape tensors live on the CPU.
+    """torch's ``to``: ``to(dtype)``, ``to("cpu")``, ``to("cuda")`` (a device tensor:
+    docs/guide/gpu.md), ``to(other)`` (its dtype), ``to(device=..., dtype=...)``.
 
     >>> at.tensor([1.0, 2.0]).to(at.float32).dtype
     dtype('float32')
@@ -398,9 +398,7 @@ def _to(self, *args, dtype=None, device=None, copy=False, non_blocking=False):
         else:
             dtype = a
     if device is not None and str(device) != "cpu":
-        raise RuntimeError(f"autotape tensors live on the CPU; to({device!r}) is not "
-                           "available (at.compile's vmap(..., device='cuda') runs "
-                           "compiled programs on a GPU)")
+        return device_call("to", self, device, dtype)
     if dtype is None or np.dtype(dtype) == self.dtype:
         return clone(self) if copy else self
     return indexing.astype(self, dtype)
@@ -417,7 +415,8 @@ def _contiguous(self):
 
 
 def _device(self):
-    """Where the value lives, as torch's ``device``: always ``"cpu"``.
+    """Where the value lives, as torch's ``device``: ``"cpu"`` (device tensors:
+    ``"cuda:0"``).
 
     >>> at.tensor([1.0]).device
     'cpu'
@@ -696,7 +695,7 @@ def _base(self):
 
 
 def _cpu(self):
-    """torch's ``cpu()``: the tensor itself (autotape's tensors live on the CPU).
+    """torch's ``cpu()``: the tensor itself (it is on the CPU).
 
     >>> t = at.zeros(2)
     >>> t.cpu() is t
@@ -705,14 +704,15 @@ def _cpu(self):
     return self
 
 
-def _cuda(self, *args, **kwargs):
-    """torch's ``cuda()``: refused (autotape's tensors live on the CPU).
+def _cuda(self, device="cuda", non_blocking=False):
+    """torch's ``cuda()``: a copy on the GPU, ``to("cuda")`` (docs/guide/gpu.md);
+    differentiable: gradients flow back to this tensor's graph.
 
-    >>> at.zeros(2).cuda()
-    Traceback (most recent call last):
-    RuntimeError: autotape tensors live on the CPU; ...
+    >>> x = at.tensor([1.0, 2.0], requires_grad=True)
+    >>> x.cuda().device                                   # doctest: +SKIP
+    'cuda:0'
     """
-    return _to(self, "cuda")
+    return _to(self, device=device)
 
 
 def _is_contiguous(self, memory_format=None):

@@ -130,7 +130,45 @@ def report():
         if tool is not None:
             entry.update(_assemble(tool, ptx, cc))
         out["kernels"][f"interpreter.run_points_cuda.sm_{cc[0]}{cc[1]}"] = entry
+    from numba import types
+    from autotape import device_kernels as dk
+    for name, (source, sig) in device_tensor_kernels().items():
+        module = codegen.module(f"device_{codegen.keyed(source)[0]}", source)
+        for cc in ARCHES:
+            _device_functions_for(cuda, cc)
+            ptx, _ = cuda.compile_ptx(module.run.py_func, sig, cc=cc)
+            entry = {"ptx_lines": ptx.count("\n"), "target": f"sm_{cc[0]}{cc[1]}" in ptx}
+            head = ptx[ptx.index(".entry"):ptx.index(")", ptx.index(".entry"))]
+            entry["params"] = head.count(".param .")
+            entry["param_bytes"] = sorted({p.split()[0] for p in head.split(".param .")[1:]})
+            if tool is not None:
+                entry.update(_assemble(tool, ptx, cc))
+            out["kernels"][f"device_tensors.{name}.sm_{cc[0]}{cc[1]}"] = entry
+        out.setdefault("launch_params", {})[name] = len(dk.launch_params(
+            1, [np.zeros(1) if t != types.float64 else 0.5 for t in sig[1:]]))
     return out
+
+
+def device_tensor_kernels():
+    """name -> (source, argument types): the kernels device tensors generate for the
+    eager benchmark's function, sin(x) * x + x ** 2 / (1 + exp(-x)), swept back from its
+    sum (one kernel for the whole run), and a forward numpy has no function for."""
+    from numba import types
+    from autotape import device_kernels as dk
+    from autotape.opcodes import ADD, DIV, EXP, MUL, NEG, POW, SIGMOID, SIN
+    F, O, N = dk.FULL, dk.ONE, dk.NUMBER
+    # values: 0 x, 1 sin, 2 sin*x, 3 x**2, 4 the 2, 5 -x, 6 exp, 7 the 1, 8 1+exp,
+    # 9 x**2/(1+exp), 10 the sum's operand
+    steps = ((ADD, 10, (2, 9)), (DIV, 9, (3, 8)), (ADD, 8, (7, 6)), (EXP, 6, (5,)),
+             (NEG, 5, (0,)), (POW, 3, (0, 4)), (MUL, 2, (1, 0)), (SIN, 1, (0,)))
+    values = (F, F, F, F, N, F, F, N, F, F, F)
+    arr, f64, i64 = types.Array(types.float64, 1, "C"), types.float64, types.int64
+    source, read = dk.reverse_code(steps, values, ((10, O),), (0,))
+    return {
+        "reverse_run": (source, (i64,) + tuple(f64 if values[k] == N else arr for k in read)
+                        + (arr, arr)),
+        "forward_sigmoid": (dk.forward_source(SIGMOID, (F,)), (i64, arr, arr)),
+    }
 
 
 def _interpreter_types():

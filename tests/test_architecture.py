@@ -16,14 +16,14 @@ LAYERS = [
      "pytree"],
     ["kernels.*"],
     ["tape"],
-    ["parallel", "executor", "program", "checkpointing", "codegen", "gpu"],
+    ["parallel", "executor", "program", "checkpointing", "codegen", "gpu", "device_kernels"],
     ["tensor"],
     ["creation", "ops.*", "hooks"],
     ["functions.*", "linalg"],
     ["engine", "graph_backward", "custom"],
     ["complex_numbers.*", "fft", "numpy_dispatch", "tensor_methods"],
     ["func", "eager_calls", "explain", "compile", "sparse", "implicit", "integrate", "gradcheck", "autograd.*", "warmup", "dask", "jit",
-     "jit_python"],
+     "jit_python", "device_tensors"],
     ["numpy", "torch_names", "__init__", "__main__"],
 ]
 

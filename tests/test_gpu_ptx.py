@@ -50,8 +50,9 @@ def report():
 def test_every_generated_kernel_compiles_for_sm_80_and_sm_90(report):
     print(json.dumps(report, indent=1))
     kernels = report["kernels"]
-    assert len(kernels) == 3 * 3 * 2 + 2          # programs x kernels x architectures,
-                                                  # and the interpreter kernel
+    assert len(kernels) == 3 * 3 * 2 + 2 + 2 * 2  # programs x kernels x architectures,
+                                                  # the interpreter kernel, and two of
+                                                  # device tensors
     assert all(entry["target"] and entry["ptx_lines"] > 50 for entry in kernels.values())
 
 
@@ -62,9 +63,22 @@ def test_registers_and_spills_within_the_limits(report):
         print(f"{name}: {entry['registers']} registers, {entry['spill_store_bytes']} "
               f"bytes spilled")
         assert entry["registers"] <= 255, name
+        if name.startswith("device_tensors"):    # (a few values a thread: no reason
+            assert entry["spill_store_bytes"] == 0, name     # to spill, none to need
+            assert entry["registers"] <= 64, name             # more than 64 registers)
         if name.startswith("driven_pendulum"):
             assert entry["spill_store_bytes"] == 0, name
             assert entry["registers"] <= (168 if ".run_tangent." in name else 128), name
+
+
+def test_device_tensor_launches_pass_what_the_kernels_take(report):
+    # device tensors launch numba's PTX through CuPy with numba's argument layout
+    # (device_kernels.launch_params): as many 8-byte parameters as the PTX declares
+    for name, count in report["launch_params"].items():
+        for cc in ("sm_80", "sm_90"):
+            entry = report["kernels"][f"device_tensors.{name}.{cc}"]
+            assert entry["params"] == count, (name, cc)
+            assert set(entry["param_bytes"]) <= {"u64", "f64", "b64"}, entry
 
 
 def test_the_pendulum_ensemble_fits_in_a_gigabyte(report):

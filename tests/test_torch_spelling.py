@@ -250,8 +250,10 @@ def test_torch_method_spellings_are_the_table_ops():
     assert t.to(np.float32).dtype == np.float32 and t.to(u).dtype == np.float64
     np.testing.assert_array_equal(t.masked_fill(u > 0, 0.0).numpy(), np.where(b > 0, 0.0, a))
     np.testing.assert_array_equal(t.index_select(1, at.tensor([2, 0])).numpy(), a[:, [2, 0]])
-    with pytest.raises(RuntimeError, match="live on the CPU"):
-        t.to("cuda")
+    with pytest.raises(RuntimeError, match="uses one GPU"):
+        t.to("cuda:1")                        # (to("cuda"): tests/test_device_tensors.py)
+    with pytest.raises(RuntimeError, match="Expected one of cpu, cuda device type"):
+        t.to("tpu")
     with pytest.raises(RuntimeError, match="At least one of 'min' or 'max'"):
         t.clamp()
     assert at.gradcheck(lambda v: v.add(v.pow(3), alpha=0.5).mul(v).clamp(max=2.0)

@@ -32,8 +32,8 @@ from ..opcodes import (ABS, ADD, ARCCOS, ARCCOSH, ARCSIN, ARCSINH, ARCTAN, ARCTA
                        SQUARE, SUB, TAN, TANH, WHERE, opcode_name)
 from ..tape import open_tape
 from ..tape_format import NO_ROW, where_params
-from ..tensor import (F32, F64, ComplexOperand, Tensor, array_of, canonical, complex_call,
-                      new_leaf, round_f32)
+from ..tensor import (F32, F64, ComplexOperand, DeviceOperand, Tensor, array_of, canonical,
+                      complex_call, device_call, new_leaf, round_f32)
 from ..thread_state import per_thread
 from .indexing import as_tensor
 from .recording import record, row_of
@@ -406,6 +406,8 @@ def _unary_function(op):
                 x = as_tensor(x)
             except ComplexOperand:
                 return complex_call(op.name, x)
+            except DeviceOperand:
+                return device_call(op.name, x)
         v = x._value
         if type(v) is not float:
             return _unary_array(op, x)
@@ -601,6 +603,8 @@ def _binary_arrays(op, x, y):
             y = as_tensor(y)
     except ComplexOperand:
         return complex_call(op.name, x, y)
+    except DeviceOperand:
+        return device_call(op.name, x, y)
     z = _binary_values(op, array_of(x) if isinstance(x, Tensor) else x,    # (a Condition
                        array_of(y) if isinstance(y, Tensor) else y)        #  too: its guard)
     if type(z) is np.ndarray and z.dtype is F64 and z.ndim and z.flags.c_contiguous:
@@ -780,6 +784,8 @@ def _comparison(np_fn):
             return compare(np_fn, x if type(x) is Tensor else as_tensor(x), y)
         except ComplexOperand:
             return complex_call(np_fn.__name__, x, y)
+        except DeviceOperand:
+            return device_call(np_fn.__name__, x, y)
     comparison.__name__ = comparison.__qualname__ = np_fn.__name__
     comparison.__doc__ = (f"numpy.{np_fn.__name__} on Tensors: a bool Tensor (no gradient). "
                           "Inside at.compile it is recomputed per call (see compare)."
