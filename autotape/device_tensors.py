@@ -30,7 +30,7 @@ import numbers
 import numpy as np
 
 from . import device_kernels as dk
-from .engine import backward as host_backward, grad as host_grad
+from .engine import UNUSED_MSG, backward as host_backward, grad as host_grad
 from .creation import tensor as host_tensor
 from .executor import RELEASED_MSG
 from .grad_mode import is_grad_enabled
@@ -965,9 +965,7 @@ def grad(outputs, inputs, grad_outputs=None, retain_graph=None, create_graph=Fal
             g = None if found is None else _new(handout(found[1], t))
         if g is None:
             if not allow_unused:
-                raise RuntimeError(
-                    f"The differentiated Tensor at index {k} appears to not have been used "
-                    "in the graph. Set allow_unused=True if this is the desired behavior.")
+                raise RuntimeError(UNUSED_MSG.format(k))
             if materialize_grads:
                 g = host_tensor(np.zeros(t.shape, t.dtype)) if isinstance(t, Tensor) \
                     else _new(dk.array_module().zeros(t.shape, t.dtype))
@@ -986,9 +984,7 @@ def _batched(outputs, inputs, grad_outputs, retain, allow_unused, materialize, k
         column = [lane[j] for lane in per_lane]
         if any(g is None for g in column):
             if not allow_unused:
-                raise RuntimeError(
-                    f"The differentiated Tensor at index {j} appears to not have been used "
-                    "in the graph. Set allow_unused=True if this is the desired behavior.")
+                raise RuntimeError(UNUSED_MSG.format(j))
             result.append(None)
         elif isinstance(t, Tensor):
             result.append(host_tensor(np.stack([g.numpy() for g in column])))

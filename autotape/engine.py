@@ -157,6 +157,10 @@ def transform_grad(outputs, inputs, grad_outputs, is_grads_batched=False, own=()
                  None), True
 
 
+UNUSED_MSG = ("The differentiated Tensor at index {} appears to not have been used in the "
+              "graph. Set allow_unused=True if this is the desired behavior.")
+
+
 def _grad(outputs, inputs, grad_outputs, retain_graph, create_graph, allow_unused,
           is_grads_batched, materialize_grads, others):
     """grad; ``others``, a list: the leaves requiring grad, other than the inputs, that
@@ -205,9 +209,7 @@ def _grad(outputs, inputs, grad_outputs, retain_graph, create_graph, allow_unuse
         shape = (lanes,) + t.shape if is_grads_batched else t.shape
         if g is None:
             if not allow_unused:
-                raise RuntimeError(
-                    f"The differentiated Tensor at index {k} appears to not have been used "
-                    "in the graph. Set allow_unused=True if this is the desired behavior.")
+                raise RuntimeError(UNUSED_MSG.format(k))
             if materialize_grads:
                 g = graph_backward.connect(new_leaf(np.zeros(shape), shape, F64), t) \
                     if create_graph else np.zeros(shape)
