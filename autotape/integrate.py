@@ -12,7 +12,9 @@ therefore records the same ops whatever the parameters: ``at.compile`` records i
 (``max_steps`` attempts, those after the end doing nothing), and ``vmap`` runs each
 point with its own steps. Called eagerly (not inside ``at.compile``), the loop stops once
 the end is reached. Gradients flow through the solver itself (discretise-then-
-differentiate, as diffrax's default), the step sizes included.
+differentiate, as diffrax's default), with the step sizes taken as chosen. Events
+(zero crossings of functions of the state, terminal or not) are located with the
+gradient of their time (ode_events.py).
 
 >>> sol = at.integrate.solve_ivp(lambda t, y, k: -k * y, (0.0, 1.0), np.array([1.0]),
 ...                              args=(at.tensor(2.0),), t_eval=[1.0], rtol=1e-8, atol=1e-10)
@@ -26,6 +28,7 @@ import numpy as np
 
 from . import func
 from .guards import current_trace
+from .ode_events import Crossings, events_of
 from .ops import elementwise as ops
 from .ops.indexing import as_tensor, stack
 from .ops.linalg import solve as dense_solve
@@ -35,11 +38,14 @@ from .tensor import Tensor
 __all__ = ["solve_ivp", "OdeResult"]
 
 OdeResult = namedtuple("OdeResult", ["t", "y", "status", "message", "success", "nfev",
-                                     "nsteps"])
+                                     "nsteps", "t_events", "y_events"],
+                       defaults=(None, None))
 OdeResult.__doc__ = """What solve_ivp returns, as scipy's: ``t`` (the output times),
-``y`` (a Tensor of shape (n, len(t))), ``status`` (0: the end was reached),
-``message``, ``success``, ``nfev`` (right-hand side evaluations) and ``nsteps``
-(steps attempted).
+``y`` (a Tensor of shape (n, len(t))), ``status`` (0: the end was reached, 1: a
+terminal event stopped the solve), ``message``, ``success``, ``nfev`` (right-hand side
+evaluations), ``nsteps`` (steps attempted), and with ``events``: ``t_events`` (per
+event, a Tensor of its crossing times) and ``y_events`` (per event, the states there,
+one row each).
 
 >>> sol = at.integrate.solve_ivp(lambda t, y: -y, (0.0, 1.0), np.array([1.0, 2.0]))
 >>> sol.y.shape, sol.success
@@ -158,7 +164,8 @@ SAFETY, MIN_FACTOR, MAX_FACTOR = 0.9, 0.2, 10.0          # scipy's step-size con
 
 
 def solve_ivp(fun, t_span, y0, method="RK45", t_eval=None, args=(), rtol=1e-3, atol=1e-6,
-              first_step=None, max_step=math.inf, max_steps=4096):
+              first_step=None, max_step=math.inf, max_steps=4096, events=None,
+              max_events=8):
     """Solve y' = fun(t, y, *args) from t_span[0] to t_span[1], differentiably with
     respect to y0 and the args (Tensors requiring grad, or arrays and numbers).
 
@@ -170,6 +177,14 @@ def solve_ivp(fun, t_span, y0, method="RK45", t_eval=None, args=(), rtol=1e-3, a
     output times (cubic Hermite interpolation within steps; default: the two ends). ``max_steps``: steps
     attempted at most; reaching the end takes fewer, and a solve that needs more
     raises, as does a non-finite state.
+
+    ``events``: scipy's: functions ``g(t, y, *args)`` whose zero crossings are found
+    (attributes ``terminal``: stop at the first crossing, or at the k-th for an int k;
+    ``direction``: +1 only upward, -1 only downward); their times and states are in
+    ``t_events`` / ``y_events``, with gradients (the implicit function theorem's:
+    autotape/ode_events.py). Outputs after a terminal event are dropped (compiled:
+    nan). A non-terminal event keeps at most ``max_events`` crossings; more raise
+    (compiled: status -3).
 
     >>> sol = at.integrate.solve_ivp(lambda t, y: -y, (0.0, 1.0), np.array([1.0]),
     ...                              rtol=1e-10, atol=1e-12)
@@ -206,10 +221,13 @@ def solve_ivp(fun, t_span, y0, method="RK45", t_eval=None, args=(), rtol=1e-3, a
             raise ValueError(f"solve_ivp: fun returned shape {out.shape} for a state of "
                              f"shape {state.shape}")
         return out
+    found = events_of(events, max_events)
+    crossings = Crossings(found, args) if found else None
     if tableau.e is None:
-        return _fixed_steps(f, tableau, t0, t1, y, times, first_step or max_step, max_steps)
+        return _fixed_steps(f, tableau, t0, t1, y, times, first_step or max_step, max_steps,
+                            crossings)
     return _adaptive(f, tableau, t0, t1, y, times, rtol, atol, first_step, max_step,
-                     max_steps)
+                     max_steps, crossings)
 
 
 def _stages(f, tableau, t, y, h, k1):
@@ -308,10 +326,13 @@ def _hermite(y, y_new, k_start, k_end, h, theta):
         (1 - 2 * th) * (y_new - y) + (th - 1) * h * k_start + th * h * k_end)
 
 
-def _adaptive(f, tableau, t0, t1, y, times, rtol, atol, first_step, max_step, max_steps):
+def _adaptive(f, tableau, t0, t1, y, times, rtol, atol, first_step, max_step, max_steps,
+              crossings):
     eager = current_trace() is None
     t = as_tensor(np.float64(t0))
     k1 = f(t, y)
+    if crossings is not None:
+        crossings.start(t, y)
     nfev = 1
     h = as_tensor(np.float64(first_step)) if first_step is not None else \
         _initial_step(f, t, y, k1, tableau.order, rtol, atol)
@@ -321,7 +342,8 @@ def _adaptive(f, tableau, t0, t1, y, times, rtol, atol, first_step, max_step, ma
     done = False
     for attempt in range(max_steps):
         proposed = ops.minimum(h, max_step)
-        h = ops.minimum(proposed, t1 - t)
+        left = t1 - t if crossings is None else (t1 - t) * (1.0 - crossings.stopped)
+        h = ops.minimum(proposed, left)       # (0 after the end, or a terminal event)
         if isinstance(tableau, Rosenbrock):
             y_new, error, stages = _rosenbrock_step(f, tableau, t, y, h, proposed, k1)
             k_end = f(t + h, y_new)
@@ -347,13 +369,15 @@ def _adaptive(f, tableau, t0, t1, y, times, rtol, atol, first_step, max_step, ma
         if out is not None:
             out = _interpolated(out, times, t, t_new, h, y, y_new, ks, k_end, accept,
                                 dense)
+        if crossings is not None:
+            crossings.step(t, h, y, y_new, k1, k_end, accept)
         y = ops.where(accept > 0.5, y_new, y)
         k1 = ops.where(accept > 0.5, k_end, k1)
         t = ops.where(accept > 0.5, t_new, t)
         h = ops.where(h > 0, h * factor, proposed)    # (after the end: kept as it was)
         if eager:                                 # (a compiled solve runs every attempt)
             _check_finite(y, f"at t = {float(t.detach()):.6g}")
-            if float(t.detach()) >= t1:
+            if float(t.detach()) >= t1 or float(_stopped(crossings)) > 0.5:
                 done = True
                 break
     if eager:
@@ -361,15 +385,61 @@ def _adaptive(f, tableau, t0, t1, y, times, rtol, atol, first_step, max_step, ma
             raise RuntimeError(f"solve_ivp: max_steps ({max_steps}) attempts reached at "
                                f"t = {float(t.detach()):.6g} before {t1:g}; raise max_steps "
                                "or loosen rtol / atol")
-        return _result(times, out, attempt + 1, nfev, 0)
+        return _with_events(times, out, attempt + 1, nfev, 0, crossings, True)
     # Compiled, nothing is decided in Python (so the recording holds at any point): the
     # outputs a solve did not reach are nan, and its status says why, as data.
-    reached = _mask(t >= t1)
+    reached = ops.maximum(_mask(t >= t1), _stopped(crossings))
     finite = _mask((y * 0.0).sum() == 0.0)              # (inf * 0 and nan are nan)
     status = reached * finite - 1.0 - (1.0 - finite)    # 0, -1 (max_steps), -2 (not finite)
     if out is not None:
         out = ops.where(_mask(times <= t)[:, None] * finite > 0.5, out, math.nan)
-    return _result(times, out, max_steps, nfev, status)
+    return _with_events(times, out, max_steps, nfev, status, crossings, False)
+
+
+def _stopped(crossings):
+    """1.0 once a terminal event has stopped the solve (data), else 0.0."""
+    return 0.0 if crossings is None else crossings.stopped
+
+
+def _with_events(times, out, nsteps, nfev, status, crossings, eager):
+    """The result, with the events located; after a terminal event's time, outputs
+    and other events' crossings are dropped (eagerly) or nan (compiled), and the
+    status is 1 (a crossing past max_events: an error, compiled status -3)."""
+    if crossings is None:
+        return _result(times, out, nsteps, nfev, status)
+    t_events, y_events, overflow = crossings.located(eager)
+    stop = math.inf if eager else as_tensor(np.float64(math.inf))
+    for k, e in enumerate(crossings.events):
+        if not e.terminal:
+            continue
+        if eager:
+            if t_events[k].shape[0] >= e.terminal:
+                stop = min(stop, float(t_events[k][e.terminal - 1].detach()))
+        else:
+            stop = ops.minimum(stop, ops.where(t_events[k][e.terminal - 1] * 0.0 == 0.0,
+                                               t_events[k][e.terminal - 1], math.inf))
+    if eager:
+        if float(overflow) > 0.5:
+            raise RuntimeError(f"solve_ivp: an event crossed zero more than max_events "
+                               f"({max(e.capacity for e in crossings.events)}) times; raise "
+                               "max_events")
+        if stop < math.inf:
+            keep = times <= stop
+            times, out = times[keep], out[np.flatnonzero(keep)] if out is not None else out
+            kept = [np.flatnonzero(t.detach().numpy() <= stop) for t in t_events]
+            t_events = [t[i] for t, i in zip(t_events, kept)]
+            y_events = [v[i] for v, i in zip(y_events, kept)]
+            status = 1
+    else:
+        late = [_mask(t > stop) > 0.5 for t in t_events]
+        t_events = [ops.where(m, math.nan, t) for m, t in zip(late, t_events)]
+        y_events = [ops.where(m[:, None], math.nan, v) for m, v in zip(late, y_events)]
+        if out is not None:
+            out = ops.where(_mask(times > stop)[:, None] > 0.5, math.nan, out)
+        status = ops.where(overflow > 0.5, -3.0,
+                           ops.where(_stopped(crossings) > 0.5, 1.0, status))
+    return _result(times, out, nsteps, nfev, status)._replace(t_events=t_events,
+                                                              y_events=y_events)
 
 
 def _frozen(x):
@@ -435,7 +505,7 @@ def _dense_weights(dense, theta):
     return as_tensor(dense(theta)) if not isinstance(theta, Tensor) else dense(theta)
 
 
-def _fixed_steps(f, tableau, t0, t1, y, times, step, max_steps):
+def _fixed_steps(f, tableau, t0, t1, y, times, step, max_steps, crossings):
     if not math.isfinite(step) or step <= 0:
         raise ValueError("solve_ivp: RK4 takes fixed steps: give first_step (or max_step)")
     n = int(math.ceil((t1 - t0) / step - 1e-12))
@@ -443,19 +513,32 @@ def _fixed_steps(f, tableau, t0, t1, y, times, step, max_steps):
         raise RuntimeError(f"solve_ivp: {n} steps of {step:g} exceed max_steps ({max_steps})")
     h = (t1 - t0) / n
     out = stack([y] * times.size) if times.size else None
-    t = t0
+    t = as_tensor(np.float64(t0)) if crossings is not None else t0
     k1 = f(t, y)
+    if crossings is not None:
+        crossings.start(t, y)
     for _ in range(n):
-        ks = _stages(f, tableau, t, y, h, k1)
-        y_new = y + h * sum(b * k for b, k in zip(tableau.b, ks))
-        k_end = f(t + h, y_new)
+        step = h * (1.0 - crossings.stopped) if crossings is not None else h
+        ks = _stages(f, tableau, t, y, step, k1)
+        y_new = y + step * sum(b * k for b, k in zip(tableau.b, ks))
+        k_end = f(t + step, y_new)
         if out is not None:
-            out = _interpolated(out, times, t, t + h, h, y, y_new, [k1], k_end, 1.0, None)
-        y, k1, t = y_new, k_end, t + h
-    return _result(times, out, n, 4 * n + 1, 0)
+            out = _interpolated(out, times, t, t + step, step, y, y_new, [k1], k_end, 1.0,
+                                None)
+        if crossings is not None:
+            crossings.step(t, step, y, y_new, k1, k_end, 1.0)
+        y, k1, t = y_new, k_end, t + step
+    if crossings is None:
+        return _result(times, out, n, 4 * n + 1, 0)
+    eager = current_trace() is None
+    status = 0 if eager else as_tensor(np.float64(0.0))
+    if out is not None and not eager:
+        out = ops.where(_mask(times <= t)[:, None] > 0.5, out, math.nan)
+    return _with_events(times, out, n, 4 * n + 1, status, crossings, eager)
 
 
 MESSAGES = {0: "The solver successfully reached the end of the integration interval.",
+            1: "A termination event occurred.",
             -1: "max_steps attempts were not enough to reach the end (the outputs after "
                 "the last time reached are nan).",
             -2: "The state became non-finite (the outputs after it are nan)."}
@@ -467,6 +550,7 @@ def _result(times, out, nsteps, nfev, status):
     y = out.T if out is not None else None
     if isinstance(status, Tensor):
         return OdeResult(times, y, status, "under at.compile: see status (0: the end was "
-                         "reached, -1: max_steps, -2: a non-finite state)", status == 0.0,
+                         "reached, 1: a terminal event, -1: max_steps, -2: a non-finite "
+                         "state, -3: more crossings than max_events)", status >= 0.0,
                          nfev, nsteps)
-    return OdeResult(times, y, status, MESSAGES[status], status == 0, nfev, nsteps)
+    return OdeResult(times, y, status, MESSAGES[status], status >= 0, nfev, nsteps)

@@ -217,3 +217,126 @@ def test_rodas4_compiled_factorisation_of_three_states_equals_lapacks():
     assert float(value) == pytest.approx(float(eager_value), rel=1e-12)
     np.testing.assert_allclose(grad.numpy(), eager_grad.numpy(), rtol=1e-10,
                                atol=1e-12 * np.abs(eager_grad.numpy()).max())
+
+
+# ---- events --------------------------------------------------------------------------------
+
+def falling(t, y, g):
+    return at.stack([y[1], -g + 0.0 * y[0]])
+
+
+def ground(t, y, g):
+    return y[0]
+
+
+ground.terminal, ground.direction = True, -1
+
+
+def _landing(h0, v0, g):
+    """The ball's landing time and its derivatives in (h0, v0, g), by hand."""
+    s = math.sqrt(v0 * v0 + 2 * g * h0)
+    return (v0 + s) / g, np.array([1 / s, (1 + v0 / s) / g, h0 / s / g - (v0 + s) / g ** 2])
+
+
+def test_a_terminal_event_time_and_its_gradient_are_exact():
+    p = at.tensor([10.0, 3.0, 9.81], requires_grad=True)
+    sol = solve_ivp(falling, (0.0, 10.0), p[:2], args=(p[2],), events=ground, rtol=1e-10,
+                    atol=1e-12, t_eval=[0.5, 1.0, 2.0, 3.0])
+    want, dwant = _landing(10.0, 3.0, 9.81)
+    assert sol.status == 1 and sol.success and sol.message.startswith("A termination")
+    assert list(sol.t) == [0.5, 1.0] and sol.y.shape == (2, 2)   # (later outputs dropped)
+    np.testing.assert_allclose(float(sol.t_events[0][0].detach()), want, rtol=1e-13)
+    np.testing.assert_allclose(sol.y_events[0].detach().numpy(),
+                               [[0.0, 3.0 - 9.81 * want]], atol=1e-12)
+    np.testing.assert_allclose(at.grad(sol.t_events[0][0], p, retain_graph=True)[0].numpy(),
+                               dwant, rtol=1e-10)
+    # the state at the event moves with the event time: d(v at landing)/dg = -t - g dt/dg
+    dv = at.grad(sol.y_events[0][0, 1], p)[0].numpy()
+    np.testing.assert_allclose(dv[2], -want - 9.81 * dwant[2], rtol=1e-10)
+
+
+def test_a_compiled_terminal_event_equals_the_eager_one_at_every_point():
+    def landing(p):
+        sol = solve_ivp(falling, (0.0, 10.0), p[:2], args=(p[2],), events=ground,
+                        rtol=1e-10, atol=1e-12, max_steps=64)
+        return at.stack([sol.t_events[0][0], sol.status])
+    points = np.array([[10.0, 3.0, 9.81], [5.0, 1.0, 9.0], [2.0, -1.0, 3.7]])
+    c = at.compile(landing, points[0])
+    values, jac = F.vmap(c)(points), F.vmap(c.jacobian)(points)
+    for k, p in enumerate(points):
+        want, dwant = _landing(*p)
+        np.testing.assert_allclose(values.numpy()[k], [want, 1.0], rtol=1e-12)
+        np.testing.assert_allclose(jac.numpy()[k, 0], dwant, rtol=1e-9)
+    never = np.array([10.0, 3.0, -1.0])             # thrown up against negative gravity
+    assert np.isnan(c(never).numpy()[0]) and c(never).numpy()[1] == 0.0
+
+
+def oscillator(t, y):
+    return at.stack([y[1], -y[0]])
+
+
+def test_non_terminal_events_every_crossing_in_its_direction():
+    def zero(t, y):
+        return y[0]
+    sol = solve_ivp(oscillator, (0.0, 10.0), np.array([1.0, 0.0]), events=zero, rtol=1e-10,
+                    atol=1e-12)
+    np.testing.assert_allclose(sol.t_events[0].numpy(), np.array([0.5, 1.5, 2.5]) * np.pi,
+                               rtol=1e-9)
+    assert sol.status == 0 and sol.y.shape == (2, 2)
+    zero.direction = 1
+    sol = solve_ivp(oscillator, (0.0, 10.0), np.array([1.0, 0.0]), events=[zero],
+                    rtol=1e-10, atol=1e-12)
+    np.testing.assert_allclose(sol.t_events[0].numpy(), [1.5 * np.pi], rtol=1e-9)
+    np.testing.assert_allclose(sol.y_events[0].numpy(), [[0.0, 1.0]], atol=1e-9)
+    zero.direction, zero.terminal = 0, 2                # stop at the second crossing
+    sol = solve_ivp(oscillator, (0.0, 10.0), np.array([1.0, 0.0]), events=zero,
+                    rtol=1e-10, atol=1e-12, t_eval=[1.0, 4.0, 5.0, 9.0])
+    np.testing.assert_allclose(sol.t_events[0].numpy(), [0.5 * np.pi, 1.5 * np.pi],
+                               rtol=1e-9)
+    assert sol.status == 1 and list(sol.t) == [1.0, 4.0]
+
+
+def test_event_times_match_scipys_and_their_gradients_central_differences():
+    def prey_falls(t, y, p=None):
+        return y[0] - 2.0
+    prey_falls.direction = -1                     # (scipy reads the same attribute)
+
+    def falls(p):
+        return solve_ivp(lotka_volterra, (0.0, 10.0), Y0, args=(p,), events=prey_falls,
+                         rtol=1e-10, atol=1e-12).t_events[0]
+    theirs = integrate.solve_ivp(lotka_volterra_numbers, (0.0, 10.0), Y0,
+                                 events=prey_falls, rtol=1e-12, atol=1e-14).t_events[0]
+    assert len(theirs) == 3
+    np.testing.assert_allclose(falls(at.tensor(P0)).numpy(), theirs, rtol=1e-8)
+    p = at.tensor(P0, requires_grad=True)
+    got = at.grad(falls(p)[2], p)[0].numpy()
+    step = 1e-5
+    fd = [(falls(at.tensor(P0 + step * e)).numpy()[2]
+           - falls(at.tensor(P0 - step * e)).numpy()[2]) / (2 * step) for e in np.eye(4)]
+    np.testing.assert_allclose(got, fd, rtol=1e-6)
+
+
+def test_events_with_fixed_steps_and_the_bad_cases():
+    sol = solve_ivp(falling, (0.0, 10.0), np.array([10.0, 3.0]), args=(9.81,),
+                    events=ground, method="RK4", first_step=0.01)
+    np.testing.assert_allclose(float(sol.t_events[0][0]), _landing(10.0, 3.0, 9.81)[0],
+                               rtol=1e-12)                 # (RK4 is exact on a parabola)
+    assert sol.status == 1
+    never = solve_ivp(falling, (0.0, 1.0), np.array([10.0, 3.0]), args=(9.81,),
+                      events=ground)
+    assert never.status == 0 and never.t_events[0].shape == (0,)
+    assert never.y_events[0].shape == (0, 2)
+
+    def often(t, y):
+        return y[0]
+    with pytest.raises(RuntimeError, match="more than max_events"):
+        solve_ivp(oscillator, (0.0, 20.0), np.array([1.0, 0.0]), events=often,
+                  max_events=2)
+    c = at.compile(lambda y0: solve_ivp(oscillator, (0.0, 20.0), y0, events=often,
+                                        max_events=2, max_steps=256).status,
+                   np.array([1.0, 0.0]))
+    assert float(c(np.array([1.0, 0.0]))) == -3.0
+    with pytest.raises(ValueError, match="must return a number"):
+        solve_ivp(oscillator, (0.0, 1.0), np.array([1.0, 0.0]), events=lambda t, y: y)
+    with pytest.raises(TypeError, match="not callable"):
+        solve_ivp(oscillator, (0.0, 1.0), np.array([1.0, 0.0]), events=[3.0])
