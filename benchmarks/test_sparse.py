@@ -32,3 +32,20 @@ def test_jacobian_paired_with_one_gradient(benchmark):
     benchmark.group = "sparse Jacobian: reaction-diffusion, 10^4 states"
     run_paired(benchmark, lambda: ats.jacobian(c, u), lambda: g.grad(u),
                "jacobian_over_one_gradient", rounds=300)
+
+
+def chain_energy(x):
+    return ((x[1:] - x[:-1] ** 2) ** 2).sum() + at.cos(x).sum()
+
+
+def test_hessian_paired_with_one_gradient(benchmark):
+    # a chain's tridiagonal Hessian, 10^4 variables: three colours of a star colouring,
+    # one forward-over-reverse pass with three lanes
+    x = np.random.default_rng(0).uniform(-1.0, 1.0, N)
+    c = at.compile(chain_energy, x)
+    H = ats.hessian(c, x)
+    assert H.nnz == 3 * N - 2 and int(ats.star_colours(c, x).max()) + 1 == 3
+    c.wait_compiled()
+    benchmark.group = "sparse Hessian: a chain, 10^4 variables"
+    run_paired(benchmark, lambda: ats.hessian(c, x), lambda: c.grad(x),
+               "hessian_over_one_gradient", rounds=200)

@@ -1,7 +1,8 @@
-"""Sparse Jacobians (autotape/sparse.py): the pattern found from the recording equals the
-true one, the colouring is proper and small, and the values equal the dense Jacobian's,
-for several arguments and outputs, reductions, gathers and where; a function that does
-not run as a lean program gets its dense Jacobian's nonzeros."""
+"""Sparse Jacobians and Hessians (autotape/sparse.py): the pattern found from the
+recording equals the true one, the colouring is proper (a star colouring for Hessians)
+and small, and the values equal the dense Jacobian's / Hessian's, for several arguments
+and outputs, reductions, gathers and where; a function that does not run as a lean
+program gets its dense Jacobian's nonzeros."""
 import numpy as np
 import pytest
 import scipy.sparse
@@ -128,3 +129,92 @@ def test_usable_as_jac_for_solve_ivp_and_least_squares():
                                  jac=lambda v: ats.jacobian(c, v), x_scale="jac")
     assert fit.success
     np.testing.assert_allclose(c(fit.x).numpy(), target, atol=1e-6)
+
+
+# ---- sparse Hessians: a star colouring, symmetry recovers every entry --------------------------
+
+def _star(pattern, colours):
+    """Adjacent vertices differ, and every path of four vertices has three colours: no
+    two-coloured path w-x-y-z (checked by brute force)."""
+    n = pattern.shape[0]
+    nb = [set(pattern.indices[pattern.indptr[v]:pattern.indptr[v + 1]].tolist()) - {v}
+          for v in range(n)]
+    for v in range(n):
+        assert all(colours[v] != colours[w] for w in nb[v])
+        for w in nb[v]:
+            for x in nb[w] - {v}:
+                for y in nb[x] - {w, v}:
+                    assert not (colours[v] == colours[x] and colours[w] == colours[y]), \
+                        (v, w, x, y)
+
+
+def chain_energy(x):
+    return ((x[1:] - x[:-1] ** 2) ** 2).sum() + at.cos(x).sum()
+
+
+def test_a_chains_hessian_is_tridiagonal_in_three_colours():
+    n = 200
+    c = at.compile(chain_energy, np.zeros(n))
+    x = np.random.default_rng(0).uniform(-1, 1, n)
+    pattern = ats.hessian_sparsity(c, x)
+    truth = scipy.sparse.diags([1, 1, 1], [-1, 0, 1], shape=(n, n), dtype=bool)
+    assert (pattern != truth).nnz == 0
+    colours = ats.star_colours(c, x)
+    assert colours.max() + 1 == 3
+    _star(pattern, colours)
+    H = ats.hessian(c, x)
+    np.testing.assert_allclose(H.toarray(), c.hessian(x).numpy(), rtol=1e-13, atol=1e-13)
+    assert (H - H.T).nnz == 0
+
+
+def test_an_arrowhead_takes_two_colours_where_its_columns_take_all():
+    def arrow(x):
+        return x[0] * (x[1:] ** 2).sum() + (x ** 3).sum()
+    n = 60
+    c = at.compile(arrow, np.ones(n))
+    x = np.linspace(0.5, 1.5, n)
+    assert ats.star_colours(c, x).max() + 1 == 2
+    gradient = at.compile(lambda x: at.func.grad(arrow)(x), x)
+    assert ats.colours(gradient, x).max() + 1 == n        # (distance-1: every column)
+    np.testing.assert_allclose(ats.hessian(c, x).toarray(), c.hessian(x).numpy(),
+                               rtol=1e-13)
+
+
+def test_a_2d_stencil_and_several_arguments_equal_the_dense_hessian():
+    def grid(u, k):
+        u = u.reshape(10, 10)
+        return (k[0] * (np.roll(u, 1, 0) - u) ** 2 * (1 + u ** 2)).sum() + (
+            k[1] * (np.roll(u, 1, 1) - u) ** 2).sum()
+    rng = np.random.default_rng(1)
+    u, k = rng.random(100), np.array([0.7, 1.3])
+    c = at.compile(grid, u, k)
+    H = ats.hessian(c, u, k)
+    dense = c.hessian(u, k)
+    whole = np.block([[dense[0][0].numpy().reshape(100, 100), dense[0][1].numpy()],
+                      [dense[1][0].numpy(), dense[1][1].numpy()]])
+    np.testing.assert_allclose(H.toarray(), whole, rtol=1e-12, atol=1e-12)
+    _star(ats.hessian_sparsity(c, u, k), ats.star_colours(c, u, k))
+
+
+def test_star_colourings_of_random_graphs_recover_every_entry():
+    rng = np.random.default_rng(2)
+    for _ in range(20):
+        n = int(rng.integers(2, 30))
+        a = scipy.sparse.random(n, n, density=float(rng.uniform(0.05, 0.4)),
+                                random_state=rng, format="csr") != 0
+        pattern = ((a + a.T + scipy.sparse.eye(n, dtype=bool)) > 0).tocsr()
+        pattern.sort_indices()
+        colours = ats._star_colour(pattern)
+        _star(pattern, colours)
+        h = scipy.sparse.random(n, n, density=1.0, random_state=rng).toarray()
+        h = (h + h.T) * pattern.toarray()
+        seeds = np.eye(int(colours.max()) + 1)[colours]
+        rows, cols = ats._recovery(pattern, colours)
+        got = (h @ seeds)[rows, cols]
+        np.testing.assert_allclose(got, h[pattern.nonzero()], rtol=1e-13)
+
+
+def test_a_hessian_needs_a_scalar():
+    c = at.compile(lambda x: x * 2.0, np.ones(3))
+    with pytest.raises(ValueError, match="must return a scalar"):
+        ats.hessian(c, np.ones(3))
