@@ -26,7 +26,7 @@ from collections import namedtuple
 
 import numpy as np
 
-from . import func
+from . import func, ode_adjoint
 from .guards import current_trace
 from .ode_events import Crossings, events_of
 from .ops import elementwise as ops
@@ -165,7 +165,7 @@ SAFETY, MIN_FACTOR, MAX_FACTOR = 0.9, 0.2, 10.0          # scipy's step-size con
 
 def solve_ivp(fun, t_span, y0, method="RK45", t_eval=None, args=(), rtol=1e-3, atol=1e-6,
               first_step=None, max_step=math.inf, max_steps=4096, events=None,
-              max_events=8):
+              max_events=8, adjoint=None):
     """Solve y' = fun(t, y, *args) from t_span[0] to t_span[1], differentiably with
     respect to y0 and the args (Tensors requiring grad, or arrays and numbers).
 
@@ -185,6 +185,11 @@ def solve_ivp(fun, t_span, y0, method="RK45", t_eval=None, args=(), rtol=1e-3, a
     autotape/ode_events.py). Outputs after a terminal event are dropped (compiled:
     nan). A non-terminal event keeps at most ``max_events`` crossings; more raise
     (compiled: status -3).
+
+    ``adjoint="backsolve"``: gradients by the continuous adjoint instead of through the
+    solver: memory that does not grow with the steps, the gradient of the exact
+    solution to the tolerance (autotape/ode_adjoint.py); ``nfev`` and ``nsteps`` are
+    then None.
 
     >>> sol = at.integrate.solve_ivp(lambda t, y: -y, (0.0, 1.0), np.array([1.0]),
     ...                              rtol=1e-10, atol=1e-12)
@@ -221,6 +226,11 @@ def solve_ivp(fun, t_span, y0, method="RK45", t_eval=None, args=(), rtol=1e-3, a
             raise ValueError(f"solve_ivp: fun returned shape {out.shape} for a state of "
                              f"shape {state.shape}")
         return out
+    if adjoint is not None:
+        ode_adjoint.check(adjoint, events, times)
+        out = ode_adjoint.backsolve(solve_ivp, fun, (t0, t1), y, times, args, dict(
+            method=method, rtol=rtol, atol=atol, max_step=max_step, max_steps=max_steps))
+        return OdeResult(times, out.T, 0, MESSAGES[0], True, None, None)
     found = events_of(events, max_events)
     crossings = Crossings(found, args) if found else None
     if tableau.e is None:

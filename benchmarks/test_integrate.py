@@ -118,3 +118,36 @@ def test_stiff_paired_with_diffrax(benchmark, jax, name):
                    lambda a: a.block_until_ready(),
                    theirs(jnp.asarray(y0), jnp.asarray(p0))),
                "autotape_over_diffrax", rounds=30)
+
+
+def _grad_peak_memory(steps, adjoint):
+    """(peak bytes numpy and Python allocate while a gradient is taken, steps taken): a
+    harmonic oscillator over a horizon long enough for ``steps`` RK45 steps at rtol 1e-8
+    (tracemalloc sees numpy's allocations)."""
+    import tracemalloc
+
+    def field(t, y, k):
+        return at.stack([y[1], -k * y[0]])
+    horizon = steps / 13.4                    # (~13.4 steps per unit time at rtol 1e-8)
+    k = at.tensor(1.0, requires_grad=True)
+    tracemalloc.start()
+    sol = solve_ivp(field, (0.0, horizon), np.array([1.0, 0.0]), args=(k,), rtol=1e-8,
+                    atol=1e-10, max_steps=4 * steps, adjoint=adjoint)
+    at.grad(sol.y[0, -1], k)
+    peak = tracemalloc.get_traced_memory()[1]
+    tracemalloc.stop()
+    return peak, solve_ivp(field, (0.0, horizon), np.array([1.0, 0.0]), args=(1.0,),
+                           rtol=1e-8, atol=1e-10, max_steps=4 * steps).nsteps
+
+
+@pytest.mark.parametrize("adjoint", [None, "backsolve"])
+def test_gradient_memory_against_steps(benchmark, adjoint):
+    # peak memory of one eager gradient at 500 and 4000 steps: through the solver it
+    # grows with the steps (the recording), with the continuous adjoint it does not
+    benchmark.group = "solve_ivp gradient: peak memory against steps"
+    figures = {}
+    for steps in (500, 4000):
+        peak, taken = _grad_peak_memory(steps, adjoint)
+        figures[f"MB_at_{taken}_steps"] = round(peak / 2 ** 20, 2)
+    benchmark.extra_info.update(figures)
+    benchmark.pedantic(lambda: None, rounds=1)

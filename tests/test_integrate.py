@@ -340,3 +340,44 @@ def test_events_with_fixed_steps_and_the_bad_cases():
         solve_ivp(oscillator, (0.0, 1.0), np.array([1.0, 0.0]), events=lambda t, y: y)
     with pytest.raises(TypeError, match="not callable"):
         solve_ivp(oscillator, (0.0, 1.0), np.array([1.0, 0.0]), events=[3.0])
+
+
+# ---- the continuous adjoint ---------------------------------------------------------------
+
+def test_the_backsolve_adjoint_equals_the_gradient_through_the_solver():
+    def loss(p, y0, adjoint):
+        sol = solve_ivp(lotka_volterra, (0.0, 10.0), y0, args=(p,), t_eval=TIMES,
+                        rtol=1e-10, atol=1e-12, adjoint=adjoint)
+        return (sol.y ** 2).sum()
+    got, want = [], []
+    for adjoint, out in (("backsolve", got), (None, want)):
+        p, y0 = at.tensor(P0, requires_grad=True), at.tensor(Y0, requires_grad=True)
+        value = loss(p, y0, adjoint)
+        out.append(float(value.detach()))
+        out.extend(g.numpy() for g in at.grad(value, (p, y0)))
+    np.testing.assert_allclose(got[0], want[0], rtol=1e-12)     # the same forward solve
+    for g, w in zip(got[1:], want[1:]):
+        np.testing.assert_allclose(g, w, rtol=1e-6)
+    sol = solve_ivp(lotka_volterra, (0.0, 10.0), Y0, args=(P0,), adjoint="backsolve")
+    assert sol.success and sol.nfev is None and sol.y.shape == (2, 2)
+
+
+def test_the_backsolve_adjoint_matches_central_differences_from_a_later_start():
+    def last(k, t0=1.0):                        # output times after t0, y0 not an input
+        return solve_ivp(lambda t, y, k: -k * y + at.sin(t + 0.0 * y), (t0, 3.0),
+                         np.array([1.0, 2.0]), args=(k,), t_eval=[2.0, 3.0], rtol=1e-11,
+                         atol=1e-13, adjoint="backsolve").y[:, -1].sum()
+    k = at.tensor([0.7, 1.3], requires_grad=True)
+    g = at.grad(last(k), k)[0].numpy()
+    fd = [(float(last(at.tensor([0.7, 1.3]) + 1e-5 * e).detach())
+           - float(last(at.tensor([0.7, 1.3]) - 1e-5 * e).detach())) / 2e-5
+          for e in np.eye(2)]
+    np.testing.assert_allclose(g, fd, rtol=1e-6)
+
+
+def test_the_backsolve_adjoint_refuses_what_it_does_not_take():
+    with pytest.raises(ValueError, match="does not take events"):
+        solve_ivp(oscillator, (0.0, 1.0), np.array([1.0, 0.0]), events=lambda t, y: y[0],
+                  adjoint="backsolve")
+    with pytest.raises(ValueError, match="adjoint must be None"):
+        solve_ivp(oscillator, (0.0, 1.0), np.array([1.0, 0.0]), adjoint="interpolated")

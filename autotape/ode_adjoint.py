@@ -1,0 +1,92 @@
+"""The continuous adjoint of ``solve_ivp`` (``adjoint="backsolve"``): gradients of a
+long solve in memory that does not grow with its steps.
+
+The forward solve runs without recording anything and keeps only the outputs. The
+gradient then solves the adjoint equations backwards in time, from the last output
+time to the first, with the state carried along (its own backwards solve, reset to the
+forward solution at every output time):
+
+    dy/dt = f(t, y),   da/dt = -a . df/dy,   dg_p/dt = -a . df/dp
+
+with a jumping by the output's cotangent at each output time; a(t0) is the gradient
+with respect to y0 and g_p(t0) with respect to the args. Each right-hand side of the
+augmented system is one vector-Jacobian product of ``fun`` (autotape's reverse mode on
+one evaluation). This is optimise-then-discretise: the gradient is that of the exact
+solution to the solver's tolerance, not of the discrete solve (so it differs from the
+default, through-the-solver gradient by about the tolerance), and recomputing y
+backwards can lose accuracy on strongly dissipative (stiff) problems, as every
+backsolve adjoint (torchdiffeq's, diffrax's BacksolveAdjoint) does.
+"""
+import numpy as np
+
+from . import func
+from .custom import CustomOp
+from .grad_mode import enable_grad, no_grad
+from .ops.indexing import as_tensor, concatenate
+from .tensor import Tensor
+
+__all__ = ["backsolve"]
+
+
+def backsolve(solve, fun, t_span, y0, times, args, options):
+    """The outputs at ``times`` (a Tensor (len(times), n)) of ``solve(fun, t_span, y0,
+    t_eval=times, args=args, **options)``, differentiable with respect to y0 and the
+    args by the continuous adjoint."""
+    t0 = t_span[0]
+    args = tuple(a if isinstance(a, Tensor) else as_tensor(a) for a in args)
+    n = y0.shape[0]
+    shapes = [a.shape for a in args]
+
+    def forward(y0_value, *arg_values):
+        with no_grad():
+            sol = solve(fun, t_span, as_tensor(y0_value), t_eval=times,
+                        args=tuple(as_tensor(a) for a in arg_values), **options)
+        return np.asarray(sol.y.numpy()).T
+
+    def vjp(inputs, outputs, cotangent):
+        y_values, arg_values = np.asarray(outputs), [np.asarray(a) for a in inputs[1:]]
+        params = [as_tensor(a) for a in arg_values]
+        sizes = [a.size for a in arg_values]
+
+        def augmented(t, z):
+            y, a = z[:n], z[n:2 * n]
+            with enable_grad():
+                _, pull = func.vjp(lambda yy, *pp: as_tensor(fun(-t, yy, *pp)), y, *params)
+                f_value = as_tensor(fun(-t, y, *params))
+                pulled = pull(a)
+            # in reversed time s = -t: dy/ds = -f, da/ds = a.df/dy, dg/ds = a.df/dp
+            return concatenate([-f_value, pulled[0]] + [g.reshape(-1) for g in pulled[1:]])
+
+        a = np.zeros(n)
+        g_p = np.zeros(sum(sizes))
+        stops = list(times[::-1]) + ([t0] if times[0] > t0 else [])
+        with no_grad():
+            for k, (start, stop) in enumerate(zip(stops, stops[1:] + [None])):
+                if k < len(times):
+                    a = a + cotangent[len(times) - 1 - k]
+                if stop is None or stop == start:
+                    continue
+                z = np.concatenate([y_values[len(times) - 1 - k], a, g_p])
+                sol = solve(augmented, (-start, -stop), as_tensor(z), t_eval=[-stop],
+                            **options)
+                z = np.asarray(sol.y.numpy())[:, -1]
+                a, g_p = z[n:2 * n], z[2 * n:]
+        grads = [a]
+        for size, shape, start in zip(sizes, shapes, np.cumsum([0] + sizes[:-1])):
+            grads.append(g_p[start:start + size].reshape(shape))
+        return tuple(grads)
+
+    op = CustomOp(forward, vjp, "solve_ivp_backsolve")
+    return op(y0, *args)
+
+
+def check(adjoint, events, times):
+    """The cases the continuous adjoint does not take, as errors."""
+    if adjoint != "backsolve":
+        raise ValueError(f"solve_ivp: adjoint must be None (through the solver) or "
+                         f"'backsolve', not {adjoint!r}")
+    if events is not None:
+        raise ValueError("solve_ivp: adjoint='backsolve' does not take events (their "
+                         "times' gradients come through the solver: adjoint=None)")
+    if not len(times):
+        raise ValueError("solve_ivp: adjoint='backsolve' needs at least one output time")
