@@ -441,9 +441,9 @@ def _with_events(times, out, nsteps, nfev, status, crossings, eager):
             y_events = [v[i] for v, i in zip(y_events, kept)]
             status = 1
     else:
-        late = [_mask(t > stop) > 0.5 for t in t_events]
-        t_events = [ops.where(m, math.nan, t) for m, t in zip(late, t_events)]
-        y_events = [ops.where(m[:, None], math.nan, v) for m, v in zip(late, y_events)]
+        late = [_mask(t > stop) for t in t_events]
+        t_events = [ops.where(m > 0.5, math.nan, t) for m, t in zip(late, t_events)]
+        y_events = [ops.where(m[:, None] > 0.5, math.nan, v) for m, v in zip(late, y_events)]
         if out is not None:
             out = ops.where(_mask(times > stop)[:, None] > 0.5, math.nan, out)
         status = ops.where(overflow > 0.5, -3.0,

@@ -116,7 +116,8 @@ class Crossings:
             crossed = live * turned
             slot = crossed * _mask(np.arange(e.capacity) == self.count[k])   # (one-hot)
             write = slot > 0.5
-            column = write[:, None]
+            column = slot[:, None] > 0.5         # (a float mask indexed, then compared:
+                                                 #  indexing a comparison reads its value)
             ts, hs, ys, yns, kss, kes = self.slots[k]
             self.slots[k] = [ops.where(write, t, ts), ops.where(write, h, hs),
                              ops.where(column, y, ys), ops.where(column, y_new, yns),

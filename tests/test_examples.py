@@ -70,3 +70,33 @@ def test_nls_fit_recovers_the_parameters_and_draws(tmp_path):
     np.testing.assert_allclose(fitted, truth, rtol=0.02)
     assert history[-1] < 0.1 * history[0]
     assert os.path.getsize(path) > 10_000 and path.endswith("nls_fit.png")
+
+
+def test_bouncing_ball_recovers_drag_and_restitution_and_draws(tmp_path):
+    truth, fitted, history, path = _example("bouncing_ball")["main"](
+        bounces=4, noise=0.001, out=str(tmp_path))
+    np.testing.assert_allclose(fitted, truth, rtol=0.02)
+    assert history[-1] < 1e-4 * history[0]
+    assert os.path.getsize(path) > 10_000 and path.endswith("bouncing_ball.png")
+
+
+def test_steady_state_sensitivity_matches_finite_differences_and_draws(tmp_path):
+    module = _example("steady_state")
+    x, u, ds, dD, dk, path = module["main"](n=40, out=str(tmp_path))
+    import autotape as at
+    from autotape.implicit import root
+    weights, _ = module["sensor"](40)
+
+    def J(s, D=1.0, k=0.5):
+        u = root(module["residual"], np.zeros(40), at.tensor(s), at.tensor(D), at.tensor(k))
+        return float((u.numpy() * weights).sum() / weights.sum())
+    s0 = module["source"](x)
+    for i in (5, 20, 33):
+        e = np.zeros(40)
+        e[i] = 1e-4
+        fd = (J(s0 + e) - J(s0 - e)) / 2e-4
+        assert abs(fd - ds[i]) < 1e-6 * max(1.0, abs(fd)) + 1e-9
+    assert abs((J(s0, D=1.0 + 1e-5) - J(s0, D=1.0 - 1e-5)) / 2e-5 - dD) < 1e-6
+    assert abs((J(s0, k=0.5 + 1e-5) - J(s0, k=0.5 - 1e-5)) / 2e-5 - dk) < 1e-6
+    assert os.path.getsize(path) > 10_000 and path.endswith("steady_state.png")
+

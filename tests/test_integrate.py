@@ -269,6 +269,7 @@ def test_a_compiled_terminal_event_equals_the_eager_one_at_every_point():
         np.testing.assert_allclose(jac.numpy()[k, 0], dwant, rtol=1e-9)
     never = np.array([10.0, 3.0, -1.0])             # thrown up against negative gravity
     assert np.isnan(c(never).numpy()[0]) and c(never).numpy()[1] == 0.0
+    assert c.traces == 1 and "runs as a lean program" in c.explain(points[0])
 
 
 def oscillator(t, y):
