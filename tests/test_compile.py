@@ -216,6 +216,9 @@ def test_conditions_are_data_not_guards():
     ("mod", lambda x: (at.mod(x * x, x + 3.0) * x).sum()),
     ("comparison chain", lambda x: at.where(x > 0, at.where(x > 1, x ** 3, x ** 2), -x).sum()),
     ("mask arithmetic", lambda x: (x ** 3 * (x > 0) + (x <= 0.5) * 2.0 * x).sum()),
+    ("sliced mask", lambda x: at.where((x > 0.5)[::-1], x ** 2, 2.0 * x).sum()),
+    ("broadcast mask", lambda x: at.where((x > 0)[:, None], at.stack([x, x ** 3]).T,
+                                          0.0).sum()),
 ])
 def test_flipping_conditions_records_once(name, f):
     """Value, gradient and Hessian at points on both sides of every condition: each

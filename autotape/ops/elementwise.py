@@ -810,6 +810,21 @@ def _mask_as_data(mask, other):
     return mask
 
 
+def indexed_condition(condition, index):
+    """``condition[index]`` (a basic index) inside its trace: a Condition again, its
+    1.0 / 0.0 row indexed, so a mask sliced or broadcast (``(x > 0)[:, None]``) stays
+    data; None where it cannot (then the values are read, and the guard kept)."""
+    link, trace = condition._link, current_trace()
+    if trace is None or link._tape is not trace.tape:
+        return None
+    c = _new(Condition)
+    c._data, c._shape, c._dtype = canonical(np.asarray(condition._data)[index])
+    c._tape, c._row, c._requires_grad, c._cache = None, -1, False, None
+    c._view_of = c._views = None
+    c._link, c._pending = link[index], condition._pending     # (one guard for both)
+    return c
+
+
 def _condition_row(condition, tape):
     """The row of a Condition's comparison on ``tape``, or None (then its values are
     read, and its guard kept)."""

@@ -25,6 +25,10 @@ def getitem(x, index):
     if not _is_basic(index):                  # integer arrays, boolean masks
         return take_flat(x, _flat_positions(x, _numpy_index(index)))
     index = _basic_index(index)
+    if type(x) is elementwise.Condition:      # (a comparison in a trace: stays data)
+        condition = elementwise.indexed_condition(x, index)
+        if condition is not None:
+            return condition
     view = array_of(x)[index]
     if not recording(x):
         return view_of(from_view(x, view), x, ("index", index))
