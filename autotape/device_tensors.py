@@ -16,11 +16,11 @@ semantics and messages: ``.grad`` accumulates, ``retain_graph``, ``retain_grad``
 ``allow_unused``, released graphs, mixed devices, in-place changes of a saved value
 (version counters shared with views).
 
-Gradients flow from the device back to CPU tensors moved there (``x.cuda()`` of a CPU
-tensor that requires grad). Not built: ``create_graph=True`` on device graphs (higher
-derivatives on the GPU: ``at.compile`` + ``vmap(c.hessian, device="cuda")``), and
-gradients from the host back to the device (``.cpu()`` of a device tensor that requires
-grad raises, rather than cut the graph).
+Gradients flow between the devices both ways: from a device loss back to CPU tensors
+moved there (``x.cuda()`` of a CPU tensor that requires grad), and from a CPU loss's
+``backward()`` to the device leaves behind ``.cpu()``. Not built: ``create_graph=True``
+on device graphs (higher derivatives on the GPU: ``at.compile`` + ``vmap(c.hessian,
+device="cuda")``).
 """
 import importlib
 import itertools
@@ -30,8 +30,9 @@ import numbers
 import numpy as np
 
 from . import device_kernels as dk
-from .engine import UNUSED_MSG, backward as host_backward, grad as host_grad
 from .creation import tensor as host_tensor
+from .custom import CustomOp
+from .engine import UNUSED_MSG, backward as host_backward, grad as host_grad
 from .executor import RELEASED_MSG
 from .grad_mode import is_grad_enabled
 from .opcodes import COMPARE_FIRST, COMPARE_LAST, WHERE
@@ -39,6 +40,7 @@ from .ops.elementwise import binary_ops, unary_ops
 from .ops.linalg import SlogdetResult
 from .tensor import (DEVICE_FUNCTIONS, LEAF_INPLACE_MSG, MIXED_DEVICES_MSG, DeviceToNumpy,
                      OnDevice, Tensor)
+from .thread_state import here
 
 __all__ = ["DeviceTensor", "to_device"]
 
@@ -48,9 +50,6 @@ NUMPY_MSG = ("can't convert cuda:0 device type tensor to numpy. Use Tensor.cpu()
 INPLACE_MSG = ("one of the variables needed for gradient computation has been modified "
                "by an inplace operation: a device tensor of shape {shape} is at version "
                "{now}; expected version {then} instead.")
-TO_HOST_MSG = ("autotape: .cpu() of a device tensor that requires grad would cut its graph "
-               "(gradients do not flow from the host back to the device): take the loss on "
-               "the device and call backward there, or move .detach().cpu()")
 CREATE_GRAPH_MSG = ("autotape: create_graph=True is not available on device tensors (their "
                     "sweep computes numbers); for higher derivatives on the GPU use "
                     "at.compile and vmap(c.hessian, device='cuda'), or the CPU")
@@ -250,9 +249,10 @@ class DeviceTensor(OnDevice):
         return t
 
     def cpu(self):
-        """A CPU tensor holding a copy of the value."""
+        """A CPU tensor holding a copy of the value. Differentiable, as torch's: a CPU
+        loss's ``backward()`` fills the device leaves' ``.grad`` through it."""
         if self._requires_grad and is_grad_enabled():
-            raise RuntimeError(TO_HOST_MSG)
+            return _to_host_recorded(self)
         return host_tensor(dk.to_host(self._value))
 
     def cuda(self, device="cuda"):
@@ -360,6 +360,28 @@ class DeviceTensor(OnDevice):
         backward((self,), None if gradient is None else (gradient,), retain_graph,
                  create_graph, inputs)
 
+
+
+def _to_host_recorded(t):
+    """t.cpu() for a t that requires grad: one custom op on the CPU tape (of a private
+    leaf, so that the result requires grad) whose VJP sweeps t's device graph with the
+    CPU gradient. Only a backward() does (its leaves' .grad fill); a grad() asks for
+    CPU tensors' gradients, which do not flow through t, and the device graph is kept
+    for later sweeps (it lives as long as the tensors that hold it)."""
+    value = dk.to_host(t._value).astype(np.float64)
+
+    def forward(anchor):
+        return value
+
+    def vjp(inputs, out, g):
+        if isinstance(g, Tensor):
+            raise RuntimeError(CREATE_GRAPH_MSG)
+        if here().accumulating:
+            seed = _new(dk.to_device(np.asarray(g, t.dtype).reshape(t.shape)))
+            backward((t,), (seed,), retain_graph=True)
+        return (np.zeros(()),)
+    out = CustomOp(forward, vjp, "cpu")(host_tensor(0.0, requires_grad=True))
+    return out if t.dtype == np.float64 else out.astype(t.dtype)
 
 
 # ---- ops -----------------------------------------------------------------------------------
@@ -1054,7 +1076,9 @@ def _array_function(self, func, types, args, kwargs):
 FUNCTIONS = {**{name: (lambda name: lambda *a: _elementwise(name, *a))(name)
                 for name in list(_BY_NAME) + list(_ALIASES)},
              "sum": sum_, "mean": mean, "matmul": matmul, "reshape": reshape,
-             "transpose": transpose, "where": where, "astype": astype}
+             "transpose": transpose, "where": where, "astype": astype,
+             "iscomplexobj": lambda x: False, "isrealobj": lambda x: True,
+             "shape": lambda x: x.shape, "ndim": lambda x: x.ndim}
 
 for _name in _BY_NAME:
     if _name not in ("add", "subtract", "multiply", "divide", "power"):

@@ -26,7 +26,8 @@ from .kernels.staging import address_of
 from .kernels.sweep import VARIANTS, sweep_for, variant_of
 from .ops.indexing import astype, stack
 from .ops import versions
-from .tensor import F64, Tensor, array_of, canonical, device_call, new_leaf, on_device
+from .tensor import (F64, OnDevice, Tensor, array_of, canonical, device_call, new_leaf,
+                     on_device)
 from .thread_state import here
 
 
@@ -182,6 +183,10 @@ def _grad(outputs, inputs, grad_outputs, retain_graph, create_graph, allow_unuse
         raise RuntimeError("`inputs` argument to `grad()` cannot be empty.")
     _check_outputs(outputs, grads)      # (first, as torch: numpy-style code that forgot
     for t in inputs:                    # requires_grad hears about that)
+        if isinstance(t, OnDevice):
+            raise RuntimeError("autotape: the gradient of a CPU output with respect to a "
+                               "device tensor comes from backward(), in its .grad (or "
+                               "take the output on the device and call grad there)")
         if not isinstance(t, Tensor):
             raise RuntimeError("all inputs have to be Tensors or GradientEdges, but got "
                                f"{type(t).__name__}" + (
@@ -241,6 +246,15 @@ def backward(tensors, grad_tensors=None, retain_graph=None, create_graph=False,
 
 
 def _backward(tensors, grad_tensors, retain_graph, create_graph, inputs):
+    state = here()
+    was, state.accumulating = state.accumulating, inputs is None
+    try:
+        _backward_now(tensors, grad_tensors, retain_graph, create_graph, inputs)
+    finally:
+        state.accumulating = was
+
+
+def _backward_now(tensors, grad_tensors, retain_graph, create_graph, inputs):
     tensors = _tensor_tuple(tensors)
     if inputs is not None:
         if isinstance(inputs, dict):
@@ -248,6 +262,11 @@ def _backward(tensors, grad_tensors, retain_graph, create_graph, inputs):
         inputs = (inputs,) if isinstance(inputs, Tensor) else tuple(inputs)
         if not inputs:
             raise RuntimeError("`inputs` argument to `backward()` cannot be empty.")
+        if on_device(inputs):
+            raise RuntimeError("autotape: backward(inputs=...) of a CPU output with device "
+                               "tensors among the inputs: call backward() without inputs "
+                               "(the device leaves' .grad fill), or take the loss on the "
+                               "device")
         for t in inputs:
             if not t.requires_grad:
                 raise RuntimeError("can't retain_grad on Tensor that has requires_grad=False")

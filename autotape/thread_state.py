@@ -12,7 +12,8 @@ import threading
 class ThreadState:
     """One thread's recording state (see the module's docstring)."""
     __slots__ = ("grad_enabled", "tape", "trace", "scratch", "program_scratch",
-                 "jit_tape", "jit_sweep", "redirect", "eager_call", "__weakref__")
+                 "jit_tape", "jit_sweep", "redirect", "eager_call", "accumulating",
+                 "__weakref__")
 
     def __init__(self):
         self.grad_enabled = True
@@ -26,6 +27,9 @@ class ThreadState:
                                   # tape to the one recorded instead (custom.py)
         self.eager_call = False   # a compiled function's call runs f eagerly: its
                                   # recording warned of what f reads (eager_calls.py)
+        self.accumulating = False  # a backward() is sweeping (not a grad()): ops whose
+                                   # gradient goes elsewhere accumulate it (device tensors
+                                   # moved to the CPU: device_tensors.py)
 
 
 class _PerThread(threading.local):

@@ -217,9 +217,7 @@ def test_devices_do_not_mix_and_the_host_copy_is_explicit():
         x.numpy()
     with pytest.raises(TypeError, match="Use Tensor.cpu"):
         np.asarray(x)
-    with pytest.raises(RuntimeError, match="cut its graph"):
-        x.cpu()
-    assert x.detach().cpu().tolist() == [1.0, 2.0]
+    assert x.cpu().requires_grad and x.detach().cpu().tolist() == [1.0, 2.0]
     assert x.to("cuda") is x and x.cuda() is x
     with pytest.raises(RuntimeError, match="one GPU"):
         at.tensor([1.0], device="cuda:1")
@@ -259,6 +257,30 @@ def test_a_leaf_as_its_own_output_and_outputs_of_every_kind():
     m = dev(np.ones((2, 2)), requires_grad=True)
     g, = at.grad((m @ m).sum(), m)
     np.testing.assert_allclose(host(g), np.full((2, 2), 4.0))
+
+
+def test_a_cpu_loss_fills_the_device_leaves_grad_through_cpu():
+    w = dev([1.0, 2.0, 3.0], requires_grad=True)
+    c = at.tensor([0.5, -1.0, 2.0], requires_grad=True)
+    hidden = at.exp(w) * 2.0                       # on the device
+    loss = (hidden.cpu() * c).sum() + (w.cpu() ** 2).sum()    # on the CPU
+    assert loss.requires_grad and hidden.cpu().device == "cpu"
+    gc, = at.grad(loss, c, retain_graph=True)      # a grad(): no device .grad touched
+    assert w.grad is None
+    np.testing.assert_allclose(gc.numpy(), 2 * np.exp([1.0, 2.0, 3.0]))
+    loss.backward()
+    np.testing.assert_allclose(host(w.grad), 2 * np.exp([1.0, 2.0, 3.0]) * [0.5, -1.0, 2.0]
+                               + 2 * np.array([1.0, 2.0, 3.0]), rtol=1e-13)
+    np.testing.assert_allclose(c.grad.numpy(), 2 * np.exp([1.0, 2.0, 3.0]))
+    f32 = dev(np.array([1.0], np.float32), requires_grad=True)
+    assert f32.cpu().dtype == np.float32
+    with pytest.raises(RuntimeError, match="device tensors among the inputs"):
+        (w.cpu() * 1.0).sum().backward(inputs=[w])
+    with pytest.raises(RuntimeError, match="create_graph=True is not available"), \
+            pytest.warns(UserWarning, match="create_graph=True will create a reference"):
+        (w.cpu() ** 2).sum().backward(create_graph=True)
+    with pytest.raises(RuntimeError, match="comes from backward"):
+        at.grad((w.cpu() ** 2).sum(), w)
 
 
 def test_grads_batched_is_a_jacobian():
