@@ -9,6 +9,8 @@ compiled by numba. Semantics follow torch.autograd; the op namespace follows num
 
 This module re-exports the public names; ARCHITECTURE.md says where each lives.
 """
+import importlib as _importlib
+
 import numpy as np
 
 from . import memory  # noqa: F401  (freed memory is kept for reuse: see memory.py)
@@ -92,3 +94,11 @@ for _name in __all__:
             and "complex_numbers" not in _fn.__module__ and _name not in _TRANSFORMS:
         globals()[_name] = _complex_aware(_fn, _name)
 del _name, _fn, _elementwise_names
+
+
+def __getattr__(name):
+    """``at.sparse`` and ``at.implicit`` (they need scipy, which autotape does not):
+    imported at first use, so ``at.implicit.root`` works without importing it first."""
+    if name in ("sparse", "implicit"):
+        return _importlib.import_module(f"autotape.{name}")   # (optional: on demand)
+    raise AttributeError(f"module 'autotape' has no attribute {name!r}")

@@ -2,6 +2,9 @@
 their gradients against central differences (and closed forms), to second order, in
 compiled functions and under vmap; and the errors that keep a gradient from being
 silently wrong."""
+import subprocess
+import sys
+
 import numpy as np
 import pytest
 
@@ -189,3 +192,11 @@ def test_a_sparse_solves_vjp_uses_its_own_values_factors():
     cot_values, cot_b = op.cotangents(values, x.detach().numpy(), g)
     A = SparseMatrix(values[0], pattern).scipy().toarray()
     np.testing.assert_allclose(cot_b, np.linalg.solve(A.T, g), rtol=1e-10)
+
+
+def test_at_implicit_and_at_sparse_need_no_import_of_their_own():
+    code = ("import sys, numpy as np, autotape as at\n"
+            "assert 'autotape.implicit' not in sys.modules\n"
+            "x = at.implicit.root(lambda x, t: x ** 3 - t, np.array(1.0), at.tensor(8.0))\n"
+            "assert abs(float(x) - 2.0) < 1e-12 and callable(at.sparse.hessian)\n")
+    subprocess.run([sys.executable, "-c", code], check=True, timeout=300)
