@@ -13,6 +13,7 @@ import numpy as np
 import pytest
 
 import autotape as at
+import autotape.func as F
 from autotape.integrate import solve_ivp
 from conftest import run_paired
 
@@ -32,7 +33,8 @@ def misfit(p):
     return (sol.y ** 2).sum()
 
 
-def test_lotka_volterra_paired_with_diffrax(benchmark, jax):
+def _their_misfit(jax):
+    """misfit with diffrax: Dopri5, its PID controller at the same tolerances."""
     diffrax = pytest.importorskip("diffrax")
     jnp = jax.numpy
 
@@ -47,7 +49,12 @@ def test_lotka_volterra_paired_with_diffrax(benchmark, jax):
                                                                             atol=ATOL),
                                   max_steps=300)
         return jnp.sum(sol.ys ** 2)
-    theirs = jax.jit(jax.value_and_grad(their_misfit))
+    return their_misfit
+
+
+def test_lotka_volterra_paired_with_diffrax(benchmark, jax):
+    jnp = jax.numpy
+    theirs = jax.jit(jax.value_and_grad(_their_misfit(jax)))
     compiled = at.compile(misfit, P0)
     compiled.value_and_grad(P0)
     compiled.wait_compiled()
@@ -67,23 +74,9 @@ def test_lotka_volterra_1024_points_paired_with_diffrax_vmap(benchmark, jax):
     # under vmap (every point runs all max_steps attempts, those after its end doing
     # nothing) against jax.jit(jax.vmap(...)) of diffrax (a batched while loop that runs
     # until the slowest point is done); value + gradient of each point's misfit
-    diffrax = pytest.importorskip("diffrax")
-    F = pytest.importorskip("autotape.func")
     jnp = jax.numpy
-
-    def field(t, y, p):
-        return jnp.stack([p[0] * y[0] - p[1] * y[0] * y[1], -p[2] * y[1] + p[3] * y[0] * y[1]])
-
-    def their_misfit(p):
-        sol = diffrax.diffeqsolve(diffrax.ODETerm(field), diffrax.Dopri5(), 0.0, 10.0, None,
-                                  jnp.asarray(Y0), args=p,
-                                  saveat=diffrax.SaveAt(ts=jnp.asarray(TIMES)),
-                                  stepsize_controller=diffrax.PIDController(rtol=RTOL,
-                                                                            atol=ATOL),
-                                  max_steps=300)
-        return jnp.sum(sol.ys ** 2)
     points = P0 * np.random.default_rng(0).uniform(0.9, 1.1, (1024, 4))
-    theirs = jax.jit(jax.vmap(jax.value_and_grad(their_misfit)))
+    theirs = jax.jit(jax.vmap(jax.value_and_grad(_their_misfit(jax))))
     compiled = at.compile(misfit, P0)
     compiled.value_and_grad(P0)
     compiled.wait_compiled()
