@@ -73,9 +73,9 @@ def _device_name(device):
 
 
 class _Row:
-    """One recorded op: its kind ("ew" elementwise with opcode ``op``, "sum", "matmul",
-    "linalg" (``op`` numpy.linalg's name), "reshape", "transpose", "cast", "index",
-    "host"), operands (tensors or numbers), their
+    """One recorded op: its kind ("ew" elementwise with opcode ``op``, "sum", "extreme"
+    (``op`` "max" or "min"), "matmul", "linalg" (``op`` numpy.linalg's name), "concat",
+    "reshape", "transpose", "cast", "index", "host"), operands (tensors or numbers), their
     versions when it ran, parameters, and output value ``z``. A released row has no
     operands."""
     __slots__ = ("seq", "kind", "op", "inputs", "versions", "params", "z")
@@ -468,6 +468,47 @@ def mean(x, axis=None, keepdims=False):
     return _elementwise("divide", sum_(x, axis, keepdims), float(count))
 
 
+def _reduce_extreme(name, x, axis, keepdims):
+    x = _device(x)
+    axes = _axes(axis, x.ndim) if x.ndim else ()
+    z = getattr(dk.array_module(), name)(x._value, axis=axes or None, keepdims=keepdims) \
+        if x.ndim else x._value.copy()
+    return _record("extreme", name, (x,), z, (axes, keepdims, x.shape))
+
+
+def amax(x, axis=None, keepdims=False):
+    """The largest element over ``axis`` (all by default); its gradient is split evenly
+    among tied elements, as on the CPU."""
+    return _reduce_extreme("max", x, axis, keepdims)
+
+
+def amin(x, axis=None, keepdims=False):
+    """The smallest element over ``axis``; ties split the gradient, as ``amax``."""
+    return _reduce_extreme("min", x, axis, keepdims)
+
+
+def concatenate(tensors, axis=0):
+    """numpy's concatenate of device tensors along ``axis``."""
+    tensors = [_device(t) for t in tensors]
+    if not tensors:
+        raise ValueError("need at least one array to concatenate")
+    axis = axis % max(tensors[0].ndim, 1)
+    z = dk.array_module().concatenate([t._value for t in tensors], axis=axis)
+    return _record("concat", None, tuple(tensors), z, (axis, [t.shape[axis] for t in tensors]))
+
+
+def stack(tensors, axis=0):
+    """numpy's stack of device tensors (a new axis at ``axis``)."""
+    tensors = [_device(t) for t in tensors]
+    if not tensors:
+        raise ValueError("need at least one array to stack")
+    if any(t.shape != tensors[0].shape for t in tensors):
+        raise ValueError("all input arrays must have the same shape")
+    axis = axis % (tensors[0].ndim + 1)
+    shape = tensors[0].shape[:axis] + (1,) + tensors[0].shape[axis:]
+    return concatenate([reshape(t, shape) for t in tensors], axis)
+
+
 def matmul(a, b):
     """The matrix product (cuBLAS through CuPy), as numpy's ``@``."""
     a, b = _device(a), _device(b)
@@ -761,10 +802,20 @@ class _Sweep:
         xp, row = self.xp, t._row
         kind, params = row.kind, row.params
         x = row.inputs[0]
-        if not hasattr(g, "ndim") and kind in ("host", "matmul", "linalg"):
+        if not hasattr(g, "ndim") and kind in ("host", "matmul", "linalg", "concat",
+                                                "extreme"):
             g = xp.full((), g, t.dtype)
         if kind == "host":
             self.host.append((x, dk.to_host(_full(g, t.shape))))
+            return
+        if kind == "concat":
+            axis, sizes = params
+            g = _full(g, t.shape, t.dtype)
+            start = 0
+            for v, size in zip(row.inputs, sizes):
+                if v._requires_grad:
+                    self.add(v, g[(slice(None),) * axis + (slice(start, start + size),)])
+                start += size
             return
         if kind == "linalg":
             grads = LINALG_VJPS[row.op](*(v._value for v in row.inputs), row.z,
@@ -797,6 +848,14 @@ class _Sweep:
                 g = xp.ascontiguousarray(xp.broadcast_to(g, in_shape))
             elif not in_shape:
                 g = g.reshape(())
+        elif kind == "extreme":
+            axes, keepdims, in_shape = params
+            z = row.z
+            if in_shape and not keepdims:
+                z, g = xp.expand_dims(z, axes), xp.expand_dims(g, axes) if g.ndim else g
+            hit = (x._value == z).astype(x.dtype) if in_shape else xp.ones((), x.dtype)
+            ties = hit.sum(axis=axes or None, keepdims=True) if in_shape else hit
+            g = xp.ascontiguousarray(hit * (g / ties))
         elif kind == "reshape":
             g = g.reshape(params) if g.ndim else g
         elif kind == "transpose":
@@ -1077,6 +1136,8 @@ FUNCTIONS = {**{name: (lambda name: lambda *a: _elementwise(name, *a))(name)
                 for name in list(_BY_NAME) + list(_ALIASES)},
              "sum": sum_, "mean": mean, "matmul": matmul, "reshape": reshape,
              "transpose": transpose, "where": where, "astype": astype,
+             "max": amax, "min": amin, "amax": amax, "amin": amin,
+             "concatenate": concatenate, "stack": stack,
              "iscomplexobj": lambda x: False, "isrealobj": lambda x: True,
              "shape": lambda x: x.shape, "ndim": lambda x: x.ndim}
 
@@ -1103,6 +1164,8 @@ DeviceTensor.__array_ufunc__ = _array_ufunc
 DeviceTensor.__array_function__ = _array_function
 DeviceTensor.sum = sum_
 DeviceTensor.mean = mean
+DeviceTensor.max = amax
+DeviceTensor.min = amin
 DeviceTensor.reshape = DeviceTensor.view = reshape
 DeviceTensor.transpose = DeviceTensor.permute = transpose
 DeviceTensor.astype = astype

@@ -127,6 +127,18 @@ def test_linear_algebra_equals_the_cpu():
         at.linalg.svd(dev(a))
 
 
+def test_extremes_and_joins_equal_the_cpu():
+    rng = np.random.default_rng(3)
+    m = rng.random((3, 4))
+    m[1, 2] = m[1, 0] = m.max()                # ties: the gradient is split
+    same_as_cpu(lambda m: m.max() * 2.0 + m.min(axis=0).sum(), m)
+    same_as_cpu(lambda m: at.amax(m, axis=1, keepdims=True) * m, m)
+    same_as_cpu(lambda m: at.exp(m - m.max(axis=1, keepdims=True)).sum(axis=1), m)
+    same_as_cpu(lambda a, b: at.concatenate([a, at.sin(b), a * 2.0], axis=1), m, m[:, :2])
+    same_as_cpu(lambda a, b: at.stack([a, b * b], axis=1).sum(axis=0), m[0], m[1])
+    same_as_cpu(lambda a: at.stack([a[0], a[2]]), m)
+
+
 def test_float32_stays_float32():
     x = dev(np.array([0.5, 1.5], np.float32), requires_grad=True)
     y = (at.exp(x) * 2.0).sum()
