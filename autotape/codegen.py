@@ -99,6 +99,7 @@ class Plan:
 
     def __init__(self, lean):
         self._kept = None
+        self._scratch = {}                    # target -> scratch(target), asked per call
         if lean.user_calls is not None:
             raise Unsupported("it calls numba-compiled custom ops (CPU code)")
         self.lean = lean
@@ -271,6 +272,12 @@ class Plan:
     def scratch(self, target):
         """(CK, SG): the doubles a point's reverse sweep keeps, checkpoints and a
         segment's states."""
+        found = self._scratch.get(target)
+        if found is None:
+            found = self._scratch[target] = self._scratch_of(target)
+        return found
+
+    def _scratch_of(self, target):
         n = len(self.carried)
         if self.loop is None:
             return 0, 0

@@ -397,9 +397,9 @@ class LeanProgram:
         tab = plan.table
         ck, sg = plan.scratch("cpu")
         if X.shape[0] == 1:         # one point: no slices, no threads (~5 us of a call)
-            if jacobian:
-                whole.run_reverse(X, tab, values, jac, np.empty(max(1, ck)),
-                                  np.empty(max(1, sg)))
+            if jacobian:            # (the thread's scratch: fresh pages cost more)
+                buf = _scratch(max(1, ck) + max(1, sg), np.dtype(np.float64))
+                whole.run_reverse(X, tab, values, jac, buf[:max(1, ck)], buf[max(1, ck):])
             else:
                 whole.run_values(X, tab, values)
             return
