@@ -51,8 +51,8 @@ def backsolve(solve, fun, t_span, y0, times, args, options):
         def augmented(t, z):
             y, a = z[:n], z[n:2 * n]
             with enable_grad():
-                _, pull = func.vjp(lambda yy, *pp: as_tensor(fun(-t, yy, *pp)), y, *params)
-                f_value = as_tensor(fun(-t, y, *params))
+                f_value, pull = func.vjp(lambda yy, *pp: as_tensor(fun(-t, yy, *pp)), y,
+                                         *params)
                 pulled = pull(a)
             # in reversed time s = -t: dy/ds = -f, da/ds = a.df/dy, dg/ds = a.df/dp
             return concatenate([-f_value, pulled[0]] + [g.reshape(-1) for g in pulled[1:]])

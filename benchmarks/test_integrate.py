@@ -9,6 +9,8 @@ the initial state and the parameters.
 
     python -m pytest benchmarks/test_integrate.py --benchmark-json=integrate.json
 """
+import tracemalloc
+
 import numpy as np
 import pytest
 
@@ -154,7 +156,6 @@ def _grad_peak_memory(steps, adjoint):
     """(peak bytes numpy and Python allocate while a gradient is taken, steps taken): a
     harmonic oscillator over a horizon long enough for ``steps`` RK45 steps at rtol 1e-8
     (tracemalloc sees numpy's allocations)."""
-    import tracemalloc
 
     def field(t, y, k):
         return at.stack([y[1], -k * y[0]])
