@@ -545,7 +545,11 @@ def jvp(f, primals, tangents, has_aux=False):
         return (out, jt, call.aux) if has_aux else (out, jt)
     us = [new_leaf(np.zeros(o.shape), o.shape, np.dtype(np.float64)).requires_grad_()
           for o in outs]
-    live = [(o, u) for o, u in zip(outs, us) if o.requires_grad]
+    # recorded, the cotangents are results, not leaves: the sweep to them then stops
+    # below their rows (graph_backward's pruning), where to leaves it would walk all of
+    # the graph behind f's inputs (a solver's whole history, at every step)
+    seeds = [u * 1.0 for u in us] if call.create_graph else us
+    live = [(o, u) for o, u in zip(outs, seeds) if o.requires_grad]
     pairs = []
     with enable_grad():
         if live:
@@ -556,7 +560,7 @@ def jvp(f, primals, tangents, has_aux=False):
         if pairs:
             gs, ts = zip(*pairs)
             if call.create_graph:
-                jt = _grad(gs, us, ts, allow_unused=True, materialize_grads=True,
+                jt = _grad(gs, seeds, ts, allow_unused=True, materialize_grads=True,
                            create_graph=True, retain_graph=True)
             else:
                 jt, call.create_graph = transform_grad(gs, us, ts, own=call.inputs)

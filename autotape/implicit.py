@@ -201,6 +201,19 @@ class SparseMatrix:
         values = _numbers(self.values) if values is None else values
         return sp.csr_matrix((values, self.indices, self.indptr), shape=self.shape)
 
+    def solver(self):
+        """``b -> A^-1 b`` (``linear_solve(A, b)``) for many right-hand sides, factorising
+        A's values once: the solves and their VJPs share one sparse LU while the values
+        stay the same (a Rosenbrock step's stages solve with one matrix).
+
+        >>> import scipy.sparse as sp
+        >>> solve = at.implicit.SparseMatrix(at.tensor([2.0, 4.0]), sp.eye(2)).solver()
+        >>> solve(at.tensor([2.0, 4.0])), solve(at.tensor([4.0, 8.0]))
+        (tensor([1., 1.]), tensor([2., 2.]))
+        """
+        kept = [None]
+        return lambda b: _sparse_solve(self, _tensor(b), kept)
+
     def __matmul__(self, v):
         """A @ v, recorded (the values and v differentiable).
 
@@ -256,36 +269,37 @@ def linear_solve(A, b, params=(), method=None, symmetric=False, tol=1e-10, maxit
     return dense_solve(_tensor(A), b)
 
 
-def _sparse_solve(A, b):
-    """A SparseMatrix solve as one row; the forward's LU serves the VJP's solve."""
+def _sparse_solve(A, b, kept=None):
+    """A SparseMatrix solve as one row; the forward's LU serves the VJP's solve, and the
+    solves sharing ``kept`` (a one-element list) share the factors of equal values."""
     if b.ndim != 1 or b.shape[0] != A.shape[0]:
         raise ValueError(f"linear_solve: b must be a vector of {A.shape[0]}, got shape "
                          f"{b.shape}")
-    kept = [None]       # (values, LU) of the last forward: replays of a compiled
-                        # function share this op, from any thread, so the VJP uses the
-                        # factors only when they are of its own values
+    kept = [None] if kept is None else kept   # (values, LU) of the last factorisation:
+                        # replays of a compiled function share this op, from any thread,
+                        # so a solve uses the factors only when they are of its own values
 
-    def factorised(values):
+    def lu_of(values):
+        last = kept[0]
+        if last is not None and np.array_equal(last[0], values):
+            return last[1]
         try:
-            return spla.splu(A.scipy(values).tocsc())
+            lu = spla.splu(A.scipy(values).tocsc())
         except RuntimeError as e:
             raise RuntimeError(f"linear_solve: the sparse matrix is singular ({e})") from None
+        kept[0] = (values, lu)                # (one assignment: atomic)
+        return lu
 
     def forward(values, rhs):
-        values = np.array(values, np.float64)
-        lu = factorised(values)
-        kept[0] = (values, lu)                # (one assignment: atomic)
-        return lu.solve(np.asarray(rhs, np.float64))
+        return lu_of(np.array(values, np.float64)).solve(np.asarray(rhs, np.float64))
 
     def vjp(inputs, x, g):
         values = inputs[0]
         if isinstance(g, Tensor):             # recorded: the transposed solve, as an op
             gb = _sparse_solve(_transposed(A, values), g)
         else:
-            last = kept[0]
-            lu = last[1] if last is not None and np.array_equal(last[0], values) else \
-                factorised(values)
-            gb = lu.solve(np.asarray(g, np.float64), trans="T")
+            gb = lu_of(np.array(values, np.float64)).solve(np.asarray(g, np.float64),
+                                                           trans="T")
         return -(gb[A.rows] * x[A.indices]), gb
     return CustomOp(forward, vjp, "sparse_solve")(A.values, b)
 

@@ -28,10 +28,11 @@ from .tensor import Tensor
 __all__ = ["backsolve"]
 
 
-def backsolve(solve, fun, t_span, y0, times, args, options):
+def backsolve(solve, fun, t_span, y0, times, args, options, jac_sparsity=None):
     """The outputs at ``times`` (a Tensor (len(times), n)) of ``solve(fun, t_span, y0,
     t_eval=times, args=args, **options)``, differentiable with respect to y0 and the
-    args by the continuous adjoint."""
+    args by the continuous adjoint (``jac_sparsity`` serves the forward solve: the
+    augmented system's Jacobian is dense in its parameter rows)."""
     t0 = t_span[0]
     args = tuple(a if isinstance(a, Tensor) else as_tensor(a) for a in args)
     n = y0.shape[0]
@@ -40,7 +41,8 @@ def backsolve(solve, fun, t_span, y0, times, args, options):
     def forward(y0_value, *arg_values):
         with no_grad():
             sol = solve(fun, t_span, as_tensor(y0_value), t_eval=times,
-                        args=tuple(as_tensor(a) for a in arg_values), **options)
+                        args=tuple(as_tensor(a) for a in arg_values),
+                        jac_sparsity=jac_sparsity, **options)
         return np.asarray(sol.y.numpy()).T
 
     def vjp(inputs, outputs, cotangent):

@@ -33,8 +33,8 @@ from .kernels.program import (CALL, COPY, GATHER, I_A, I_B, I_N, I_OP, I_OUT, I_
                               I_SB, SCATTER_ADD)
 from .pytree import flatten
 
-__all__ = ["jacobian", "sparsity", "colours", "hessian", "hessian_sparsity",
-           "star_colours"]
+__all__ = ["jacobian", "sparsity", "recorded_sparsity", "colours", "column_colours",
+           "hessian", "hessian_sparsity", "star_colours"]
 
 MAX_DEPENDENCIES = 512     # inputs one element may depend on before the pattern is taken
                            # as dense (a sum over everything: colouring gains nothing)
@@ -62,13 +62,32 @@ def jacobian(compiled, *args):
 
 def sparsity(compiled, *args):
     """The Jacobian's pattern at arguments of these shapes (found from the recording, so
-    the same at every point of them): a boolean ``scipy.sparse.csr_matrix``."""
+    the same at every point of them): a boolean ``scipy.sparse.csr_matrix``. Where f
+    does not run as a lean program (guards: its ops may differ elsewhere), every entry
+    (no pattern holds everywhere; the nonzeros at one point could miss another's)."""
     _check(compiled)
     args = call_arguments(args)
     found = _program(compiled, args)
     if found is None:
-        return scipy.sparse.csr_matrix(_dense(compiled, args) != 0)
+        return _everything(compiled, args)
     return found[1]
+
+
+def recorded_sparsity(compiled, *args):
+    """The Jacobian's pattern as ``sparsity`` finds it from the recording, or None where
+    f does not run as a lean program (guards, user calls): then no pattern holds at
+    every point, and ``sparsity`` gives only the nonzeros at these arguments.
+
+    >>> c = at.compile(lambda u: u * np.roll(u, 1), np.zeros(3))
+    >>> recorded_sparsity(c, np.zeros(3)).toarray().astype(int)   # (zero here, not in general)
+    array([[1, 0, 1],
+           [1, 1, 0],
+           [0, 1, 1]])
+    """
+    _check(compiled)
+    args = call_arguments(args)
+    found = _program(compiled, args)
+    return None if found is None else found[1]
 
 
 def colours(compiled, *args):
@@ -125,8 +144,9 @@ def hessian_sparsity(compiled, *args):
     _check(compiled)
     args = call_arguments(args)
     found = _hessian_program(compiled, args)
-    if found is None:
-        return scipy.sparse.csr_matrix(hessian(compiled, *args).toarray() != 0)
+    if found is None:                      # (as sparsity's: no pattern holds everywhere)
+        n = sum(a.size for a in args)
+        return scipy.sparse.csr_matrix(np.ones((n, n), bool))
     return found[1]
 
 
@@ -224,6 +244,12 @@ def _check(compiled):
                         f"{type(compiled).__name__}")
 
 
+def _everything(compiled, args):
+    """The pattern with every entry: outputs' elements by the arguments'."""
+    rows = sum(np.size(leaf) for leaf in flatten(compiled(*args))[0])
+    return scipy.sparse.csr_matrix(np.ones((rows, sum(a.size for a in args)), bool))
+
+
 def _dense(compiled, args):
     """The whole Jacobian as (output elements, argument elements)."""
     leaves, _ = flatten(compiled.jacobian(*args))      # (outputs, then arguments)
@@ -249,7 +275,7 @@ def _program(compiled, args):
         if pattern is None:
             entry = (p.lean, None, None, None)
         else:
-            colour = _colour(pattern)
+            colour = column_colours(pattern)
             seeds = np.zeros((pattern.shape[1], int(colour.max(initial=-1)) + 1))
             seeds[np.arange(pattern.shape[1]), colour] = 1.0
             entry = (p.lean, pattern, colour, seeds)
@@ -337,10 +363,14 @@ def _union(sources, n, none):
     return both[:, :max(used, 1)]
 
 
-def _colour(pattern):
-    """Greedy distance-1 colouring of the columns: in column order, a column takes the
-    least colour that no column sharing one of its rows has (a band of width w takes w
-    colours; a periodic one, whose last columns meet the first, up to w + 2)."""
+def column_colours(pattern):
+    """Greedy distance-1 colouring of a csr pattern's columns: in column order, a column
+    takes the least colour that no column sharing one of its rows has (a band of width w
+    takes w colours; a periodic one, whose last columns meet the first, up to w + 2).
+
+    >>> column_colours(scipy.sparse.csr_matrix(np.eye(3) + np.eye(3, k=1)))
+    array([0, 1, 0])
+    """
     by_column = pattern.tocsc()
     colour = np.full(pattern.shape[1], -1, np.int64)
     for j in range(pattern.shape[1]):

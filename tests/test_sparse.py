@@ -94,12 +94,15 @@ def test_several_arguments_and_outputs_sums_and_where():
 
 
 def test_a_function_off_the_lean_program_gets_its_dense_jacobians_nonzeros():
-    def guarded(u):
-        return u * 2.0 if u.sum() > 0 else u * 3.0    # a guard: the tape path
-    u = np.array([1.0, 2.0, 3.0])
+    def guarded(u):                                   # a guard: the tape path, and the
+        return u * 2.0 if u.sum() > 0 else u * np.roll(u, 1)    # other branch's pattern
+    u = np.array([1.0, 2.0, 3.0])                               # is not this one's
     c = at.compile(guarded, u)
     np.testing.assert_array_equal(ats.jacobian(c, u).toarray(), 2.0 * np.eye(3))
-    np.testing.assert_array_equal(ats.sparsity(c, u).toarray(), np.eye(3, dtype=bool))
+    assert ats.sparsity(c, u).toarray().all()         # no pattern holds everywhere
+    assert ats.recorded_sparsity(c, u) is None
+    energy = at.compile(lambda u: guarded(u).sum(), u)
+    assert ats.hessian_sparsity(energy, u).toarray().all()
 
 
 def test_bad_input_is_named():
