@@ -100,3 +100,10 @@ def test_steady_state_sensitivity_matches_finite_differences_and_draws(tmp_path)
     assert abs((J(s0, k=0.5 + 1e-5) - J(s0, k=0.5 - 1e-5)) / 2e-5 - dk) < 1e-6
     assert os.path.getsize(path) > 10_000 and path.endswith("steady_state.png")
 
+
+def test_reaction_diffusion_finds_the_pattern_agrees_with_bdf_and_draws(tmp_path):
+    found = _example("reaction_diffusion")["main"](cells=40, out=str(tmp_path))
+    assert found["lanes"] == 6 and found["nnz"] == 2 * (3 * 40 - 2) + 2 * 40
+    assert found["agree"] < 1e-4                     # Rodas4 against scipy's BDF
+    assert abs(found["dp"][2] - found["fd_alpha"]) < 1e-3 * abs(found["fd_alpha"])
+    assert os.path.getsize(found["path"]) > 10_000
