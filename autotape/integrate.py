@@ -24,11 +24,14 @@ gradient of their time (ode_events.py).
 import importlib
 import math
 import warnings
+import weakref
 from collections import namedtuple
 
 import numpy as np
 
 from . import func, ode_adjoint
+from .compile import compile as compile_
+from .grad_mode import no_grad
 from .guards import current_trace
 from .ode_events import Crossings, events_of
 from .ops import elementwise as ops
@@ -37,7 +40,7 @@ from .ops.linalg import solve as dense_solve
 from .ops.reduce import mean
 from .tensor import Tensor
 
-__all__ = ["solve_ivp", "OdeResult"]
+__all__ = ["solve_ivp", "march", "OdeResult"]
 
 OdeResult = namedtuple("OdeResult", ["t", "y", "status", "message", "success", "nfev",
                                      "nsteps", "t_events", "y_events"],
@@ -239,7 +242,7 @@ def solve_ivp(fun, t_span, y0, method="RK45", t_eval=None, args=(), rtol=1e-3, a
         return out
     if adjoint is not None:
         ode_adjoint.check(adjoint, events, times)
-        out = ode_adjoint.backsolve(solve_ivp, fun, (t0, t1), y, times, args, dict(
+        out = ode_adjoint.backsolve(_segments, fun, (t0, t1), y, times, args, dict(
             method=method, rtol=rtol, atol=atol, max_step=max_step, max_steps=max_steps),
             jac_sparsity)
         return OdeResult(times, out.T, 0, MESSAGES[0], True, None, None)
@@ -388,40 +391,18 @@ def _adaptive(f, tableau, t0, t1, y, times, rtol, atol, first_step, max_step, ma
     out = stack([y] * times.size) if times.size else None    # (times at t0 keep y0)
     done = False
     for attempt in range(max_steps):
-        proposed = ops.minimum(h, max_step)
         left = t1 - t if crossings is None else (t1 - t) * (1.0 - crossings.stopped)
-        h = ops.minimum(proposed, left)       # (0 after the end, or a terminal event)
-        if isinstance(tableau, Rosenbrock):
-            y_new, error, stages = _rosenbrock_step(f, tableau, t, y, h, proposed, k1, system)
-            k_end = f(t + h, y_new)
-            ks, dense = [k1], None                 # (outputs: cubic Hermite)
-            nfev += len(stages)
-        else:
-            ks = _stages(f, tableau, t, y, h, k1)
-            y_new = y + h * sum(b * k for b, k in zip(tableau.b, ks) if b != 0.0)
-            k_end = ks[-1] if tableau.fsal else f(t + h, y_new)
-            error = h * sum(e * k for e, k in zip(tableau.e, ks) if e != 0.0)
-            dense = tableau.dense
-            nfev += len(ks) - 1 + (not tableau.fsal)
-        scale = atol + rtol * ops.maximum(abs(y), abs(y_new))
-        norm = _rms(error / scale)
-        if eager and not math.isfinite(float(norm.detach())):
+        a = _attempt(f, tableau, t, y, k1, h, left, rtol, atol, max_step, system)
+        nfev += a.nfev
+        if eager and not math.isfinite(float(a.norm.detach())):
             raise RuntimeError(f"solve_ivp: fun gave a non-finite value near t = "
                                f"{float(t.detach()):.6g}: the state is not finite there")
-        accept = _mask(norm <= 1.0)                          # (0 or 1: data)
-        factor = _frozen(ops.clip(
-            SAFETY * ops.maximum(norm, 1e-10) ** (-1.0 / (tableau.order + 1)),
-            MIN_FACTOR, MAX_FACTOR))
-        t_new = t + h
         if out is not None:
-            out = _interpolated(out, times, t, t_new, h, y, y_new, ks, k_end, accept,
-                                dense)
+            out = _interpolated(out, times, t, a.t_new, a.h, y, a.y_new, a.ks, a.k_end,
+                                a.accept, a.dense)
         if crossings is not None:
-            crossings.step(t, h, y, y_new, k1, k_end, accept)
-        y = ops.where(accept > 0.5, y_new, y)
-        k1 = ops.where(accept > 0.5, k_end, k1)
-        t = ops.where(accept > 0.5, t_new, t)
-        h = ops.where(h > 0, h * factor, proposed)    # (after the end: kept as it was)
+            crossings.step(t, a.h, y, a.y_new, k1, a.k_end, a.accept)
+        t, y, k1, h = a.moved
         if eager:                                 # (a compiled solve runs every attempt)
             _check_finite(y, f"at t = {float(t.detach()):.6g}")
             if float(t.detach()) >= t1 or float(_stopped(crossings)) > 0.5:
@@ -441,6 +422,133 @@ def _adaptive(f, tableau, t0, t1, y, times, rtol, atol, first_step, max_step, ma
     if out is not None:
         out = ops.where(_mask(times <= t)[:, None] * finite > 0.5, out, math.nan)
     return _with_events(times, out, max_steps, nfev, status, crossings, False)
+
+
+Attempt = namedtuple("Attempt", ["moved", "h", "t_new", "y_new", "k_end", "ks", "dense",
+                                 "accept", "norm", "nfev"])
+Attempt.__doc__ = """One attempted step: ``moved`` (t, y, k1, h) after it (as before where
+rejected; h the next size to try), the size h tried, the step's end t_new, y_new, slope
+k_end, the stages ks and the method's dense weights (for outputs), accept (1.0 / 0.0),
+the error norm and the right-hand sides it evaluated."""
+
+
+def _attempt(f, tableau, t, y, k1, h, left, rtol, atol, max_step, system=None):
+    """One attempt of an adaptive step from (t, y), k1 = f(t, y), of size h clipped to
+    max_step and to ``left`` (the time left: 0 after the end, where it moves nothing),
+    with scipy's error norm and step-size rule, as data."""
+    proposed = ops.minimum(h, max_step)
+    h = ops.minimum(proposed, left)
+    if isinstance(tableau, Rosenbrock):
+        y_new, error, stages = _rosenbrock_step(f, tableau, t, y, h, proposed, k1, system)
+        k_end = f(t + h, y_new)
+        ks, dense, nfev = [k1], None, len(stages)       # (outputs: cubic Hermite)
+    else:
+        ks = _stages(f, tableau, t, y, h, k1)
+        y_new = y + h * sum(b * k for b, k in zip(tableau.b, ks) if b != 0.0)
+        k_end = ks[-1] if tableau.fsal else f(t + h, y_new)
+        error = h * sum(e * k for e, k in zip(tableau.e, ks) if e != 0.0)
+        dense, nfev = tableau.dense, len(ks) - 1 + (not tableau.fsal)
+    scale = atol + rtol * ops.maximum(abs(y), abs(y_new))
+    norm = _rms(error / scale)
+    accept = _mask(norm <= 1.0)                          # (0 or 1: data)
+    factor = _frozen(ops.clip(
+        SAFETY * ops.maximum(norm, 1e-10) ** (-1.0 / (tableau.order + 1)),
+        MIN_FACTOR, MAX_FACTOR))
+    t_new = t + h
+    moved = (ops.where(accept > 0.5, t_new, t), ops.where(accept > 0.5, y_new, y),
+             ops.where(accept > 0.5, k_end, k1),
+             ops.where(h > 0, h * factor, proposed))     # (after the end: kept as it was)
+    return Attempt(moved, h, t_new, y_new, k_end, ks, dense, accept, norm, nfev)
+
+
+_steppers = weakref.WeakKeyDictionary()   # fun -> {(method, rtol, atol, max_step,
+                                          # jac_sparsity): the compiled attempt}
+
+
+def march(fun, t0, y0, stops, args=(), method="RK45", rtol=1e-3, atol=1e-6,
+          max_step=math.inf, max_steps=4096, jac_sparsity=None):
+    """The states at the increasing times ``stops`` (after t0) of y' = fun(t, y, *args)
+    from y0, as numbers (len(stops), n): the adaptive solve of solve_ivp, each attempt
+    one call of its compiled form (at.compile: recorded once per fun and settings, then
+    replayed; its generated code compiles beside the calls), so no op is recorded per
+    step and a long solve costs microseconds a step. Each stop is landed on, not
+    interpolated. Not differentiable: what the continuous adjoint solves with, forward
+    and backward (ode_adjoint.py); args are taken as numbers.
+
+    >>> y = at.integrate.march(lambda t, y, k: -k * y, 0.0, np.array([1.0]), [1.0, 2.0],
+    ...                        args=(np.array(2.0),), rtol=1e-10, atol=1e-12)
+    >>> np.round(y[:, 0], 8)                    # exp(-2), exp(-4)
+    array([0.13533528, 0.01831564])
+    """
+    tableau = METHODS.get(method)
+    if tableau is None or tableau.e is None:
+        raise ValueError(f"march: method must be an adaptive one of {sorted(METHODS)}, "
+                         f"not {method!r}")
+    args = tuple(np.array(a.detach().numpy() if isinstance(a, Tensor) else a, np.float64)
+                 for a in args)
+    y = np.array(y0.detach().numpy() if isinstance(y0, Tensor) else y0, np.float64)
+    with no_grad():
+        f = _numbers_field(fun, args)
+        t, y_t = as_tensor(np.float64(t0)), as_tensor(y)
+        k1 = f(t, y_t)
+        h = _frozen(_initial_step(f, t, y_t, k1, tableau.order, rtol, atol)).numpy()
+    t, k1 = np.float64(t0), k1.numpy()
+    step = _stepper(fun, tableau, method, rtol, atol, max_step, jac_sparsity,
+                    (t, y, k1, h, np.float64(t0)) + args)
+    out = np.empty((len(stops), y.size))
+    attempts = 0
+    for k, stop in enumerate(stops):
+        stop = np.float64(stop)
+        while t < stop:
+            if attempts == max_steps:
+                raise RuntimeError(f"solve_ivp: max_steps ({max_steps}) attempts reached "
+                                   f"at t = {t:.6g} before {stop:g}; raise max_steps or "
+                                   "loosen rtol / atol")
+            moved = step(t, y, k1, h, stop, *args)
+            t, y, k1, h, norm = (v.numpy() for v in moved)
+            attempts += 1
+            if not (math.isfinite(norm) and np.isfinite(y).all()):
+                raise RuntimeError(f"solve_ivp: fun gave a non-finite value near t = "
+                                   f"{float(t):.6g}: the state is not finite there")
+        out[k] = y
+    return out
+
+
+def _segments(fun, t0, y0, stops, args, options):
+    """The states at ``stops`` as numbers: ``march`` for the adaptive methods, an
+    eager solve without recording for fixed steps (they are fixed by the span)."""
+    if METHODS[options["method"]].e is not None:
+        return march(fun, t0, y0, stops, args, **options)
+    with no_grad():
+        sol = solve_ivp(fun, (t0, stops[-1]), as_tensor(y0), t_eval=stops,
+                        args=tuple(as_tensor(a) for a in args), **options)
+    return np.asarray(sol.y.numpy()).T
+
+
+def _numbers_field(fun, args):
+    return lambda t, state: as_tensor(fun(t, state, *args))
+
+
+def _stepper(fun, tableau, method, rtol, atol, max_step, jac_sparsity, example):
+    """The compiled attempt (t, y, k1, h, t_stop, *args) -> (t, y, k1, h, error norm),
+    recorded at the ``example`` arguments."""
+    key = (method, rtol, atol, max_step, jac_sparsity)
+    cacheable = jac_sparsity is None or isinstance(jac_sparsity, str)
+    try:
+        known = _steppers.setdefault(fun, {}) if cacheable else {}
+    except TypeError:                         # (not weakly referable: not cached)
+        known = {}
+    step = known.get(key)
+    if step is None:
+        system = _sparse_system(jac_sparsity, tableau, fun, example[0],
+                                as_tensor(example[1]), example[5:])
+
+        def attempt(t, y, k1, h, stop, *args):
+            a = _attempt(_numbers_field(fun, args), tableau, t, y, k1, h, stop - t, rtol,
+                         atol, max_step, system)
+            return a.moved + (a.norm,)
+        step = known[key] = compile_(attempt, *example)
+    return step
 
 
 def _stopped(crossings):

@@ -17,62 +17,50 @@ default, through-the-solver gradient by about the tolerance), and recomputing y
 backwards can lose accuracy on strongly dissipative (stiff) problems, as every
 backsolve adjoint (torchdiffeq's, diffrax's BacksolveAdjoint) does.
 """
+import weakref
+
 import numpy as np
 
 from . import func
 from .custom import CustomOp
-from .grad_mode import enable_grad, no_grad
+from .grad_mode import enable_grad
 from .ops.indexing import as_tensor, concatenate
 from .tensor import Tensor
 
 __all__ = ["backsolve"]
 
 
-def backsolve(solve, fun, t_span, y0, times, args, options, jac_sparsity=None):
-    """The outputs at ``times`` (a Tensor (len(times), n)) of ``solve(fun, t_span, y0,
-    t_eval=times, args=args, **options)``, differentiable with respect to y0 and the
-    args by the continuous adjoint (``jac_sparsity`` serves the forward solve: the
-    augmented system's Jacobian is dense in its parameter rows)."""
+def backsolve(segments, fun, t_span, y0, times, args, options, jac_sparsity=None):
+    """The outputs at ``times`` (a Tensor (len(times), n)) of y' = fun(t, y, *args) from
+    y0, differentiable with respect to y0 and the args by the continuous adjoint.
+    ``segments(fun, t0, y0, stops, args, options)``: the states at the times ``stops``
+    as numbers (integrate.py's: each attempt one call of a compiled step); ``options``
+    solve_ivp's, ``jac_sparsity`` for the forward solve (the augmented system's
+    Jacobian is dense in its parameter rows)."""
     t0 = t_span[0]
     args = tuple(a if isinstance(a, Tensor) else as_tensor(a) for a in args)
     n = y0.shape[0]
     shapes = [a.shape for a in args]
 
     def forward(y0_value, *arg_values):
-        with no_grad():
-            sol = solve(fun, t_span, as_tensor(y0_value), t_eval=times,
-                        args=tuple(as_tensor(a) for a in arg_values),
-                        jac_sparsity=jac_sparsity, **options)
-        return np.asarray(sol.y.numpy()).T
+        return segments(fun, t0, y0_value, times, arg_values,
+                        dict(options, jac_sparsity=jac_sparsity))
 
     def vjp(inputs, outputs, cotangent):
         y_values, arg_values = np.asarray(outputs), [np.asarray(a) for a in inputs[1:]]
-        params = [as_tensor(a) for a in arg_values]
         sizes = [a.size for a in arg_values]
-
-        def augmented(t, z):
-            y, a = z[:n], z[n:2 * n]
-            with enable_grad():
-                f_value, pull = func.vjp(lambda yy, *pp: as_tensor(fun(-t, yy, *pp)), y,
-                                         *params)
-                pulled = pull(a)
-            # in reversed time s = -t: dy/ds = -f, da/ds = a.df/dy, dg/ds = a.df/dp
-            return concatenate([-f_value, pulled[0]] + [g.reshape(-1) for g in pulled[1:]])
-
+        augmented = _augmented(fun, n)
         a = np.zeros(n)
         g_p = np.zeros(sum(sizes))
         stops = list(times[::-1]) + ([t0] if times[0] > t0 else [])
-        with no_grad():
-            for k, (start, stop) in enumerate(zip(stops, stops[1:] + [None])):
-                if k < len(times):
-                    a = a + cotangent[len(times) - 1 - k]
-                if stop is None or stop == start:
-                    continue
-                z = np.concatenate([y_values[len(times) - 1 - k], a, g_p])
-                sol = solve(augmented, (-start, -stop), as_tensor(z), t_eval=[-stop],
-                            **options)
-                z = np.asarray(sol.y.numpy())[:, -1]
-                a, g_p = z[n:2 * n], z[2 * n:]
+        for k, (start, stop) in enumerate(zip(stops, stops[1:] + [None])):
+            if k < len(times):
+                a = a + cotangent[len(times) - 1 - k]
+            if stop is None or stop == start:
+                continue
+            z = np.concatenate([y_values[len(times) - 1 - k], a, g_p])
+            z = segments(augmented, -start, z, [-stop], arg_values, options)[-1]
+            a, g_p = z[n:2 * n], z[2 * n:]
         grads = [a]
         for size, shape, start in zip(sizes, shapes, np.cumsum([0] + sizes[:-1])):
             grads.append(g_p[start:start + size].reshape(shape))
@@ -80,6 +68,26 @@ def backsolve(solve, fun, t_span, y0, times, args, options, jac_sparsity=None):
 
     op = CustomOp(forward, vjp, "solve_ivp_backsolve")
     return op(y0, *args)
+
+
+_augmenteds = weakref.WeakKeyDictionary()     # fun -> {n: its augmented system}
+
+
+def _augmented(fun, n):
+    """The adjoint's right-hand side for fun with n states, in reversed time s = -t:
+    z = (y, a, g) with dy/ds = -f, da/ds = a.df/dy, dg/ds = a.df/dp (one VJP of fun),
+    the parameters p its args. One function per fun (its compiled step is kept)."""
+    known = _augmenteds.setdefault(fun, {})
+    if n not in known:
+        def augmented(t, z, *params):
+            y, a = z[:n], z[n:2 * n]
+            with enable_grad():
+                f_value, pull = func.vjp(lambda yy, *pp: as_tensor(fun(-t, yy, *pp)), y,
+                                         *params)
+                pulled = pull(a)
+            return concatenate([-f_value, pulled[0]] + [g.reshape(-1) for g in pulled[1:]])
+        known[n] = augmented
+    return known[n]
 
 
 def check(adjoint, events, times):

@@ -246,3 +246,26 @@ def test_gradient_memory_against_steps(benchmark, adjoint):
         figures[f"MB_at_{taken}_steps"] = round(peak / 2 ** 20, 2)
     benchmark.extra_info.update(figures)
     benchmark.pedantic(lambda: None, rounds=1)
+
+
+def test_backsolve_gradient_of_100000_steps(benchmark):
+    """A harmonic oscillator over ~10^5 RK45 steps at rtol 1e-8: the backsolve gradient's
+    time (each attempt one call of the compiled step, forward and backward) and, in a
+    second run under tracemalloc, its peak memory. Exact: y0(T) = cos T, d/dk = -T sin(T) / 2."""
+    def field(t, y, k):
+        return at.stack([y[1], -k * y[0]])
+    horizon = 100_000 / 13.4
+
+    def gradient():
+        k = at.tensor(1.0, requires_grad=True)
+        sol = solve_ivp(field, (0.0, horizon), np.array([1.0, 0.0]), args=(k,), rtol=1e-8,
+                        atol=1e-10, max_steps=400_000, adjoint="backsolve")
+        return at.grad(sol.y[0, -1], k)[0]
+    tracemalloc.start()
+    g = gradient()
+    peak = tracemalloc.get_traced_memory()[1]
+    tracemalloc.stop()
+    np.testing.assert_allclose(float(g), -horizon * np.sin(horizon) / 2, rtol=1e-4)
+    benchmark.group = "solve_ivp backsolve gradient, ~10^5 steps"
+    benchmark.extra_info["peak_MB_tracemalloc"] = round(peak / 2 ** 20, 1)
+    benchmark.pedantic(gradient, rounds=2)
