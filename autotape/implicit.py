@@ -286,7 +286,8 @@ def _sparse_solve(A, b, kept=None):
         try:
             lu = spla.splu(A.scipy(values).tocsc())
         except RuntimeError as e:
-            raise RuntimeError(f"linear_solve: the sparse matrix is singular ({e})") from None
+            raise np.linalg.LinAlgError(f"linear_solve: the sparse matrix is singular "
+                                        f"({e})") from None
         kept[0] = (values, lu)                # (one assignment: atomic)
         return lu
 

@@ -305,7 +305,14 @@ def _rosenbrock_step(f, method, t, y, h, proposed, k1, system):
         rhs = fi + sum(c * k for c, k in zip(c_row, ks)) / work if c_row else fi
         if gamma_i != 0.0 and f_t is not None:
             rhs = rhs + (gamma_i * work) * f_t
-        ks.append(solve(rhs))
+        try:
+            ks.append(solve(rhs))
+        except np.linalg.LinAlgError as e:
+            raise np.linalg.LinAlgError(
+                f"solve_ivp: Rodas4's step matrix I / (gamma h) - df/dy is singular near "
+                f"t = {float(t.detach()):.6g}, h = {float(work.detach()):.6g} ({e}): "
+                "1 / (gamma h) is an eigenvalue of df/dy there (gamma = "
+                f"{method.gamma}); another first_step or max_step steps past it") from None
     moves = h > 0
     y_new = ops.where(moves, y + sum(m * k for m, k in zip(method.m, ks) if m != 0.0), y)
     error = ops.where(moves, sum(e * k for e, k in zip(method.e, ks) if e != 0.0), 0.0)
@@ -389,7 +396,7 @@ def _adaptive(f, tableau, t0, t1, y, times, rtol, atol, first_step, max_step, ma
     h = _frozen(h)
     nfev += first_step is None
     out = stack([y] * times.size) if times.size else None    # (times at t0 keep y0)
-    done = False
+    done, broken = False, 0.0          # broken (compiled): an attempt's error was not finite
     for attempt in range(max_steps):
         left = t1 - t if crossings is None else (t1 - t) * (1.0 - crossings.stopped)
         a = _attempt(f, tableau, t, y, k1, h, left, rtol, atol, max_step, system)
@@ -397,6 +404,8 @@ def _adaptive(f, tableau, t0, t1, y, times, rtol, atol, first_step, max_step, ma
         if eager and not math.isfinite(float(a.norm.detach())):
             raise RuntimeError(f"solve_ivp: fun gave a non-finite value near t = "
                                f"{float(t.detach()):.6g}: the state is not finite there")
+        if not eager:               # (nan would stop the solve where it is: say why)
+            broken = ops.maximum(broken, 1.0 - _mask(a.norm * 0.0 == 0.0))
         if out is not None:
             out = _interpolated(out, times, t, a.t_new, a.h, y, a.y_new, a.ks, a.k_end,
                                 a.accept, a.dense)
@@ -417,7 +426,7 @@ def _adaptive(f, tableau, t0, t1, y, times, rtol, atol, first_step, max_step, ma
     # Compiled, nothing is decided in Python (so the recording holds at any point): the
     # outputs a solve did not reach are nan, and its status says why, as data.
     reached = ops.maximum(_mask(t >= t1), _stopped(crossings))
-    finite = _mask((y * 0.0).sum() == 0.0)              # (inf * 0 and nan are nan)
+    finite = _mask((y * 0.0).sum() == 0.0) * (1.0 - broken)   # (inf * 0, nan: nan)
     status = reached * finite - 1.0 - (1.0 - finite)    # 0, -1 (max_steps), -2 (not finite)
     if out is not None:
         out = ops.where(_mask(times <= t)[:, None] * finite > 0.5, out, math.nan)
@@ -696,7 +705,8 @@ MESSAGES = {0: "The solver successfully reached the end of the integration inter
             1: "A termination event occurred.",
             -1: "max_steps attempts were not enough to reach the end (the outputs after "
                 "the last time reached are nan).",
-            -2: "The state became non-finite (the outputs after it are nan)."}
+            -2: "The state, or a step's error estimate, became non-finite (the outputs "
+                "after it are nan)."}
 
 
 def _result(times, out, nsteps, nfev, status):

@@ -439,3 +439,24 @@ def test_backsolve_of_a_long_solve_is_fast_and_exact():
     (g,) = at.grad(sol.y[0, -1], k)
     np.testing.assert_allclose(float(sol.y[0, -1].detach()), math.cos(horizon), rtol=1e-6)
     np.testing.assert_allclose(float(g), -math.sin(horizon) * horizon / 2, rtol=1e-6)
+
+
+def test_a_singular_step_matrix_is_named_eagerly_and_a_status_compiled():
+    """y' = 2 y with h = 2: W = I / (gamma h) - J = 2 I - 2 I (gamma = 1/4) exactly."""
+    def growth(t, y, k):
+        return k * y
+    for sparsity in (None, "auto"):
+        with pytest.raises(np.linalg.LinAlgError, match="step matrix .* is singular near "
+                                                        "t = 0, h = 2"):
+            solve_ivp(growth, (0.0, 4.0), np.ones(3), method="Rodas4",
+                      args=(np.array(2.0),), first_step=2.0, jac_sparsity=sparsity)
+
+    def run(k):
+        s = solve_ivp(growth, (0.0, 4.0), np.ones(3), method="Rodas4", args=(k,),
+                      first_step=2.0, max_steps=40)
+        return at.stack([s.status * 1.0, s.y[0, -1]])
+    c = at.compile(run, np.array(2.0))
+    status, last = c(np.array(2.0)).numpy()
+    assert status == -2 and np.isnan(last)          # (not -1: the steps were not the cause)
+    status, last = c(np.array(1.5)).numpy()
+    assert status == 0 and last == pytest.approx(math.exp(6.0), rel=1e-3)
