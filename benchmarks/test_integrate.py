@@ -10,6 +10,8 @@ the initial state and the parameters. A 1-D reaction-diffusion system of 1000 st
 
     python -m pytest benchmarks/test_integrate.py --benchmark-json=integrate.json
 """
+import os
+import runpy
 import time
 import tracemalloc
 
@@ -154,21 +156,6 @@ def test_stiff_paired_with_diffrax(benchmark, jax, name):
                "autotape_over_diffrax", rounds=30)
 
 
-def _brusselator(np_, concatenate, cells):
-    """Hairer & Wanner's 1-D Brusselator: u then v on ``cells`` cells, fixed ends."""
-    def field(t, y, p):
-        a, b, alpha = p[0], p[1], p[2]
-        u, v = y[:cells], y[cells:]
-        c = alpha * (cells + 1) ** 2
-        u_end, v_end = np.ones(1), np.full(1, 3.0)
-        du = a + u * u * v - (b + 1.0) * u + c * (
-            concatenate([u_end, u[:-1]]) - 2.0 * u + concatenate([u[1:], u_end]))
-        dv = b * u - u * u * v + c * (
-            concatenate([v_end, v[:-1]]) - 2.0 * v + concatenate([v[1:], v_end]))
-        return concatenate([du, dv])
-    return field
-
-
 def test_reaction_diffusion_1000_states_against_diffrax(benchmark, jax):
     """1000 states (500 cells, two species), t in [0, 10], rtol 1e-6: autotape's
     compiled Rodas4 with jac_sparsity="auto" (6 reverse lanes for J, a sparse LU per
@@ -177,12 +164,12 @@ def test_reaction_diffusion_1000_states_against_diffrax(benchmark, jax):
     diffrax runs once (compiled ahead, not timed): about 3 minutes."""
     diffrax = pytest.importorskip("diffrax")
     jnp = jax.numpy
+    example = runpy.run_path(os.path.join(os.path.dirname(__file__), "..", "examples",
+                                          "reaction_diffusion.py"))
     cells = 500
-    x = np.arange(1, cells + 1) / (cells + 1)
-    y0 = np.concatenate([1.0 + np.sin(2 * np.pi * x), np.full(cells, 3.0)])
-    p0 = np.array([1.0, 3.0, 0.02])
-    ours_field = _brusselator(np, at.concatenate, cells)
-    their_field = _brusselator(jnp, jnp.concatenate, cells)
+    y0, p0 = example["initial_state"](cells), np.array([1.0, 3.0, 0.02])
+    ours_field = example["brusselator"](cells)
+    their_field = example["brusselator"](cells, jnp.concatenate)
 
     def misfit(y, p):
         sol = solve_ivp(ours_field, (0.0, 10.0), y, method="Rodas4", args=(p,), rtol=1e-6,

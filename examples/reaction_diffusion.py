@@ -34,25 +34,32 @@ FIGURES = os.path.normpath(os.path.join(os.path.dirname(os.path.abspath(__file__
                                         "docs", "figures"))
 
 
-def brusselator(cells):
-    """The right-hand side on ``cells`` cells: y = (u, v), p = (A, B, alpha)."""
+def brusselator(cells, concatenate=at.concatenate):
+    """The right-hand side on ``cells`` cells: y = (u, v), p = (A, B, alpha), ends held
+    at u = 1, v = 3 (``concatenate``: another library's, for its version)."""
     def field(t, y, p):
         a, b, alpha = p[0], p[1], p[2]
         u, v = y[:cells], y[cells:]
         c = alpha * (cells + 1) ** 2
         u_end, v_end = np.ones(1), np.full(1, 3.0)
         du = a + u * u * v - (b + 1.0) * u + c * (
-            at.concatenate([u_end, u[:-1]]) - 2.0 * u + at.concatenate([u[1:], u_end]))
+            concatenate([u_end, u[:-1]]) - 2.0 * u + concatenate([u[1:], u_end]))
         dv = b * u - u * u * v + c * (
-            at.concatenate([v_end, v[:-1]]) - 2.0 * v + at.concatenate([v[1:], v_end]))
-        return at.concatenate([du, dv])
+            concatenate([v_end, v[:-1]]) - 2.0 * v + concatenate([v[1:], v_end]))
+        return concatenate([du, dv])
     return field
+
+
+def initial_state(cells):
+    """The initial state: u = 1 + sin(2 pi x), v = 3."""
+    x = np.arange(1, cells + 1) / (cells + 1)
+    return np.concatenate([1.0 + np.sin(2 * np.pi * x), np.full(cells, 3.0)])
 
 
 def main(cells=500, out=FIGURES):
     """Solve, differentiate, draw; returns a dict of what it found."""
     x = np.arange(1, cells + 1) / (cells + 1)
-    y0 = np.concatenate([1.0 + np.sin(2 * np.pi * x), np.full(cells, 3.0)])
+    y0 = initial_state(cells)
     p0 = np.array([1.0, 3.0, 0.02])
     field = brusselator(cells)
     times = np.linspace(0.0, 10.0, 101)

@@ -2,6 +2,8 @@
 recording, one reverse lane per colour of rows, one sparse LU per step. The step equals
 the dense one; a 1-D reaction-diffusion system matches scipy's solution and its
 gradients central differences; compiled, mapped, and the bad cases named."""
+import os
+import runpy
 import warnings
 
 import numpy as np
@@ -15,28 +17,13 @@ integrate = pytest.importorskip("scipy.integrate")
 sp = pytest.importorskip("scipy.sparse")
 ods = pytest.importorskip("autotape.ode_sparse")
 implicit = pytest.importorskip("autotape.implicit")
+EXAMPLE = runpy.run_path(os.path.join(os.path.dirname(__file__), "..", "examples",
+                                      "reaction_diffusion.py"))
 
 
-def brusselator(cells):
-    """Hairer & Wanner's 1-D Brusselator (Solving ODEs II, IV.1): u then v on ``cells``
-    cells, fixed ends u = 1, v = 3; parameters (A, B, alpha). Diffusion alpha (N + 1)^2
-    makes it stiff."""
-    def field(t, y, p):
-        a, b, alpha = p[0], p[1], p[2]
-        u, v = y[:cells], y[cells:]
-        c = alpha * (cells + 1) ** 2
-        u_ends, v_ends = np.ones(1), np.full(1, 3.0)
-        du = a + u * u * v - (b + 1.0) * u + c * (
-            at.concatenate([u_ends, u[:-1]]) - 2.0 * u + at.concatenate([u[1:], u_ends]))
-        dv = b * u - u * u * v + c * (
-            at.concatenate([v_ends, v[:-1]]) - 2.0 * v + at.concatenate([v[1:], v_ends]))
-        return at.concatenate([du, dv])
-    return field
-
-
-def start(cells):
-    x = np.arange(1, cells + 1) / (cells + 1)
-    return np.concatenate([1.0 + np.sin(2 * np.pi * x), np.full(cells, 3.0)])
+# the guide's model: Hairer & Wanner's 1-D Brusselator, u then v on N cells, ends held
+brusselator = EXAMPLE["brusselator"]
+start = EXAMPLE["initial_state"]
 
 
 P0 = np.array([1.0, 3.0, 0.02])
