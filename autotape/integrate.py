@@ -542,19 +542,17 @@ def _stepper(fun, tableau, method, rtol, atol, max_step, jac_sparsity, example):
     """The compiled attempt (t, y, k1, h, t_stop, *args) -> (t, y, k1, h, error norm),
     recorded at the ``example`` arguments."""
     key = (method, rtol, atol, max_step, jac_sparsity)
-    cacheable = jac_sparsity is None or isinstance(jac_sparsity, str)
-    try:
-        known = _steppers.setdefault(fun, {}) if cacheable else {}
-    except TypeError:                         # (not weakly referable: not cached)
-        known = {}
+    held, cacheable = ode_adjoint.weakly_held(fun)
+    cacheable = cacheable and (jac_sparsity is None or isinstance(jac_sparsity, str))
+    known = _steppers.setdefault(fun, {}) if cacheable else {}
     step = known.get(key)
     if step is None:
         system = _sparse_system(jac_sparsity, tableau, fun, example[0],
                                 as_tensor(example[1]), example[5:])
 
         def attempt(t, y, k1, h, stop, *args):
-            a = _attempt(_numbers_field(fun, args), tableau, t, y, k1, h, stop - t, rtol,
-                         atol, max_step, system)
+            a = _attempt(_numbers_field(held(), args), tableau, t, y, k1, h, stop - t,
+                         rtol, atol, max_step, system)
             return a.moved + (a.norm,)
         step = known[key] = compile_(attempt, *example)
     return step

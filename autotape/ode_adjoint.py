@@ -17,6 +17,7 @@ default, through-the-solver gradient by about the tolerance), and recomputing y
 backwards can lose accuracy on strongly dissipative (stiff) problems, as every
 backsolve adjoint (torchdiffeq's, diffrax's BacksolveAdjoint) does.
 """
+import types
 import weakref
 
 import numpy as np
@@ -27,7 +28,7 @@ from .grad_mode import enable_grad
 from .ops.indexing import as_tensor, concatenate
 from .tensor import Tensor
 
-__all__ = ["backsolve"]
+__all__ = ["backsolve", "weakly_held"]
 
 
 def backsolve(segments, fun, t_span, y0, times, args, options, jac_sparsity=None):
@@ -73,14 +74,35 @@ def backsolve(segments, fun, t_span, y0, times, args, options, jac_sparsity=None
 _augmenteds = weakref.WeakKeyDictionary()     # fun -> {n: its augmented system}
 
 
+def weakly_held(fun):
+    """(a function returning fun, whether fun can key a cache of weak keys): what a
+    cache of things made for fun holds, so that it does not keep fun alive. A bound
+    method (made anew at each attribute access, so its weak key dies at once) or an
+    object without weak references is held strongly and not cached.
+
+    >>> f = lambda t, y: -y
+    >>> held, cacheable = weakly_held(f)
+    >>> held() is f, cacheable
+    (True, True)
+    """
+    if isinstance(fun, types.MethodType):
+        return (lambda: fun), False
+    try:
+        return weakref.ref(fun), True
+    except TypeError:
+        return (lambda: fun), False
+
+
 def _augmented(fun, n):
     """The adjoint's right-hand side for fun with n states, in reversed time s = -t:
     z = (y, a, g) with dy/ds = -f, da/ds = a.df/dy, dg/ds = a.df/dp (one VJP of fun),
     the parameters p its args. One function per fun (its compiled step is kept)."""
-    known = _augmenteds.setdefault(fun, {})
+    held, cacheable = weakly_held(fun)
+    known = _augmenteds.setdefault(fun, {}) if cacheable else {}
     if n not in known:
         def augmented(t, z, *params):
             y, a = z[:n], z[n:2 * n]
+            fun = held()
             with enable_grad():
                 f_value, pull = func.vjp(lambda yy, *pp: as_tensor(fun(-t, yy, *pp)), y,
                                          *params)

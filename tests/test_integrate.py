@@ -460,3 +460,29 @@ def test_a_singular_step_matrix_is_named_eagerly_and_a_status_compiled():
     assert status == -2 and np.isnan(last)          # (not -1: the steps were not the cause)
     status, last = c(np.array(1.5)).numpy()
     assert status == 0 and last == pytest.approx(math.exp(6.0), rel=1e-3)
+
+
+def test_the_compiled_steps_do_not_keep_their_functions_alive():
+    """march's cache of compiled steps (and the adjoint's augmented systems) is keyed
+    weakly by fun: a solve with a fresh lambda leaves nothing behind; a bound method
+    (a new object at each access) works, uncached."""
+    import gc
+    gc.collect()
+    before = len(at.integrate._steppers)      # (module-level functions' stay)
+    for k in (1.0, 2.0):
+        p = at.tensor([k], requires_grad=True)
+        sol = solve_ivp(lambda t, y, p: -p * y, (0.0, 1.0), np.ones(2), args=(p,),
+                        t_eval=[1.0], rtol=1e-8, atol=1e-10, adjoint="backsolve")
+        assert float(at.grad(sol.y.sum(), p)[0]) == pytest.approx(-2 * math.exp(-k),
+                                                                  rel=1e-6)
+    del sol
+    gc.collect()
+    assert len(at.integrate._steppers) == before
+
+    class Model:
+        def field(self, t, y, p):
+            return -p * y
+    p = at.tensor([1.5], requires_grad=True)
+    sol = solve_ivp(Model().field, (0.0, 1.0), np.ones(1), args=(p,), t_eval=[1.0],
+                    rtol=1e-8, atol=1e-10, adjoint="backsolve")
+    assert float(at.grad(sol.y.sum(), p)[0]) == pytest.approx(-math.exp(-1.5), rel=1e-6)
