@@ -5,6 +5,7 @@ import pytest
 
 import autotape as at
 import autotape.func as F
+from autotape import graph_backward
 from fd import central_differences
 
 rng = np.random.default_rng(11)
@@ -418,3 +419,30 @@ def test_vmap_over_no_points_gives_empty_results():
     assert F.vmap(lambda x: x * 2.0)(np.zeros((0, 3))).shape == (0, 3)
     assert F.vmap(lambda x, y: (x + y, x.sum()))(np.zeros((0, 3)), np.zeros((0, 3)))[1] \
         .shape == (0,)
+
+
+def test_recorded_jvp_does_not_walk_the_graph_behind_its_inputs(monkeypatch):
+    """jvp of f at a point with a long history, differentiably (the point requires
+    grad): its two recorded sweeps stop at f's inputs and at its cotangents, so the rows
+    they visit do not grow with the history (they walked all of it at every call: an
+    implicit solver's step was quadratic in the steps)."""
+    visited = []
+    plain = graph_backward.RowView
+
+    class Counted(plain):
+        def __init__(self, tape, i):
+            visited.append(i)
+            super().__init__(tape, i)
+    monkeypatch.setattr(graph_backward, "RowView", Counted)
+    p = at.tensor(0.5, requires_grad=True)
+    rows = {}
+    for length in (10, 1000):
+        y = at.tensor([1.0, 2.0]) * p
+        for _ in range(length):                       # the history
+            y = at.sin(y) + 0.1 * y
+        visited.clear()
+        _, jt = F.jvp(lambda y: y * y * y, (y,), (at.ones(2),))
+        rows[length] = len(visited)
+        np.testing.assert_allclose(jt.detach().numpy(), 3 * y.detach().numpy() ** 2)
+        assert jt.requires_grad                       # (differentiable: the history's p)
+    assert rows[1000] == rows[10] < 60
