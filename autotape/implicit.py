@@ -34,7 +34,7 @@ from .ops.linalg import matmul, solve as dense_solve
 from .tape import tape_of_its_own
 from .tensor import Tensor, new_leaf
 
-__all__ = ["root", "fixed_point", "linear_solve", "SparseMatrix", "newton"]
+__all__ = ["root", "fixed_point", "linear_solve", "SparseMatrix", "newton", "as_numbers"]
 
 DENSE_MAX = 2000        # unknowns: above this, df/dx is applied matrix-free (GMRES)
 
@@ -47,8 +47,12 @@ def _apart():
         yield
 
 
-def _numbers(v):
-    """A value as a float64 array (a Tensor's value, without the graph)."""
+def as_numbers(v):
+    """A value as a float64 array (a Tensor's value, without the graph): a copy.
+
+    >>> as_numbers(at.tensor([1.0, 2.0], requires_grad=True))
+    array([1., 2.])
+    """
     if isinstance(v, Tensor):
         v = v.detach().numpy()
     return np.array(v, np.float64)
@@ -72,13 +76,13 @@ def newton(fun, x0, tol=1e-10, max_iter=50):
     shape = x.shape
     jacobian = func.jacfwd(lambda v: fun(v.reshape(shape)).reshape(-1))
     for _ in range(max_iter):
-        r = _numbers(fun(x)).reshape(-1)
+        r = as_numbers(fun(x)).reshape(-1)
         if not np.all(np.isfinite(r)):
             raise RuntimeError("newton: the residual is not finite at the iterate "
                                f"{x!r}")
         if np.abs(r).max(initial=0.0) <= tol:
             return x
-        J = _numbers(jacobian(x.reshape(-1))).reshape(r.size, x.size)
+        J = as_numbers(jacobian(x.reshape(-1))).reshape(r.size, x.size)
         try:
             step = np.linalg.solve(J, r)
         except np.linalg.LinAlgError:
@@ -114,7 +118,7 @@ def root(f, x0, *params, solve=None, tol=1e-10):
 
         def fun(x):                            # on numbers: what a user's solve gets
             with no_grad():
-                return _numbers(f(as_tensor(np.asarray(x, np.float64)), *constants))
+                return as_numbers(f(as_tensor(np.asarray(x, np.float64)), *constants))
         if solve is None:
             x = newton(lambda v: f(v, *constants), x0.copy(), tol)
         else:
@@ -129,7 +133,7 @@ def root(f, x0, *params, solve=None, tol=1e-10):
         if isinstance(g, Tensor):              # recorded (create_graph): on the graph
             return _implicit_cotangents(f, inputs, x, g)
         with _apart():
-            return tuple(_numbers(c) for c in _implicit_cotangents(f, inputs, x, g))
+            return tuple(as_numbers(c) for c in _implicit_cotangents(f, inputs, x, g))
     if not params:
         raise TypeError("root: give the parameters to differentiate with respect to "
                         "after x0 (f(x, *params)); without any, call the solver itself")
@@ -160,7 +164,7 @@ def _implicit_cotangents(f, params, x, g):
         except np.linalg.LinAlgError:
             raise RuntimeError("root: df/dx is singular at the root, so the root does not "
                                "depend smoothly on the parameters (no gradient)") from None
-        if not np.all(np.isfinite(_numbers(lam))):
+        if not np.all(np.isfinite(as_numbers(lam))):
             raise RuntimeError("root: df/dx is singular at the root (no gradient)")
     else:
         _, transposed = func.vjp(lambda v: f(v, *params).reshape(-1), x)
@@ -198,7 +202,7 @@ class SparseMatrix:
 
     def scipy(self, values=None):
         """The matrix as scipy's CSR with these values (the Tensor's by default)."""
-        values = _numbers(self.values) if values is None else values
+        values = as_numbers(self.values) if values is None else values
         return sp.csr_matrix((values, self.indices, self.indptr), shape=self.shape)
 
     def solver(self):
@@ -354,8 +358,8 @@ class MatrixFree:
 
         def apply(v):
             with no_grad():
-                return _numbers(self.matvec(as_tensor(np.asarray(v, np.float64)),
-                                            *constants)).reshape(-1)
+                return as_numbers(self.matvec(as_tensor(np.asarray(v, np.float64)),
+                                              *constants)).reshape(-1)
         op = spla.LinearOperator((self.n, self.n), matvec=apply, dtype=np.float64)
         x, info = self.solver(op, np.asarray(rhs, np.float64), rtol=self.tol, atol=0.0,
                               maxiter=self.maxiter)
@@ -371,7 +375,7 @@ class MatrixFree:
         def vjp(inputs, x, g):
             values = inputs[1:]
             t = self.transposed()
-            gb = t.solve(g, values) if isinstance(g, Tensor) else t.numbers(_numbers(g), values)
+            gb = t.solve(g, values) if isinstance(g, Tensor) else t.numbers(as_numbers(g), values)
             if not values:
                 return (gb,)
             if isinstance(g, Tensor):
@@ -379,5 +383,5 @@ class MatrixFree:
                 return (gb,) + tuple(-c for c in pullback(gb))
             with _apart():
                 _, pullback = func.vjp(lambda *ps: self.matvec(x, *ps), *values)
-                return (gb,) + tuple(-_numbers(c) for c in pullback(gb))
+                return (gb,) + tuple(-as_numbers(c) for c in pullback(gb))
         return CustomOp(forward, vjp, f"{self.method}_solve")(b, *params)

@@ -25,10 +25,9 @@ import scipy.sparse
 from . import func, sparse
 from .compile import compile as compile_
 from .guards import current_trace
-from .implicit import SparseMatrix
+from .implicit import SparseMatrix, as_numbers
 from .ops.indexing import as_tensor
 from .ops.linalg import matmul
-from .tensor import Tensor
 
 __all__ = ["SparseSystem"]
 
@@ -74,7 +73,7 @@ class SparseSystem:
         pattern holds everywhere; or its recording failed)."""
         traced = current_trace() is not None     # (reading traced values would be
         numbers = [np.asarray(t0, np.float64)] + [     # guards: any point gives the pattern)
-            np.ones(np.shape(a)) if traced else _numbers(a) for a in (y,) + tuple(args)]
+            np.ones(np.shape(a)) if traced else as_numbers(a) for a in (y,) + tuple(args)]
         key = tuple((a.shape, a.dtype.str) for a in numbers)
         try:
             known = _found.setdefault(fun, {})
@@ -96,10 +95,6 @@ class SparseSystem:
         # jvp walk the whole solve's graph behind it at every step)
         _, f_t = func.jvp(f, (t, y), (as_tensor(np.float64(1.0)), np.zeros(y.shape)))
         return f_t, solve
-
-
-def _numbers(v):
-    return np.array(v.detach().numpy() if isinstance(v, Tensor) else v, np.float64)
 
 
 def _recorded(fun, numbers):
