@@ -142,3 +142,44 @@ def test_nothing_hoisted_out_of_the_loop_reads_what_the_loop_writes(loop_bodies,
         np.testing.assert_array_equal(g.numpy(), want_g.numpy())
     eager = at.tensor(points[0], requires_grad=True)
     np.testing.assert_allclose(got[0][0].numpy(), f(eager).numpy(), rtol=1e-14)
+
+
+def _scalar_amid_a_run(p):
+    """Runs of 4-cell instructions with a scalar step (h, then g) computed amid each
+    that a later member of the run reads, broadcast: it must be computed before the
+    run's loop. (Twice in the step: wherever the loop's repetition is cut, one stays
+    whole.)"""
+    u = np.linspace(0.5, 1.0, 4).astype(p.dtype) * p[1]
+    h, g = p[0] * 1.0, p[0] * 2.0
+    loss = p[0] * 0.0
+    for _ in range(40):
+        a = u * 0.9                   # a member
+        h = h * 0.99 + 0.001          # a scalar: not a member, skipped over
+        b = a + 0.1                   # a member
+        c = b * h                     # a member that reads h
+        d = np.sin(c)
+        g = g * 0.98 + 0.002
+        e = d + 0.2
+        u = e * g - 0.1 * c
+        loss = loss + (u * u).sum()
+    return loss
+
+
+@pytest.mark.parametrize("fused", [True, False])
+def test_a_run_never_reads_what_an_instruction_it_skips_over_writes(loop_bodies,
+                                                                    monkeypatch, fused):
+    # h is skipped over (one cell), then b joins the run, then c, which reads h: c
+    # joined because only the instructions skipped since the run's last member were
+    # checked, so the run's loop read h before the code after it wrote h (an older bug
+    # of fused bodies: an ODE solve's compiled value off in the 3rd digit)
+    if not fused:
+        monkeypatch.setattr(fusion, "MIN_RUN", 10 ** 9)
+    x = np.array([0.3, 0.9])
+    c, plain, points, got, lean = _compiled_and_plain(_scalar_amid_a_run, x)
+    for p, (value, g) in zip(points, got):
+        want, want_g = plain.value_and_grad(p)
+        np.testing.assert_array_equal(value.numpy(), want.numpy())
+        np.testing.assert_array_equal(g.numpy(), want_g.numpy())
+    eager = at.tensor(points[0], requires_grad=True)
+    np.testing.assert_allclose(got[0][0].numpy(), _scalar_amid_a_run(eager).numpy(),
+                               rtol=1e-14)

@@ -103,10 +103,12 @@ def fused_groups(body, order, hoisted):
         n = int(body.instr[q, I_N])
         if group:
             size = int(body.instr[group[0], I_N])
-            moved_after = [b for b in between if b not in hoisted]
+            # every instruction skipped over since the run began runs after its
+            # loop: a member may read none of them
+            after = [b for b in skipped + between if b not in hoisted]
             joins = q not in hoisted and n == size and fusable(body, q) and \
-                not _touches(body, q, [int(body.instr[b, I_OUT]) for b in moved_after],
-                             max([int(body.instr[b, I_N]) for b in moved_after] + [0]))
+                not _touches(body, q, [int(body.instr[b, I_OUT]) for b in after],
+                             max([int(body.instr[b, I_N]) for b in after] + [0]))
             if joins:
                 for col, c, stride, moved in _reads(body, q):
                     length = n if stride else 1
