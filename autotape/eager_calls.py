@@ -33,7 +33,8 @@ from .thread_state import here
 # done, or when these are on disk: what a call at one point needs. Until the others are
 # there too, forward mode takes reverse sweeps and vmap's points run on one thread
 # (program.kernel_ready), and a recording on the tape path stays eager code.
-ONE_POINT = ("lower", "live_sets", "run_points")   # (forward mode: by reverse meanwhile)
+# (forward mode: by reverse meanwhile)
+ONE_POINT = ("lower", "live_sets", "reached_by_any", "run_points")
 TAPE_PATH = ("forward_replay", "replay_and_sweep")   # (for recordings it does not lower)
 CALLS = ("forward_range", "reverse_range")   # (a program calling users' numba functions:
                                              # their driver's, compiled beside, kernels/calls.py)

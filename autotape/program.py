@@ -18,7 +18,8 @@ from .kernels.loops import GROUPS as LOOP_GROUPS
 from .kernels.loops import constant_table, find_loop, loop_kernels, loop_source
 from .kernels.program import (COPY, GATHER, I_A, I_N, I_OP, I_OUT, I_P, I_SA, LOWERED,
                               SCATTER_ADD, forward_range, forward_range_points, live_sets,
-                              load_chunk, load_tangent_chunk, lower, reverse_range,
+                              load_chunk, load_tangent_chunk, lower, reached_by_any,
+                              reverse_range,
                               reverse_range_points, run_points, run_points_parallel,
                               run_tangents, run_tangents_parallel, seed_adjoints,
                               store_adjoints, store_tangents, store_values, tangent_range,
@@ -99,7 +100,7 @@ class LeanProgram:
     threads share it (each call has scratch of its own)."""
     __slots__ = ("instr", "pool", "divisor", "live", "const_slots", "const_vals",
                  "in_slots", "out_slots", "nslots", "loop", "loop_kernels", "loop_slots",
-                 "loop_table", "loop_code", "loop_ready", "what",
+                 "loop_table", "loop_code", "loop_ready", "loop_unswept", "what",
                  "calls", "segments", "reached", "user_calls", "driver", "codegen",
                  "next_look", "made_by")
 
@@ -145,6 +146,7 @@ class LeanProgram:
         p.loop = find_loop(instr, constant, pool) if loops else None
         p.loop_kernels = None               # compiled after COMPILE_LOOP_AFTER calls
         p.loop_slots = p.segments = p.reached = p.loop_table = p.loop_code = None
+        p.loop_unswept = None               # found with the body's code
         p.loop_ready = None                 # {(dtype, kernel group)} compiled
         p.what = "a loop"                   # (what the messages call it: compile.py's f)
         if p.loop is not None:
@@ -184,7 +186,8 @@ class LeanProgram:
     def __getstate__(self):
         state = {name: getattr(self, name) for name in self.__slots__
                  if name not in ("loop_kernels", "calls", "segments", "reached", "driver",
-                                 "codegen", "loop_code", "loop_ready", "next_look",
+                                 "codegen", "loop_code", "loop_ready", "loop_unswept",
+                                 "next_look",
                                  "made_by")}
         state["budget"] = self.segments.budget if self.segments is not None else False
         return state
@@ -195,6 +198,7 @@ class LeanProgram:
             setattr(self, name, value)
         self.loop_kernels = self.segments = self.reached = self.driver = None
         self.codegen = self.loop_code = self.loop_ready = self.made_by = None
+        self.loop_unswept = None
         self.calls, self.next_look = 0, 0.0
         if budget is not False:
             self.checkpoint(budget)
@@ -465,7 +469,8 @@ class LeanProgram:
             end = self.loop[0] + self.loop[1] * self.loop[2]
             self.loop_code = loop_source(self.instr, self.loop, self.const_slots,
                                          self._read_after(end), self.loop_table,
-                                         self.pool, self.divisor)
+                                         self.pool, self.divisor,
+                                         self.loop[0] + np.nonzero(self._unswept())[0])
         kernels = loop_kernels(*self.loop_code, dtype, group, wait=wait, what=self.what)
         if kernels is None:
             return False
@@ -616,10 +621,24 @@ class LeanProgram:
             sweep(o, 0, start)
             store_adjoints(G, C, self.in_slots, jac, p0, o)
 
+    def _unswept(self):
+        """Per instruction of the loop's first repetition: whether no output's reverse
+        sweep reaches it in any repetition (an adaptive solve's step control, frozen,
+        whose error norms pass nothing back). The body's reverse leaves them out: their
+        adjoints are zero, and zero times an inf partial would make nan."""
+        if self.loop_unswept is None:
+            start, period, repeats, _ = self.loop
+            reached = reached_by_any(self.instr, self.pool, self.nslots, self.out_slots)
+            self.loop_unswept = ~reached[start:start + period * repeats].reshape(
+                repeats, period).any(axis=0)
+        return self.loop_unswept
+
     def _loop_reached(self, live, start, end):
         """Whether the compiled body may sweep for this output: every instruction of
-        the loop is reached, or passes nothing back (a comparison, a step function)."""
-        skipped = live[start:end] == 0
+        the loop the body sweeps (all but ``_unswept``) is reached in every repetition,
+        or passes nothing back (a comparison, a step function)."""
+        repeats = (end - start) // self.loop[1]
+        skipped = (live[start:end] == 0) & ~np.tile(self._unswept(), repeats)
         return not skipped.any() or bool(passes_nothing_mask(
             self.instr[start:end, I_OP][skipped]).all())
 

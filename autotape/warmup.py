@@ -37,6 +37,7 @@ from .functions.shaping import roll
 from .jit import jit as jit_
 from .kernels import background, cache, calls
 from .kernels.loops import GROUPS as LOOP_GROUPS, compile_around
+from .kernels.program import WIDTH, reached_by_any
 from .kernels.blas import DGEMM
 from .kernels.sweep import (ALL_FAMILIES, ELEMENTWISE, REDUCE, VARIANTS, linalg_row_vjp,
                             sweep_for)
@@ -73,6 +74,9 @@ def _compiled():
     f = compile_(lambda x: (sin(x) * x * weights).sum() + x[0] * x[1], np.ones(3))
     f.grad(np.ones(3))                       # each call, bit for bit)
     f(np.ones(3))
+    # what a program with a loop finds before writing its body's code (program.py)
+    reached_by_any(np.zeros((0, WIDTH), np.int64), np.zeros(0, np.int64), 1,
+                   np.zeros(0, np.int64))
 
 
 def _more_compiled():

@@ -17,16 +17,18 @@ from autotape.kernels import fusion
 CELLS = 20
 OFFSETS = st.sampled_from([0, 1, 2])
 TERMS = st.lists(st.tuples(OFFSETS, OFFSETS, st.sampled_from(["add", "sub", "mul", "where",
-                                                                "param"])),
+                                                                "param", "scalar"])),
                  min_size=2, max_size=6)
 
 
 def _stencil_model(terms, steps=40):
     """A step reading u[o:o+n] slices at the drawn offsets, combined by the drawn ops,
-    a parameter broadcast over the cells, a boundary kept by concatenate."""
+    a parameter broadcast over the cells, a scalar carried from step to step (updated
+    amid the terms, read after them), a boundary kept by concatenate."""
     def f(p):
         u = np.cos(np.linspace(0.0, 3.0, CELLS)).astype(p.dtype)
         loss = p[0] * 0.0
+        s = p[1] * 1.0
         for _ in range(steps):
             n = CELLS - 2
             acc = u[1:-1] * p[1]
@@ -38,10 +40,15 @@ def _stencil_model(terms, steps=40):
                     acc = acc - 0.05 * (x - y)
                 elif kind == "mul":
                     acc = acc + 0.1 * x * y
+                elif kind == "scalar":
+                    s = s * 0.99 + 0.001
+                    acc = acc + 0.1 * x
                 elif kind == "where":
                     acc = np.where(x > y, acc + 0.01 * x, acc - 0.01 * y)
                 else:
                     acc = acc + p[0] * (x - 0.5 * y)
+            if any(kind == "scalar" for _, _, kind in terms):
+                acc = acc * s
             u = np.concatenate([u[:1], 0.5 * u[1:-1] + 0.01 * acc, u[-1:]])
             loss = loss + (u * u).mean()
         return loss

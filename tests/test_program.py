@@ -362,6 +362,46 @@ def test_a_loop_whose_body_a_row_does_not_reach_sweeps_it_interpreted(poisoned):
                                .numpy(), rtol=1e-14)
 
 
+def _frozen_step_control(p):
+    """An adaptive-looking step: its size h from an error estimate (a sqrt of 0:
+    derivative inf) frozen through a floor, as integrate._frozen does. No output's
+    reverse sweep reaches the estimate, in any repetition."""
+    u = np.linspace(0.5, 1.0, 4) * p[1]
+    h = p[0] * 0.0 + 0.05
+    loss = p[0] * 0.0
+    for _ in range(40):
+        u_new = u - h * p[0] * u * u
+        err = np.sqrt((u_new - u) * 0.0).sum()
+        h = np.exp2(np.floor(np.log2(h * (0.99 + err)) * 2.0 ** 32) * 2.0 ** -32)
+        u = u_new
+        loss = loss + (u * u).sum() * h
+    return loss
+
+
+def test_a_body_sweeps_without_what_no_output_reaches(loop_bodies, poisoned):
+    # the step control is left out of the body's reverse (instead of the whole loop
+    # sweeping on the interpreter): the gradient is the interpreter's, finite (the
+    # sqrt's zero adjoint times its inf partial would be nan)
+    x = np.array([0.7, 1.1])
+    c, plain = at.compile(_frozen_step_control, x), at.compile(_frozen_step_control, x)
+    points = [x * s for s in (1.0, 0.9, 1.1, 0.8, 1.2)]
+    got = [c.value_and_grad(p) for p in points]
+    lean = c._lean("value", [x]).lean
+    assert lean.loop_kernels is not None and lean._unswept().any()
+    assert all(lean._loop_reached_by(lean.live))              # (the body sweeps it)
+    assert "SQRT" not in lean.loop_code[1].split("def reverse(")[1].split("def ")[0]
+    _on_interpreter(plain)
+    for p, (value, g) in zip(points, got):
+        want, want_g = plain.value_and_grad(p)
+        assert np.isfinite(g.numpy()).all()
+        np.testing.assert_array_equal(value.numpy(), want.numpy())
+        np.testing.assert_array_equal(g.numpy(), want_g.numpy())
+    np.testing.assert_array_equal(F.vmap(c.grad)(np.stack(points)).numpy(),
+                                  np.stack([g.numpy() for _, g in got]))
+    # (eagerly, as in torch, the floor passes zeros back and 0 * inf makes nan: compiled
+    # programs sweep only what passes something back: docs/torch.md)
+
+
 def test_a_loop_survives_pickling():
     import pickle
     x = np.array([1.0, 0.3, 9.8, 0.1])

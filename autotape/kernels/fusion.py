@@ -56,6 +56,8 @@ def fusable(body, q):
 def _adds(body, q, outs=()):
     """The operand elements whose adjoints in memory instruction q adds to, as (slot,
     length, stride, moved, column): all but the run's own outputs ``outs`` (locals)."""
+    if q in body.unswept:
+        return []                               # (no reverse: adds nothing)
     n = int(body.instr[q, I_N])
     return [(c, n if stride else 1, stride, moved, col)
             for col, c, stride, moved in _reads(body, q)

@@ -330,9 +330,12 @@ class _Body:
     """One repetition's instructions and where each slot lives (see above)."""
 
     def __init__(self, instr, start, period, repeats, delta, constants, read_after,
-                 table=None, pool=None, divisor=None):
+                 table=None, pool=None, divisor=None, unswept=()):
         self.instr, self.start, self.period, self.delta = instr, start, period, delta
         self.pool, self.divisor = pool, divisor
+        # the instructions no output's reverse sweep reaches in any repetition (an
+        # adaptive step's control, frozen): the body's reverse leaves them out
+        self.unswept = set(unswept)
         self.arrays = {}                            # module-level index arrays, by name
         self.constants = constants
         # (slot where the table of per-repetition constants starts, its width, entries):
@@ -370,7 +373,8 @@ class _Body:
                         changed = True
         self.temporary = {q for q in body if q not in kept}
         # The temporaries the reverse sweep recomputes: those a VJP reads, and theirs.
-        need = {writes[e] for q in body for col in _reads_back(int(instr[q, I_OP]))
+        need = {writes[e] for q in body if q not in self.unswept
+                for col in _reads_back(int(instr[q, I_OP]))
                 for e in self._elements(q, col) if e in writes} & self.temporary
         for q in reversed(body):
             if q in need:
@@ -780,7 +784,7 @@ def _body(body, points):
             out = int(instr[q, I_OUT])
             clear.append(f"G[({out} + o) * C:({out + n} + o) * C] = 0.0" if points else
                          f"G[{out} + o:{out + n} + o] = 0.0")
-        if backward:
+        if backward and q not in body.unswept:
             rev.append((q, loops, backward, writes))
     steps, zero = _first_writes_assign(body, rev[::-1], points)
     reverse, done, scratch, pending = [], set(), [0], []
@@ -1003,7 +1007,8 @@ def signatures(dtype):
     return sigs
 
 
-def loop_source(instr, loop, constants, read_after, table=None, pool=None, divisor=None):
+def loop_source(instr, loop, constants, read_after, table=None, pool=None, divisor=None,
+                unswept=()):
     """(key, source): the numba module of the body of ``loop`` (find_loop's), keyed by
     its hash. Its functions are (forward, reverse, clear, tangent) for one point and the
     same for a chunk of C points (slot-major; each takes C last): forward(V, delta,
@@ -1012,10 +1017,11 @@ def loop_source(instr, loop, constants, read_after, table=None, pool=None, divis
     tangent carries K lanes. ``constants``: slots whose adjoints nobody reads;
     ``read_after``: the slots read after the loop; ``table``: (first slot, width,
     entries) of the per-repetition constants (constant_table), slots of V; ``pool``
-    and ``divisor``: the program's, for its gathers and scatters."""
+    and ``divisor``: the program's, for its gathers and scatters; ``unswept``: the
+    first repetition's instructions that no reverse sweep reaches, left out of it."""
     start, period, repeats, delta = loop
     body = _Body(instr, start, period, repeats, delta, set(int(c) for c in constants),
-                 set(int(r) for r in read_after), table, pool, divisor)
+                 set(int(r) for r in read_after), table, pool, divisor, unswept)
     functions = _functions(body, False) + _functions(body, True)
     arrays = "".join(f"{name} = np.array({values}, np.int64)\n"
                      for name, values in sorted(body.arrays.items()))

@@ -872,43 +872,68 @@ def run_points_parallel(instr, pool, divisor, live, const_slots, const_vals, in_
 def live_sets(instr, pool, nslots, out_slots):
     """For each output slot, the instructions its reverse sweep reaches (uint8 marks):
     the same for every point, so found once per program."""
-    producer = np.full(nslots, -1, np.int64)
-    for q in range(instr.shape[0]):
-        op, out, n = instr[q, I_OP], instr[q, I_OUT], instr[q, I_N]
-        for k in range(n):
-            producer[out + k] = q
+    producer = _producers(instr, nslots)
     live = np.zeros((out_slots.size, instr.shape[0]), np.uint8)
     for o in range(out_slots.size):
-        mark = live[o]
+        if producer[out_slots[o]] >= 0:
+            live[o, producer[out_slots[o]]] = 1
+        _mark_reached(instr, pool, producer, live[o])
+    return live
+
+
+@cached_njit()
+def reached_by_any(instr, pool, nslots, out_slots):
+    """The instructions some output's reverse sweep reaches (uint8 marks): the union of
+    live_sets', in one pass."""
+    producer = _producers(instr, nslots)
+    mark = np.zeros(instr.shape[0], np.uint8)
+    for o in range(out_slots.size):
         if producer[out_slots[o]] >= 0:
             mark[producer[out_slots[o]]] = 1
-        for q in range(instr.shape[0] - 1, -1, -1):
-            if not mark[q]:
-                continue
-            op, n = instr[q, I_OP], instr[q, I_N]
-            if op == CALL:
-                _mark_call_operands(instr, pool, producer, mark, q)
-                continue
-            if op == GATHER or op == SCATTER_ADD:
-                p = instr[q, I_P]
-                step = 1 if op == GATHER else 2
-                count = n if op == GATHER else instr[q, I_SA]
-                for k in range(count):
-                    r = producer[pool[p + step * k]]
-                    if r >= 0:
-                        mark[r] = 1
-                continue
-            if op != COPY and passes_nothing(op):
-                continue
-            last = 1 if op == COPY or op <= UNARY_LAST else 2
-            for t in range(last):
-                s = instr[q, I_A + t]
-                stride = 1 if op == COPY else instr[q, I_SA + t]
-                for k in range(n if stride else 1):
-                    r = producer[s + k]
-                    if r >= 0:
-                        mark[r] = 1
-    return live
+    _mark_reached(instr, pool, producer, mark)
+    return mark
+
+
+@register_jitable
+def _producers(instr, nslots):
+    """Per slot: the instruction that writes it (-1: an input or a constant)."""
+    producer = np.full(nslots, -1, np.int64)
+    for q in range(instr.shape[0]):
+        for k in range(instr[q, I_N]):
+            producer[instr[q, I_OUT] + k] = q
+    return producer
+
+
+@register_jitable
+def _mark_reached(instr, pool, producer, mark):
+    """Mark, from the marked instructions back, those whose values a marked one's VJP
+    passes an adjoint to (a comparison or a step function passes none)."""
+    for q in range(instr.shape[0] - 1, -1, -1):
+        if not mark[q]:
+            continue
+        op, n = instr[q, I_OP], instr[q, I_N]
+        if op == CALL:
+            _mark_call_operands(instr, pool, producer, mark, q)
+            continue
+        if op == GATHER or op == SCATTER_ADD:
+            p = instr[q, I_P]
+            step = 1 if op == GATHER else 2
+            count = n if op == GATHER else instr[q, I_SA]
+            for k in range(count):
+                r = producer[pool[p + step * k]]
+                if r >= 0:
+                    mark[r] = 1
+            continue
+        if op != COPY and passes_nothing(op):
+            continue
+        last = 1 if op == COPY or op <= UNARY_LAST else 2
+        for t in range(last):
+            s = instr[q, I_A + t]
+            stride = 1 if op == COPY else instr[q, I_SA + t]
+            for k in range(n if stride else 1):
+                r = producer[s + k]
+                if r >= 0:
+                    mark[r] = 1
 
 
 # ---- around a compiled loop (program.py): a chunk's inputs in, results out ----------------
