@@ -12,8 +12,11 @@ with the opcode a constant.
 
 Elementwise ops, WHERE, COPY, GATHER and SCATTER_ADD go in a body (a gather's or a
 scatter's sources each fixed or moved alike, read from index arrays in the generated
-module); a stretch with anything else stays with the interpreter (kernels/program.py),
-as does a reverse sweep that does not reach every instruction of the body.
+module); a stretch with anything else stays with the interpreter (kernels/program.py).
+The body's reverse leaves out the instructions no output reaches in any repetition (an
+adaptive step's frozen control: zero adjoints, which an inf partial would turn into
+nan); an output whose sweep skips others in some repetitions is swept by the
+interpreter.
 """
 import hashlib
 import os
