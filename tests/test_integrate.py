@@ -80,6 +80,26 @@ def test_compiled_once_and_mapped_over_points():
             np.testing.assert_allclose(grads.numpy()[k], grad.numpy(), rtol=1e-9)
 
 
+def test_a_compiled_solve_sweeps_in_checkpointed_segments():
+    # the step control, frozen, reaches no output: the loop body sweeps without it, so
+    # checkpoint="sqrt" (segments of the compiled body) applies to a solve too
+    def loss(p):
+        s = solve_ivp(lotka_volterra, (0.0, 10.0), Y0, t_eval=TIMES, args=(p,),
+                      rtol=1e-6, atol=1e-8, max_steps=300)
+        return (s.y ** 2).sum()
+    plain, segmented = at.compile(loss, P0), at.compile(loss, P0, checkpoint="sqrt")
+    lean = segmented._lean("value", [P0]).lean
+    assert lean.segments is not None and lean.segments.size < lean.nslots / 2
+    for _ in range(5):
+        value, grad = plain.value_and_grad(P0)
+    assert all(plain._lean("value", [P0]).lean._loop_reached_by(
+        plain._lean("value", [P0]).lean.live))
+    value2, grad2 = segmented.value_and_grad(P0)
+    assert float(value2) == float(value)
+    np.testing.assert_array_equal(grad2.numpy(), grad.numpy())
+    np.testing.assert_allclose(grad.numpy(), F.grad(loss)(P0).numpy(), rtol=1e-9)
+
+
 class _no_recording_again:
     """Fails if at.compile warns that it recorded again (a decision flipped)."""
 
