@@ -66,16 +66,21 @@ def _compiled_and_plain(f, x):
     return c, plain, points, got, lean
 
 
+def _same_bits(plain, points, got):
+    """The compiled body's (value, gradient) at each point are the interpreter's."""
+    for p, (value, g) in zip(points, got):
+        want, want_g = plain.value_and_grad(p)
+        np.testing.assert_array_equal(value.numpy(), want.numpy())
+        np.testing.assert_array_equal(g.numpy(), want_g.numpy())
+
+
 @settings(max_examples=8, deadline=None,
           suppress_health_check=[HealthCheck.function_scoped_fixture])
 @given(TERMS)
 def test_random_stencils_keep_the_interpreters_bits(loop_bodies, terms):
     x = np.array([0.3, 0.9])
     c, plain, points, got, lean = _compiled_and_plain(_stencil_model(terms), x)
-    for p, (value, g) in zip(points, got):
-        want, want_g = plain.value_and_grad(p)
-        np.testing.assert_array_equal(value.numpy(), want.numpy())
-        np.testing.assert_array_equal(g.numpy(), want_g.numpy())
+    _same_bits(plain, points, got)
 
 
 def _burgers(p):
@@ -100,10 +105,7 @@ def test_a_stencil_run_is_one_loop_with_deferred_terms(loop_bodies, dtype):
     assert re.search(r"\bz\d+ = V\.dtype\.type\(", reverse)      # values as locals
     assert re.search(r"\ba\d+ = ", reverse)                        # adjoints as locals
     assert len(re.findall(r"\bW\[\d+ \+ k\] = ", reverse)) >= 2    # deferred terms
-    for p, (value, g) in zip(points, got):
-        want, want_g = plain.value_and_grad(p)
-        np.testing.assert_array_equal(value.numpy(), want.numpy())
-        np.testing.assert_array_equal(g.numpy(), want_g.numpy())
+    _same_bits(plain, points, got)
     many = np.stack(points)                                  # (the chunk-of-points code)
     np.testing.assert_array_equal(F.vmap(c.grad)(many).numpy(),
                                   np.stack([g.numpy() for _, g in got]))
@@ -143,10 +145,7 @@ def test_nothing_hoisted_out_of_the_loop_reads_what_the_loop_writes(loop_bodies,
     f = _stencil_model([(1, 2, "mul"), (0, 1, "param"), (0, 0, "param")])
     x = np.array([0.3, 0.9])
     c, plain, points, got, lean = _compiled_and_plain(f, x)
-    for p, (value, g) in zip(points, got):
-        want, want_g = plain.value_and_grad(p)
-        np.testing.assert_array_equal(value.numpy(), want.numpy())
-        np.testing.assert_array_equal(g.numpy(), want_g.numpy())
+    _same_bits(plain, points, got)
     eager = at.tensor(points[0], requires_grad=True)
     np.testing.assert_allclose(got[0][0].numpy(), f(eager).numpy(), rtol=1e-14)
 
@@ -183,10 +182,7 @@ def test_a_run_never_reads_what_an_instruction_it_skips_over_writes(loop_bodies,
         monkeypatch.setattr(fusion, "MIN_RUN", 10 ** 9)
     x = np.array([0.3, 0.9])
     c, plain, points, got, lean = _compiled_and_plain(_scalar_amid_a_run, x)
-    for p, (value, g) in zip(points, got):
-        want, want_g = plain.value_and_grad(p)
-        np.testing.assert_array_equal(value.numpy(), want.numpy())
-        np.testing.assert_array_equal(g.numpy(), want_g.numpy())
+    _same_bits(plain, points, got)
     eager = at.tensor(points[0], requires_grad=True)
     np.testing.assert_allclose(got[0][0].numpy(), _scalar_amid_a_run(eager).numpy(),
                                rtol=1e-14)
