@@ -230,7 +230,8 @@ class LeanProgram:
             self._run_driver(X, values, jac, jacobian, live)
             return values, (jac if jacobian else None)
         if not self._generating(X.dtype) and \
-                self._loop_ready(X.dtype, "reverse" if B == 1 else "reverse_points"):
+                self._loop_ready(X.dtype, "reverse" if self._most_points(B) == 1
+                                 else "reverse_points"):
             compiled = self._loop_reached_by(live) if jacobian else []
             segments = self.segments if all(compiled) else None
             slots = segments.size if segments is not None else self.nslots
@@ -484,7 +485,7 @@ class LeanProgram:
     def wait_compiled(self, dtype=np.float64):
         """Compile (or load) now what later calls would run interpreted until a compile
         beside them finished: the generated program (its reverse kernels and forward
-        mode with a lane per input), or every variant of the loop body."""
+        mode with a lane per input), or every variant of the loop body its calls run."""
         if self._generating(np.dtype(dtype)):
             plan, sigs = codegen.plan(self), codegen.cpu_signatures()
             lanes = self.in_slots.size
@@ -507,7 +508,15 @@ class LeanProgram:
                 return
         if self.loop is not None and self.user_calls is None:
             for group in LOOP_GROUPS:
-                self._compile_loop(np.dtype(dtype), group, "every")
+                if group != "reverse_points" or self._most_points(2) > 1:
+                    self._compile_loop(np.dtype(dtype), group, "every")
+
+    def _most_points(self, B):
+        """The most points a chunk of the compiled loop's gradient takes for B points:
+        at 1 (a program too large for more), its chunk-of-points kernels are never
+        run, so never compiled (they would double a large body's minutes)."""
+        slots = self.segments.size if self.segments is not None else self.nslots
+        return 1 if B == 1 else chunk_size(slots, least=1)
 
     def _each_chunk(self, B, chunk, workers, slots, lanes, dtype, work):
         """``work(V, W, p0, C)`` for the chunks of B points, spread over ``workers``

@@ -78,6 +78,11 @@ def test_compiled_once_and_mapped_over_points():
             np.testing.assert_allclose(grad.numpy(), F.grad(loss)(points[k]).numpy(),
                                        rtol=1e-9)
             np.testing.assert_allclose(grads.numpy()[k], grad.numpy(), rtol=1e-9)
+    # 4.4 MB of slots a point: its points go one at a time through the one-point body
+    # (chunks of 4 took 2.7x as long), whose chunk-of-points kernels are never compiled
+    lean = c._lean("value", [P0]).lean
+    assert lean._most_points(6) == 1 and lean.loop_ready is not None
+    assert {group for _, group in lean.loop_ready} == {"reverse"}
 
 
 def test_a_compiled_solve_sweeps_in_checkpointed_segments():
