@@ -279,8 +279,9 @@ class Compiled:
     def wait_compiled(self):
         """Compile now what the calls so far would run on the interpreter until a compile
         beside them is ready (a time-stepping loop's body, compiled from the second call
-        on; see docs/first-run.md), and wait for it: a benchmark's warm-up, so that no
-        timed call waits or runs interpreted. Returns self.
+        on, for the kinds of call made so far: gradients, vmap, forward mode; see
+        docs/first-run.md), and wait for it: a benchmark's warm-up, so that no timed
+        call of those kinds waits or runs interpreted. Returns self.
 
         >>> f = at.compile(lambda x: (x ** 3).sum(), np.ones(2))
         >>> f.wait_compiled() is f

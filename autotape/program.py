@@ -103,7 +103,8 @@ class LeanProgram:
     threads share it (each call has scratch of its own)."""
     __slots__ = ("instr", "pool", "divisor", "live", "const_slots", "const_vals",
                  "in_slots", "out_slots", "nslots", "loop", "loop_kernels", "loop_slots",
-                 "loop_table", "loop_code", "loop_ready", "loop_unswept", "what",
+                 "loop_table", "loop_code", "loop_ready", "loop_unswept", "loop_wanted",
+                 "what",
                  "calls", "segments", "reached", "user_calls", "driver", "codegen",
                  "next_look", "made_by")
 
@@ -150,6 +151,7 @@ class LeanProgram:
         p.loop_kernels = None               # compiled after COMPILE_LOOP_AFTER calls
         p.loop_slots = p.segments = p.reached = p.loop_table = p.loop_code = None
         p.loop_unswept = None               # found with the body's code
+        p.loop_wanted = set()               # the kernel groups calls have asked for
         p.loop_ready = None                 # {(dtype, kernel group)} compiled
         p.what = "a loop"                   # (what the messages call it: compile.py's f)
         if p.loop is not None:
@@ -190,7 +192,7 @@ class LeanProgram:
         state = {name: getattr(self, name) for name in self.__slots__
                  if name not in ("loop_kernels", "calls", "segments", "reached", "driver",
                                  "codegen", "loop_code", "loop_ready", "loop_unswept",
-                                 "next_look",
+                                 "loop_wanted", "next_look",
                                  "made_by")}
         state["budget"] = self.segments.budget if self.segments is not None else False
         return state
@@ -201,7 +203,7 @@ class LeanProgram:
             setattr(self, name, value)
         self.loop_kernels = self.segments = self.reached = self.driver = None
         self.codegen = self.loop_code = self.loop_ready = self.made_by = None
-        self.loop_unswept = None
+        self.loop_unswept, self.loop_wanted = None, set()
         self.calls, self.next_look = 0, 0.0
         if budget is not False:
             self.checkpoint(budget)
@@ -446,6 +448,7 @@ class LeanProgram:
         or ``AUTOTAPE_BACKGROUND_COMPILE=0`` waits for it."""
         if self.loop is None:
             return False
+        self.loop_wanted.add(group)
         ready = self.loop_ready
         if ready is not None and (dtype, group) in ready:
             return True
@@ -485,7 +488,9 @@ class LeanProgram:
     def wait_compiled(self, dtype=np.float64):
         """Compile (or load) now what later calls would run interpreted until a compile
         beside them finished: the generated program (its reverse kernels and forward
-        mode with a lane per input), or every variant of the loop body its calls run."""
+        mode with a lane per input), or the loop body's kernels for what the calls so
+        far have asked for (one point or chunks, gradients or forward mode; gradients
+        at one point always)."""
         if self._generating(np.dtype(dtype)):
             plan, sigs = codegen.plan(self), codegen.cpu_signatures()
             lanes = self.in_slots.size
@@ -507,8 +512,10 @@ class LeanProgram:
             if all(self.codegen.get(kind) is not False for kind, _ in kinds):
                 return
         if self.loop is not None and self.user_calls is None:
+            # what the calls so far have asked for (a benchmark's warm-up calls): a
+            # large body's forward-mode kernels take most of its minutes to compile
             for group in LOOP_GROUPS:
-                if group != "reverse_points" or self._most_points(2) > 1:
+                if group == "reverse" or group in self.loop_wanted:
                     self._compile_loop(np.dtype(dtype), group, "every")
 
     def _most_points(self, B):

@@ -81,7 +81,16 @@ def test_calls_run_the_interpreter_until_the_body_compiled_beside_them_is_ready(
     err = capfd.readouterr().err
     assert err.count("compiling the loop in model (test_background.py, line") == 1
     assert "beside the calls" in err
-    assert c.wait_compiled() is c
+    assert c.wait_compiled() is c               # (what the calls so far asked for)
+    assert lean.loop_ready == {(np.dtype(np.float64), "reverse")}
+    points = THETA * np.linspace(0.8, 1.2, 5)[:, None]
+    for call in (lambda f: f.jacfwd(THETA), lambda f: F.vmap(f.grad)(points),
+                 lambda f: F.vmap(f.jacfwd)(points)):
+        start = time.perf_counter()                          # the others beside, again
+        np.testing.assert_allclose(call(c).numpy(), call(plain).numpy(), rtol=1e-12)
+        assert time.perf_counter() - start < 1.0
+    capfd.readouterr()
+    c.wait_compiled()
     assert lean.loop_ready == {(np.dtype(np.float64), g) for g in loops.GROUPS}
     for s in (1.0, 1.1, 0.9):
         v, g = c.value_and_grad(THETA * s)
@@ -90,7 +99,6 @@ def test_calls_run_the_interpreter_until_the_body_compiled_beside_them_is_ready(
         np.testing.assert_allclose(v.item(), wv.item(), rtol=1e-13)
     np.testing.assert_allclose(c.jacfwd(THETA).numpy(), plain.jacfwd(THETA).numpy(),
                                rtol=1e-12)
-    points = THETA * np.linspace(0.8, 1.2, 5)[:, None]
     np.testing.assert_allclose(F.vmap(c.grad)(points).numpy(),
                                F.vmap(plain.grad)(points).numpy(), rtol=1e-12)
     assert "compiling the loop" not in capfd.readouterr().err   # loaded, never said again
@@ -124,7 +132,11 @@ def test_a_second_process_loads_the_body_and_what_runs_around_it_from_disk(monke
     with the argument types program.py's calls have (loops.compile_around)."""
     monkeypatch.setenv(background.ENABLED_ENV, "1")
     seed = _seed()
-    at.compile(_model(seed), THETA).wait_compiled()
+    c = at.compile(_model(seed), THETA)
+    points = THETA * np.linspace(0.8, 1.2, 5)[:, None]
+    c.value_and_grad(THETA), c.jacfwd(THETA), F.vmap(c.grad)(points)    # (every kind of
+    F.vmap(c.jacfwd)(points)                                              # call: compiled)
+    c.wait_compiled()
     env = dict(os.environ, **{background.ENABLED_ENV: "1"})
     code = _SECOND_PROCESS.format(tests=os.path.dirname(__file__), seed=seed)
     out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True,
