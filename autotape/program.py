@@ -19,9 +19,9 @@ from .kernels.loops import constant_table, find_loop, loop_kernels, loop_source
 from .kernels.program import (COPY, GATHER, I_A, I_N, I_OP, I_OUT, I_P, I_SA, LOWERED,
                               SCATTER_ADD, forward_range, forward_range_points, live_sets,
                               load_chunk, load_tangent_chunk, lower, reached_by_any,
-                              reverse_range,
-                              reverse_range_points, run_points, run_points_parallel,
-                              run_tangents, run_tangents_parallel, seed_adjoints,
+                              reverse_range, reverse_range_points, run_points,
+                              run_points_parallel, run_tangents, run_tangents_parallel,
+                              seed_adjoints,
                               store_adjoints, store_tangents, store_values, tangent_range,
                               tangent_range_points)
 from .thread_state import here
@@ -104,8 +104,7 @@ class LeanProgram:
     __slots__ = ("instr", "pool", "divisor", "live", "const_slots", "const_vals",
                  "in_slots", "out_slots", "nslots", "loop", "loop_kernels", "loop_slots",
                  "loop_table", "loop_code", "loop_ready", "loop_unswept", "loop_wanted",
-                 "what",
-                 "calls", "segments", "reached", "user_calls", "driver", "codegen",
+                 "what", "calls", "segments", "reached", "user_calls", "driver", "codegen",
                  "next_look", "made_by")
 
     @classmethod
@@ -192,8 +191,7 @@ class LeanProgram:
         state = {name: getattr(self, name) for name in self.__slots__
                  if name not in ("loop_kernels", "calls", "segments", "reached", "driver",
                                  "codegen", "loop_code", "loop_ready", "loop_unswept",
-                                 "loop_wanted", "next_look",
-                                 "made_by")}
+                                 "loop_wanted", "next_look", "made_by")}
         state["budget"] = self.segments.budget if self.segments is not None else False
         return state
 
