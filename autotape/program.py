@@ -21,9 +21,8 @@ from .kernels.program import (COPY, GATHER, I_A, I_N, I_OP, I_OUT, I_P, I_SA, LO
                               load_chunk, load_tangent_chunk, lower, reached_by_any,
                               reverse_range, reverse_range_points, run_points,
                               run_points_parallel, run_tangents, run_tangents_parallel,
-                              seed_adjoints,
-                              store_adjoints, store_tangents, store_values, tangent_range,
-                              tangent_range_points)
+                              seed_adjoints, store_adjoints, store_tangents, store_values,
+                              tangent_range, tangent_range_points)
 from .thread_state import here
 from .checkpointing import NotCheckpointable, Segments
 
