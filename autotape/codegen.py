@@ -50,8 +50,8 @@ from .kernels import background
 from .kernels.cache import cache_dir, generated_file, import_generated
 from .kernels.elementwise import passes_nothing
 from .kernels.loops import binary_adjoints, pool_reads
-from .kernels.program import (COPY, GATHER, I_A, I_N, I_OP, I_OUT, I_SA, SCATTER_ADD,
-                              live_sets)
+from .kernels.program import (COPY, GATHER, I_A, I_N, I_OP, I_OUT, I_SA, LANES,
+                              SCATTER_ADD, live_sets)
 from .opcodes import (ABS, ADD, BINARY_LAST, CEIL, DIV, FLOOR, MUL, NEG, RELU, ROUND, SIGN,
                       SQUARE, SUB, UNARY_LAST, opcode_name)
 
@@ -381,9 +381,21 @@ def _reverse(code, plan, q, in_body, adjoint):
         return
     if op != COPY and op != GATHER and passes_nothing(op):
         return
-    for z, gz, row in zip(outs, g, per):
+    # a broadcast operand's terms in LANES partial sums (kernels/program.py), added after
+    lanes = {}
+    if len(outs) > 1 and op != COPY and op != GATHER:
+        for t in range(1 if op <= UNARY_LAST else 2):
+            name = per[0][t][1]
+            if int(plan.instr[q, I_SA + t]) == 0 and name is not None and adjoint(name):
+                lanes[t] = adjoint(name)
+                for j in range(LANES):
+                    code.add(f"l{t}_{j} = 0.0")
+
+    def to(t, k, name):
+        return f"l{t}_{k % LANES}" if t in lanes else (adjoint(name) if name else None)
+    for k, (z, gz, row) in enumerate(zip(outs, g, per)):
         (x, nx) = row[0]
-        gx = adjoint(nx) if nx is not None else None
+        gx = to(0, k, nx)
         if op == COPY or op == GATHER:
             if gx:
                 code.add(f"{gx} += {gz}")
@@ -392,7 +404,7 @@ def _reverse(code, plan, q, in_body, adjoint):
                 code.add(f"{gx} += times({op}, {gz}, unary_partial({op}, {x}, {z}))")
         elif op <= BINARY_LAST:
             (y, ny) = row[1]
-            gy = adjoint(ny) if ny is not None else None
+            gy = to(1, k, ny)
             dx, dy = binary_adjoints(op, gz, x, y, z)
             if gx:
                 code.add(f"{gx} += {dx}")
@@ -400,12 +412,14 @@ def _reverse(code, plan, q, in_body, adjoint):
                 code.add(f"{gy} += {dy}")
         else:
             (y, ny), (w, _) = row[1], row[2]
-            gy = adjoint(ny) if ny is not None else None
+            gy = to(1, k, ny)
             if gx or gy:
                 with code.block(f"if {w} != 0:"):
                     code.add(f"{gx} += {gz}" if gx else "pass")
                 with code.block("else:"):
                     code.add(f"{gy} += {gz}" if gy else "pass")
+    for t, target in lanes.items():
+        code.add(f"{target} += (l{t}_0 + l{t}_1) + (l{t}_2 + l{t}_3)")
 
 
 def _tangent(code, plan, q, in_body, lanes):

@@ -269,6 +269,7 @@ class Compiled:
         self.checkpoint = checkpoint
         self.traces = 0
         self._programs = {}
+        self._one_point = None                 # (key, program) of value_and_grad's last
         self._guard_failures = 0
         self._lean("value", call_arguments(example_args, example=True))
 
@@ -323,6 +324,7 @@ class Compiled:
         self.traces = state["traces"]
         self.checkpoint = state["checkpoint"]
         self._guard_failures = 0
+        self._one_point = None
         self._programs = {key: _unpickled_program(fields) for key, fields in
                           state["programs"].items()}
 
@@ -346,10 +348,22 @@ class Compiled:
     def value_and_grad(self, *args):
         """``(f(*args), gradient)`` for a scalar f; the gradient has the structure of
         the arguments (one Tensor, or a tuple for several)."""
+        fast = self._one_point
+        if fast is not None and len(args) == 1:  # (a small model's call: ~5 us less)
+            a, (key, p) = args[0], fast
+            if type(a) is np.ndarray and a.dtype == F64 and a.shape == key[1] and \
+                    a.flags.c_contiguous and self._programs.get(key) is p and \
+                    p.lean is not None and (not p.captured or _unchanged(p.captured)):
+                found = p.lean.gradient_at(a)
+                if found is not None:
+                    return new_leaf(float(found[0][0, 0]), (), F64), \
+                        new_leaf(found[1].reshape(a.shape), a.shape, F64)
         args = call_arguments(args)
         p = self._lean("value", args, one_point=True)
         if p is not None:
             out = _scalar_output(p, "value_and_grad")
+            if len(args) == 1 and args[0].dtype == F64:
+                self._one_point = (_key("value", args), p)
             values, jac = p.lean.run(joined(args)[None], jacobian=True)
             (value,), (grads,) = (_lean_values(p.outputs, values[0]),
                                   _lean_jacobian(p, p.outputs, jac[0]))

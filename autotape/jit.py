@@ -271,6 +271,10 @@ class Jit:
         program = self._programs.get(key)
         if program and eager_calls.ready():    # (else its kernels compile beside)
             lean, shape = program
+            found = lean.gradient_at(wrt[0]) if jacobian and len(wrt) == 1 and \
+                wrt[0].dtype == np.float64 and wrt[0].flags.c_contiguous else None
+            if found is not None:              # (a small model's call: ~3 us less)
+                return found[0][0], found[1][0], shape, wrt
             X = np.concatenate([a.reshape(-1) for a in wrt])[None] if len(wrt) > 1 \
                 else wrt[0].reshape(1, -1)
             values, jac = lean.run(X, jacobian=jacobian)

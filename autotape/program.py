@@ -38,6 +38,7 @@ LOOK_EVERY = 0.02
 GENERATED_ENV = "AUTOTAPE_GENERATED"   # =0: programs run without codegen.py's kernels
 GENERATED_SLICE = 64                   # points per thread, at least, in generated kernels
 GENERATED_SCRATCH_BYTES = 4 << 20      # states a thread keeps for a generated reverse sweep
+FLOAT64 = np.dtype(np.float64)
 POISON_SCRATCH = False       # tests set it: scratch starts as nan, not as the last call's
 
 
@@ -396,6 +397,29 @@ class LeanProgram:
         else:
             self._looked_in_vain()
         return found
+
+    def gradient_at(self, x):
+        """(values (1, 1), d value / d input (1, 1, inputs)) of a one-output program at
+        one point x (its inputs' float64 elements, contiguous), by the generated code
+        straight away (a small model's call: ~1.5 us of Python beside its kernel, where
+        ``run`` takes ~5); None where that code is not compiled (yet) or does not run
+        this program."""
+        kept = self.codegen.get("one_point") if self.codegen else None
+        if kept is None:
+            whole = self.codegen.get(("cpu", "reverse")) if self.codegen else None
+            if not whole or self.out_slots.size != 1 or self.user_calls is not None:
+                return None
+            plan = codegen.plan(self)
+            ck, sg = plan.scratch("cpu")
+            kept = self.codegen["one_point"] = (whole.run_reverse, plan.table, max(1, ck),
+                                                max(1, sg))
+        if self.segments is not None:
+            return None
+        run_reverse, tab, ck, sg = kept
+        values, jac = np.empty((1, 1)), np.empty((1, 1, x.size))
+        buf = _scratch(ck + sg, FLOAT64)        # (the thread's: fresh pages cost more)
+        run_reverse(x.reshape(1, x.size), tab, values, jac, buf[:ck], buf[ck:ck + sg])
+        return values, jac
 
     def _table(self):
         return codegen.plan(self).table

@@ -108,3 +108,15 @@ def loss_in_the_loop(L):
             loss = loss + (x - math.cos(0.1 * i)) ** 2
         return L.stack([loss, x * v, t[1] * 1.0, L.exp(v)])
     return f
+
+
+def broadcast_where(L):
+    """A parameter broadcast over 9 cells into one branch of a where and into a product
+    in a loop: its adjoint is summed in lanes (kernels/program.py, LANES) by every
+    runner of a lean program."""
+    def f(k):
+        x = k[0] * np.linspace(-1.0, 1.0, 9)
+        for _ in range(60):
+            x = L.where(x > 0.2, k[1], x) * 0.9 + 0.05 * x * k[2]
+        return (x * x).sum()
+    return f

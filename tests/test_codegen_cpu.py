@@ -19,7 +19,7 @@ from autotape import codegen, program
 from autotape.kernels import background
 from autotape.kernels.program import I_OP
 from autotape.opcodes import EXP, SIN
-from programs import LOOP_BODIES, loop_model, loss_in_the_loop
+from programs import LOOP_BODIES, broadcast_where, loop_model, loss_in_the_loop
 from test_background import THETA, _model
 
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent / "benchmarks"))
@@ -101,6 +101,13 @@ def test_a_where_with_a_constant_branch_in_the_loop():
     ks = np.array([[1.0, 0.8], [0.2, 0.3], [0.9, 0.4]])
     c, twin = _twins(f, ks[0])
     _identical(c, twin, ks, ("value_and_grad",))
+
+
+def test_a_broadcast_operand_in_the_loop_and_in_a_where():
+    ks = np.array([1.0, 0.5, 0.7]) * np.random.default_rng(4).uniform(0.8, 1.2, (3, 3))
+    c, twin = _twins(broadcast_where(at), ks[0])
+    _identical(c, twin, ks, ("value_and_grad",))
+    assert _ran_generated(c, ks[0])
 
 
 @settings(max_examples=6, deadline=None)

@@ -13,6 +13,7 @@ from hypothesis import strategies as st
 import autotape as at
 import autotape.func as F
 from autotape.kernels import fusion
+from programs import broadcast_where
 
 CELLS = 20
 OFFSETS = st.sampled_from([0, 1, 2])
@@ -186,3 +187,16 @@ def test_a_run_never_reads_what_an_instruction_it_skips_over_writes(loop_bodies,
     eager = at.tensor(points[0], requires_grad=True)
     np.testing.assert_allclose(got[0][0].numpy(), _scalar_amid_a_run(eager).numpy(),
                                rtol=1e-14)
+
+
+@pytest.mark.parametrize("fused", [True, False])
+def test_a_broadcast_operands_lanes_agree_with_the_interpreters(loop_bodies, monkeypatch,
+                                                                fused):
+    # a parameter broadcast into a where's branch and into a product: its terms go to
+    # W and are summed in lanes after the loop (lane_sum), as the interpreter sums them
+    if not fused:
+        monkeypatch.setattr(fusion, "MIN_RUN", 10 ** 9)
+    x = np.array([1.0, 0.5, 0.7])
+    c, plain, points, got, lean = _compiled_and_plain(broadcast_where(np), x)
+    assert "lane_sum(W, " in lean.loop_code[1]
+    _same_bits(plain, points, got)

@@ -12,7 +12,7 @@ import pytest
 import autotape as at
 import autotape.func as F
 from autotape import opcodes
-from autotape.kernels.loops import _broadcast_sums
+from autotape.kernels.loops import _broadcast_lanes
 from test_op_table import SAMPLES, _recorded_ops
 
 # the ops the lean program leaves to the tape's interpreting kernels
@@ -514,30 +514,55 @@ def test_a_body_too_long_to_compile_stays_with_the_interpreter(monkeypatch):
                                .numpy(), rtol=1e-14)
 
 
-def test_a_broadcast_operands_adjoint_is_summed_in_a_local(loop_bodies):
+def test_a_broadcast_operands_adjoint_is_summed_in_lanes(loop_bodies):
     # c * u in a loop body: c's adjoint gets a term at every element; the generated
-    # reverse sums them in a local in the same order, so the bits are the interpreter's
+    # reverse sums them in lanes after the loop, as the interpreter sums them: the bits
+    # are the interpreter's
     x = np.array([0.5])
     c, plain = at.compile(_burgers, x), at.compile(_burgers, x)
     for s in (1.0, 0.9, 1.1):
         c.grad(x * s)
     lean = c._programs[next(iter(c._programs))].lean
     assert lean.loop_kernels is not None
-    assert "acc0 = V.dtype.type(acc0 + " in lean.loop_code[1]    # (the body's source)
+    assert "+= lane_sum(W, " in lean.loop_code[1]                # (the body's source)
     _on_interpreter(plain)
     for s in (1.0, 0.7):
         np.testing.assert_array_equal(c.grad(x * s).numpy(), plain.grad(x * s).numpy())
 
 
-def test_broadcast_sums_only_where_nothing_else_touches_the_element():
-    loop = ["for k in range(4):"]
+def test_a_broadcast_term_goes_to_the_buffer_and_is_summed_in_lanes_after_the_loop():
+    loop = ["for k in range(6):"]
     body = ["gx, gy = f64(Go[20 + k]) * f64(T[3 + k]), f64(Go[20 + k]) * f64(T[9])",
             "GT[9] += gx", "GT[3 + k] = gy"]
-    lines, before, after = _broadcast_sums(loop, body)
-    assert lines[1] == "acc0 = V.dtype.type(acc0 + (gx))" and before == ["acc0 = GT[9]"] and \
-        after == ["GT[9] = acc0"]
-    clash = body[:2] + ["GT[6 + k] = gy"]           # 6 + 3 = 9: the loop writes GT[9]
-    assert _broadcast_sums(loop, clash)[0] == clash
-    other_name = ["G[2] += f64(Go[5 + k])"]          # G and Go: the same memory
-    assert _broadcast_sums(loop, other_name)[0] == other_name
-    assert _broadcast_sums(["for k in range(4):", "for j in range(C):"], body)[0] == body
+    scratch = [10]
+    lines, after = _broadcast_lanes(loop, body, scratch, False)
+    assert lines == [body[0], "W[10 + k] = gx", body[2]] and scratch == [16]
+    assert after == ["GT[9] += lane_sum(W, 10, 6, 1)"]
+    where = ["if f64(T[k]) != 0:", "    G[2] += f64(Go[5 + k])", "else:",
+             "    GT[4 + k] += f64(Go[5 + k])  # WHERE"]
+    lines, after = _broadcast_lanes(loop, where, [0], False)   # (the other branch: 0.0)
+    assert lines[:3] == ["W[0 + k] = 0.0", "if f64(T[k]) != 0:", "    W[0 + k] = f64(Go[5 + k])"]
+    points = ["gx = f64(Go[(20 + k) * C + j])", "GT[(9) * C + j] += gx"]
+    lines, after = _broadcast_lanes(loop + ["for j in range(C):"], points, [0], True)
+    assert lines[1] == "W[(0 + k) * C + j] = gx"
+    assert after == ["for j in range(C):", "    GT[(9) * C + j] += lane_sum(W, 0 * C + j, 6, C)"]
+
+
+def test_a_broadcast_operands_terms_are_summed_in_four_lanes():
+    # c * X over 37 cells: c's adjoint from every cell, summed as LANES partial sums
+    # (element k into lane k % 4, in order), added once as (s0 + s1) + (s2 + s3): a
+    # running sum made every addition wait on the last
+    rng = np.random.default_rng(0)
+    X = rng.uniform(-1.0, 1.0, 37) * 10.0 ** rng.uniform(-8.0, 8.0, 37)
+    c = at.compile(lambda p: (p[0] * X).sum() + p[1], np.ones(2))
+    g = c.grad(np.array([0.5, 1.0])).numpy()
+    lanes = [0.0] * 4
+    for k in range(37):
+        lanes[k % 4] += X[k]
+    assert g[0] == (lanes[0] + lanes[1]) + (lanes[2] + lanes[3])
+    running = 0.0
+    for k in range(37):
+        running += X[k]
+    assert running != g[0]                  # (the data tell the two orders apart)
+
+

@@ -191,7 +191,7 @@ def binary_value(op, x, y):
     if op == SUB:     return x - y
     if op == MUL:     return x * y
     if op == DIV:     return x / y
-    if op == POW:     return x ** y
+    if op == POW:     return x * x * x if y == 3.0 else x ** y     # (3: torch's)
     return _more_binary_value(op, x, y)
 
 

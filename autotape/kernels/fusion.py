@@ -16,11 +16,13 @@ unfused sweep adds them:
 
 - a run ends where an instruction would read an output of the run at another cell
   (``u[k + 1]``, which the loop has not computed yet);
-- where two instructions of the run add into the adjoint of one outside array and the
-  loop would deliver an earlier one's term first (a stencil reading ``u`` at a larger
-  offset first; a broadcast operand, which every cell adds to), the earlier ones' terms
-  go to a float64 buffer and are added after the loop, one instruction after another
-  (``deferred``); a WHERE's terms (one branch writes nothing) end the run instead.
+- a broadcast operand's terms (every cell adds to it) go to a float64 buffer and are
+  summed in lanes after the loop (kernels/program.py, LANES); where two instructions
+  of the run add into the adjoint of one outside array and the loop would deliver an
+  earlier one's term first (a stencil reading ``u`` at a larger offset first), the
+  earlier ones' terms go to that buffer too and are added after the loop, one
+  instruction after another (``deferred``); a WHERE's terms (one branch writes
+  nothing) end the run instead.
 """
 import re
 
@@ -146,19 +148,22 @@ def fused_groups(body, order, hoisted):
 def deferred(body, group, skipped):
     """The run's adjoint terms, as (member, column), that its element loop writes to a
     buffer and adds after the loop instead, one member after another (latest first):
-    those that would otherwise reach an element before a later member's term (a
-    stencil, a broadcast operand), and then every earlier member's terms that share an
-    element with a deferred one (they must come after it); and those that share an
-    element with a skipped instruction's (whose reverse runs amid the members' deferred
-    terms, in the sweep's order)."""
+    a broadcast operand's (summed in lanes after the loop, as every runner sums them:
+    kernels/program.py, LANES; a WHERE's in loops.py's _broadcast_lanes), those that
+    would otherwise reach an element before a later member's term (a stencil), and then
+    every earlier member's terms that share an element with a deferred one (they must
+    come after it); and those that share an element with a skipped instruction's
+    (whose reverse runs amid the members' deferred terms, in the sweep's order)."""
     outs = {int(body.instr[m, I_OUT]) for m in group}
     looped, later, chosen = [], [], set()
     for s in skipped:
         later += _adds(body, s)
     for m in reversed(group):                   # (the sweep's order)
         terms = _adds(body, m, outs)
+        where = int(body.instr[m, I_OP]) == WHERE
         mine = {t[4] for t in terms
-                if any(_overlap(t, d) for d in later) or any(_clash(l, t) for l in looped)}
+                if any(_overlap(t, d) for d in later) or any(_clash(l, t) for l in looped)
+                or (t[2] == 0 and not where)}   # (a broadcast sum: after the loop)
         grown = True
         while grown:                            # (one member's terms on an element stay
             grown = False                       # in its own order: deferred together)

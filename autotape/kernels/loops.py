@@ -31,7 +31,7 @@ from ..opcodes import (ADD, BINARY_LAST, DIV, MUL, SUB, UNARY_FIRST, UNARY_LAST,
 from . import background
 from .cache import cache_dir, generated_file, import_generated
 from .elementwise import passes_nothing
-from .fusion import ROUNDED, deferred, fused_forward, fused_groups, fused_reverse
+from .fusion import deferred, fused_forward, fused_groups, fused_reverse
 from .fusion import pooled as _pooled
 from .program import (CALL, COPY, GATHER, I_A, I_N, I_OP, I_OUT, I_P, I_SA, SCATTER_ADD,
                       forward_range, forward_range_points, load_chunk, load_tangent_chunk,
@@ -552,58 +552,57 @@ def _block(loops, statements, before=(), after=()):
     return out + list(after)
 
 
-_ACCESS = re.compile(r"\b(GT|Go|G)\[([^\]]+)\]")
-_SUM = re.compile(r"^(GT|Go|G)\[(\d+)\] \+= (.*)$")
+# a broadcast operand's adjoint, added to at every element: ``GT[1145] += gx`` (one
+# point) or ``GT[(1145) * C + j] += gx`` (a chunk); and a deferred term's flush
+_BROADCAST_ADD = re.compile(r"^(\s*)((?:GT|Go|G)\[(?:\(\d+\) \* C \+ j|\d+)\]) \+= (.*)$")
+_FLUSH = re.compile(r"^(.*) \+= W\[\(?(\d+) \+ k")
 
 
-def _broadcast_sums(loops, backward):
-    """(statements, before, after): a broadcast operand's adjoint, added to at every k
-    (``GT[1145] += gx``), summed in a local instead and stored once after the loop, in
-    the same order and rounded as the storage rounds (the same bits). Through memory
-    each addition waited on the last one's store and the loop did not vectorize: a
-    Burgers body's reverse sweep took 2.1x the time. Only where nothing else in the
-    loop can touch that element: the other accesses to its array are ``c + k`` ranges
-    that miss it, and none goes through the other name of the same array (G and Go)."""
-    if len(loops) != 1 or not loops[0].startswith("for k in range("):
-        return backward, (), ()
+def _lane_sum_lines(target, w, n, points):
+    """The lines adding lane_sum of the n terms at W[w ...] to ``target`` (after the loop)."""
+    if points:
+        return ["for j in range(C):", f"    {target} += lane_sum(W, {w} * C + j, {n}, C)"]
+    return [f"{target} += lane_sum(W, {w}, {n}, 1)"]
+
+
+def _broadcast_lanes(loops, lines, scratch, points):
+    """(statements, lines after the loop): a broadcast operand's adjoint terms in an
+    element loop written to the float64 buffer W (from ``scratch[0]`` on) and summed
+    after it by lane_sum, as every runner sums them (kernels/program.py, LANES): one
+    running sum would make each addition wait on the last."""
+    if not loops or not loops[0].startswith("for k in range("):
+        return lines, []
     n = int(loops[0][len("for k in range("):-2])
-    out, before, after = list(backward), [], []
-    for i, line in enumerate(backward):
-        found = _SUM.match(line)
+    zeroed, out, after = [], [], []
+    for line in lines:
+        found = _BROADCAST_ADD.match(line)
         if not found:
+            out.append(line)
             continue
-        name, index = found.group(1), int(found.group(2))
-        if not _only_here(name, index, n, backward, i):
-            continue
-        acc = f"acc{len(before)}"
-        before.append(f"{acc} = {name}[{index}]")
-        out[i] = f"{acc} = {ROUNDED}({acc} + ({found.group(3).split('  #')[0]}))"
-        after.append(f"{name}[{index}] = {acc}")
-    return out, before, after
+        indent, target, expr = found.groups()
+        w = scratch[0]
+        scratch[0] += n
+        cell = f"({w} + k) * C + j" if points else f"{w} + k"
+        if indent:                              # (a WHERE's branch: others add nothing)
+            zeroed.append(f"W[{cell}] = 0.0")
+        out.append(f"{indent}W[{cell}] = {expr.split('  #')[0]}")
+        after += _lane_sum_lines(target, w, n, points)
+    return zeroed + out, after
 
 
-def _only_here(name, index, n, lines, at):
-    """Whether line ``at`` is the only one of these (run for k < n) that reads or writes
-    ``name[index]``."""
-    family = {"GT": {"GT"}, "G": {"G", "Go"}, "Go": {"G", "Go"}}[name]
-    for i, line in enumerate(lines):
-        if i == at:
-            line = line.split(" += ", 1)[1]     # (the sum's own target)
-        for other, expr in _ACCESS.findall(line):
-            if other not in family:
-                continue
-            if other != name:
-                return False                    # (G[c] and Go[c' + k]: o unknown here)
-            parts = [p.strip() for p in expr.split("+")]
-            if not parts[0].isdigit() or any(p != "k" for p in parts[1:]):
-                return False
-            base, stride = int(parts[0]), len(parts) - 1
-            if stride == 0:
-                if base == index:
-                    return False
-            elif base <= index < base + stride * n and (index - base) % stride == 0:
-                return False
-    return True
+def _flush(loops, lines, points):
+    """A fused run's deferred terms of one member added after the run's loop
+    (``target += W[...]`` lines): the strided ones element by element, then the
+    broadcast ones' lane sums."""
+    n = int(loops[0][len("for k in range("):-2])
+    strided, after = [], []
+    for line in lines:
+        target, w = _FLUSH.match(line).groups()
+        if _BROADCAST_ADD.match(f"{target} += ."):
+            after += _lane_sum_lines(target, int(w), n, points)
+        else:
+            strided.append(line)
+    return (_block(loops, strided) if strided else []) + after
 
 
 def _instruction(body, q, points):
@@ -794,12 +793,13 @@ def _body(body, points):
     for q, loops, backward in steps + [(-1, None, None)]:
         while pending and pending[0][0] > q:    # (a run's deferred terms: each member's
             _, head, flush = pending.pop(0)     # after the skipped ones above it)
-            reverse += _block(head, *_broadcast_sums(head, flush))
+            reverse += _flush(head, flush, points)
         g = group_of.get(q)
         if q < 0:
             break
         if g is None:
-            reverse += _block(loops, *_broadcast_sums(loops, backward))
+            lines, after = _broadcast_lanes(loops, backward, scratch, points)
+            reverse += _block(loops, lines, (), after)
         elif id(g) not in done:
             done.add(id(g))
             values = fused_forward(body, g, forwards, set(g) & body.recomputed, set(),
@@ -808,7 +808,8 @@ def _body(body, points):
                 body, g, values, [(m, b) for m, _, b in steps if m in g],
                 set(g) & body.recomputed, deferred(body, g, skipped_in[id(g)]), scratch,
                 points)
-            reverse += _block(loops, *_broadcast_sums(loops, lines))
+            lines, after = _broadcast_lanes(loops, lines, scratch, points)
+            reverse += _block(loops, lines, (), after)
             pending = [(m, loops, flush) for m, flush in flushes] + pending
     return fwd, again, zero + reverse, clear, hoisted, scratch[0]
 
@@ -916,6 +917,7 @@ import numpy as np
 
 from autotape.kernels.elementwise import (binary_partial_x, binary_partial_y, binary_value,
                                           tangent_times, times, unary_partial, unary_value)
+from autotape.kernels.program import lane_sum
 
 f64 = np.float64
 '''

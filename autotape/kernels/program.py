@@ -552,6 +552,8 @@ def _kernels(fixed_c, one_lane=False):
                         G[src + j] += np.float64(G[dst + j]) / d
             elif passes_nothing(op):
                 continue
+            elif n > 1 and broadcast_operand(instr, q):
+                _reverse_broadcast(instr, V, G, C, j0, j1, q)
             elif op <= UNARY_LAST:
                 a, sa = instr[q, I_A], instr[q, I_SA]
                 for k in range(n):
@@ -754,6 +756,116 @@ def _load(V, T, C, K, const_slots, const_vals, in_slots, X, S, p0):
             V[s * C + j] = X[p, e]
             for l in range(K):
                 T[(s * K + l) * C + j] = S[0 if shared else p, e, l]
+
+
+# A broadcast operand (stride 0) receives an adjoint term from every element of its
+# instruction. Summed one after another, each addition waits on the last (4 cycles): a
+# Burgers step's reverse spent ~1000 cycles in two such chains of 128. Every runner of
+# a lean program (this interpreter, loop bodies, generated code, on CPU and GPU) sums
+# them alike, so that their answers agree bit for bit: the strided operands' terms
+# element by element, then each broadcast operand's (a, then b) as LANES partial sums,
+# element k into lane k % LANES in order, added once as (s0 + s1) + (s2 + s3).
+LANES = 4
+
+
+@register_jitable
+def lane_sum(W, first, n, step):
+    """The broadcast sum of the terms ``W[first + k * step]``, k < n (see LANES)."""
+    s0 = s1 = s2 = s3 = 0.0
+    m = n - n % LANES
+    for k in range(0, m, LANES):
+        s0 += W[first + k * step]
+        s1 += W[first + (k + 1) * step]
+        s2 += W[first + (k + 2) * step]
+        s3 += W[first + (k + 3) * step]
+    if m < n:
+        s0 += W[first + m * step]
+    if m + 1 < n:
+        s1 += W[first + (m + 1) * step]
+    if m + 2 < n:
+        s2 += W[first + (m + 2) * step]
+    return (s0 + s1) + (s2 + s3)
+
+
+@register_jitable
+def broadcast_operand(instr, q):
+    """Whether elementwise instruction q reads an operand that takes an adjoint (not a
+    WHERE's condition) with stride 0."""
+    op = instr[q, I_OP]
+    if op == COPY:
+        return False
+    count = 1 if op <= UNARY_LAST else 2
+    for t in range(count):
+        if instr[q, I_SA + t] == 0:
+            return True
+    return False
+
+
+@register_jitable
+def _term(op, t, g, x, y, z, w):
+    """The adjoint term operand t (0: a, 1: b) of an elementwise op receives from an
+    element with output adjoint g, operand values x, y (and condition w), value z (0.0
+    where a WHERE does not select it): the arithmetic of ``reverse``'s element loops."""
+    if op <= UNARY_LAST:
+        return times(op, g, unary_partial(op, x, z))
+    if op == WHERE:
+        return g if (w != 0) == (t == 0) else 0.0
+    if op == ADD:
+        return g
+    if op == SUB:
+        return g if t == 0 else -1.0 * g
+    if op == MUL:
+        return g * y if t == 0 else g * x
+    if t == 0:
+        return times(op, g, binary_partial_x(op, x, y, z))
+    return times(op, g, binary_partial_y(op, x, y, z))
+
+
+@register_jitable
+def _reverse_broadcast(instr, V, G, C, j0, j1, q):
+    """The VJP of elementwise instruction q (n > 1 elements) with a broadcast operand:
+    the strided operands' terms element by element, then each broadcast operand's in
+    LANES partial sums (lane_sum's order), added once."""
+    op, out, n = instr[q, I_OP], instr[q, I_OUT], instr[q, I_N]
+    count = 1 if op <= UNARY_LAST else 2        # (a WHERE's condition has no adjoint)
+    a, b, c = instr[q, I_A], instr[q, I_B], instr[q, I_C]
+    sa, sb, sc = instr[q, I_SA], instr[q, I_SB], instr[q, I_SC]
+    for t in range(count):
+        st = instr[q, I_SA + t]
+        if st == 0:
+            continue
+        at = instr[q, I_A + t]
+        for k in range(n):
+            for j in range(j0, j1):
+                x = np.float64(V[(a + k * sa) * C + j])
+                y = np.float64(V[(b + k * sb) * C + j]) if count == 2 else 0.0
+                w = V[(c + k * sc) * C + j] if op == WHERE else 0.0
+                if op == WHERE and (w != 0) != (t == 0):
+                    continue                    # (the branch not taken: nothing added)
+                G[(at + k) * C + j] += _term(op, t, np.float64(G[(out + k) * C + j]), x, y,
+                                             np.float64(V[(out + k) * C + j]), w)
+    for t in range(count):
+        if instr[q, I_SA + t] != 0:
+            continue
+        at = instr[q, I_A + t]
+        for j in range(j0, j1):
+            s0 = s1 = s2 = s3 = 0.0
+            for k in range(n):
+                x = np.float64(V[(a + k * sa) * C + j])
+                y = np.float64(V[(b + k * sb) * C + j]) if count == 2 else 0.0
+                w = V[(c + k * sc) * C + j] if op == WHERE else 0.0
+                term = _term(op, t, np.float64(G[(out + k) * C + j]), x, y,
+                             np.float64(V[(out + k) * C + j]), w)
+                lane = k % LANES
+                if lane == 0:
+                    s0 += term
+                elif lane == 1:
+                    s1 += term
+                elif lane == 2:
+                    s2 += term
+                else:
+                    s3 += term
+            G[at * C + j] += (s0 + s1) + (s2 + s3)
 
 
 @register_jitable

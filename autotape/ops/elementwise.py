@@ -129,6 +129,23 @@ def _minimum_array(x, y):
     return np.where((x <= y) | (x != x), x, y).astype(dtype, copy=False)
 
 
+def _power(x, y):
+    """x ** y, and x * x * x where y is 3, as torch computes it (libm's pow, which
+    numpy and math.pow call, differs from it in the last bit for a quarter of x)."""
+    return x * x * x if y == 3.0 else math.pow(x, y)
+
+
+def _power_array(x, y):
+    dtype = np.result_type(x, y)
+    z = np.power(x, y)
+    three = np.equal(y, 3.0)
+    if dtype.kind != "f" or not three.any():
+        return z
+    x = np.asarray(x, np.float64)              # (float32: computed in float64, rounded,
+    cube = (x * x * x).astype(dtype, copy=False)   # as the compiled kernels do)
+    return cube if three.all() and cube.shape == z.shape else np.where(three, cube, z)
+
+
 U = Elementwise
 unary_ops = {op.code: op for op in [
     U(NEG, "negative", operator.neg, np.negative,
@@ -246,8 +263,9 @@ binary_ops = {op.code: op for op in [
       "x / y.",
       dx=lambda at, g, r: g / r.y,
       dy=lambda at, g, r: -g * r.x / (r.y * r.y)),
-    U(POW, "power", math.pow, np.power,
-      "x ** y. d/dx is 0 where y == 0; d/dy is 0 where x == 0 and y >= 0.",
+    U(POW, "power", _power, _power_array,
+      "x ** y (x * x * x where y is 3, as torch). d/dx is 0 where y == 0; d/dy is 0 where "
+      "x == 0 and y >= 0.",
       dx=lambda at, g, r: _pow_rule_x(at, g, r),
       dy=lambda at, g, r: _pow_rule_y(at, g, r)),
     U(MAXIMUM, "maximum", _maximum, _maximum_array,
