@@ -3,6 +3,7 @@ compiled function whose recording has a loop runs, once the code is compiled, as
 njit function per kind (values, reverse, forward mode): every slot a local, the loop a
 loop, every repetition's state kept for the reverse sweep. Its answers equal the
 interpreter's bit for bit (the same op functions in the same order, no contraction)."""
+import math
 import os
 import pickle
 import sys
@@ -221,3 +222,54 @@ def _chain(x):
     for _ in range(300):
         y = at.exp(at.sin(y * 1.0001 + 0.5)) / 2.5
     return y
+
+
+def _sir(p):
+    """A loss summed in the loop over 120 days (the zoo's epidemic, smaller)."""
+    s, i, loss = 1.0 - p[2], p[2], 0.0
+    for day in range(120):
+        new = p[0] * s * i
+        s, i = s - new, i + new - p[1] * i
+        loss = loss + (i - 0.01 * math.cos(0.1 * day)) ** 2
+    return loss
+
+
+def test_a_call_at_one_point_goes_straight_to_the_generated_kernel(monkeypatch):
+    # value_and_grad and calls at one float64 array run the generated kernel without
+    # the batch machinery (LeanProgram.run), with its bits; anything else takes the
+    # common path
+    x = np.array([0.25, 0.1, 0.001])
+    c, twin = _twins(_sir, x)
+    c.value_and_grad(x), c(x)
+    lean = _lean(c, x)
+    assert lean._one_point() is not None
+    ran = []
+    monkeypatch.setattr(type(lean), "run", lambda *a, **k: ran.append(1) or (_ for _ in ()).throw(
+        AssertionError("the batch path")))
+    points = x * np.array([[1.0, 1.0, 1.0], [1.1, 0.9, 2.0]])
+    got = [(c.value_and_grad(p), c(p)) for p in points]
+    assert not ran
+    monkeypatch.undo()
+    for p, ((v, g), value) in zip(points, got):
+        want_v, want_g = twin.value_and_grad(p)
+        np.testing.assert_array_equal(g.numpy(), want_g.numpy())
+        assert v.shape == value.shape == () and v.item() == value.item() == want_v.item()
+    v, g = c.value_and_grad(list(points[1]))            # (a list: the common path)
+    np.testing.assert_array_equal(g.numpy(), got[1][0][1].numpy())
+
+
+def test_a_one_element_output_keeps_its_shape_at_one_point():
+    def f(p):
+        s = p[:1] * 1.0
+        for _ in range(100):
+            s = s * 0.99 + 0.01 * p[1:] * s
+        return s                                       # shape (1,)
+    x = np.array([0.5, 0.3])
+    c = at.compile(f, x)
+    for _ in range(3):
+        c.value_and_grad(x)
+    c.wait_compiled()
+    v, g = c.value_and_grad(x)
+    assert v.shape == (1,) and g.shape == (1, 2) and c(x).shape == (1,)   # (as before)
+    np.testing.assert_allclose(g.numpy()[0], at.func.grad(lambda p: f(p).sum())(x).numpy(),
+                               rtol=1e-13)

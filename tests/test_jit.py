@@ -413,6 +413,20 @@ def test_a_forcing_term_from_the_loop_index_is_a_loop():
         lambda t: np.array([_driven(t)]), X)[0], rtol=1e-6)
 
 
+def test_a_gradient_at_one_point_goes_straight_to_the_generated_kernel():
+    g = at.jit(_driven)
+    X = np.array([1.0, 0.3, 9.8, 0.1])
+    g.value_and_grad(X)
+    lean, _ = g._program([X])
+    lean.wait_compiled(np.dtype(np.float64))
+    for _ in range(6):
+        value, grad = g.value_and_grad(X * 1.1)
+    assert lean.gradient_at(X * 1.1) is not None       # (the path those calls took)
+    values, jac = lean.run((X * 1.1)[None], jacobian=True)
+    assert value.item() == values[0, 0]
+    np.testing.assert_array_equal(grad.numpy(), jac[0, 0])
+
+
 @numba.njit
 def _misfit(k, data, index):
     s = 0.0
