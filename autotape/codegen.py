@@ -49,11 +49,10 @@ import numpy as np
 from .kernels import background
 from .kernels.cache import cache_dir, generated_file, import_generated
 from .kernels.elementwise import passes_nothing
-from .kernels.loops import binary_adjoints, pool_reads
+from .kernels.loops import RECOMPUTED, binary_adjoints, pool_reads
 from .kernels.program import (COPY, GATHER, I_A, I_N, I_OP, I_OUT, I_SA, LANES,
                               SCATTER_ADD, live_sets)
-from .opcodes import (ABS, ADD, BINARY_LAST, CEIL, DIV, FLOOR, MUL, NEG, RELU, ROUND, SIGN,
-                      SQUARE, SUB, UNARY_LAST, opcode_name)
+from .opcodes import ADD, BINARY_LAST, DIV, MUL, SUB, UNARY_LAST, opcode_name
 
 # Past these sizes a program runs on the interpreter kernel: numba's compile time grows
 # faster than the code (measured on 2 cores: a body of 207 element operations 19 s, of
@@ -70,10 +69,6 @@ THREADS = 128
 # forward steps run twice, as a hand-written adjoint's; checkpointed: three times). The
 # 200-step pendulum keeps 3200 bytes: 65,536 points take 210 MB.
 KEEP_ALL_BYTES = 4096
-# ops the CPU's reverse sweep recomputes from a repetition's state; every other op's
-# values (exp, sin, pow, ...) it keeps from the forward pass and reads back: the 100k-op
-# scalar chain (sin, exp) took 1.23 ms recomputing them, 5 transcendentals a step
-RECOMPUTED = frozenset({ADD, SUB, MUL, DIV, NEG, ABS, SQUARE, RELU, SIGN, FLOOR, CEIL, ROUND})
 
 
 class Unsupported(Exception):

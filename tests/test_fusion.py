@@ -13,6 +13,7 @@ from hypothesis import strategies as st
 import autotape as at
 import autotape.func as F
 from autotape.kernels import fusion
+from autotape.opcodes import EXP, NEG, POW, SIN
 from programs import broadcast_where
 
 CELLS = 20
@@ -199,4 +200,29 @@ def test_a_broadcast_operands_lanes_agree_with_the_interpreters(loop_bodies, mon
     x = np.array([1.0, 0.5, 0.7])
     c, plain, points, got, lean = _compiled_and_plain(broadcast_where(np), x)
     assert "lane_sum(W, " in lean.loop_code[1]
+    _same_bits(plain, points, got)
+
+
+def _dear(p):
+    """Transcendentals and a non-integer power in the step (n-body's r2 ** 1.5)."""
+    u = np.linspace(0.1, 1.0, 8).astype(p.dtype)
+    for _ in range(40):
+        r = (u * u + p[0]) ** 1.5
+        u = u - 0.01 * np.sin(u) * p[1] / r + 0.001 * np.exp(-u)
+    return (u * u).sum()
+
+
+@pytest.mark.parametrize("fused", [True, False])
+def test_a_body_reads_back_dear_values_instead_of_recomputing_them(loop_bodies,
+                                                                  monkeypatch, fused):
+    # pow, sin and exp cost ~10 ns a call: the forward keeps their values (in V) and
+    # the reverse reads them back; the cheap ops around them it recomputes
+    if not fused:
+        monkeypatch.setattr(fusion, "MIN_RUN", 10 ** 9)
+    x = np.array([0.3, 0.9])
+    c, plain, points, got, lean = _compiled_and_plain(_dear, x)
+    reverse, forward = (_function(lean.loop_code[1], k) for k in ("reverse", "forward"))
+    for dear in (f"binary_value({POW},", f"unary_value({SIN},", f"unary_value({EXP},"):
+        assert dear in forward and dear not in reverse
+    assert f"unary_value({NEG}," in reverse                 # (recomputed: cheap)
     _same_bits(plain, points, got)

@@ -381,3 +381,15 @@ def test_integral_rounding_keeps_the_sign_of_zero_as_numpy(name):
         got = getattr(at, name)(at.tensor(v)).item()
         want = float(getattr(np, name)(v))
         assert got == want and np.signbit(got) == np.signbit(want), (v, got, want)
+
+
+def test_a_powers_partial_where_pow_is_not_needed_again():
+    # d x ** y / dx = y * (z / x) from the value z where y is not a small integer
+    # (no second pow), and y * x ** (y - 1) where x is 0 or z is not finite
+    x = at.tensor([0.0, 4.0, 2.25, -1.0, np.inf, 1e-300], requires_grad=True)
+    with np.errstate(all="ignore"):
+        g, = at.grad((x ** 1.5).sum(), x)
+        want = np.array([0.0, 3.0, 2.25, np.nan, np.inf, 1.5 * 1e-150])
+    np.testing.assert_allclose(g.numpy(), want, rtol=1e-15)
+    h, = at.grad((x[1:3] ** 0.5).sum(), x)
+    np.testing.assert_array_equal(h.numpy()[1:3], 0.5 * (np.sqrt([4.0, 2.25]) / [4.0, 2.25]))

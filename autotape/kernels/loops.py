@@ -26,8 +26,8 @@ import threading
 import numba
 import numpy as np
 
-from ..opcodes import (ADD, BINARY_LAST, DIV, MUL, SUB, UNARY_FIRST, UNARY_LAST, WHERE,
-                       opcode_name)
+from ..opcodes import (ABS, ADD, BINARY_LAST, CEIL, DIV, FLOOR, MUL, NEG, RELU, ROUND, SIGN,
+                       SQUARE, SUB, UNARY_FIRST, UNARY_LAST, WHERE, opcode_name)
 from . import background
 from .cache import cache_dir, generated_file, import_generated
 from .elementwise import passes_nothing
@@ -38,6 +38,11 @@ from .program import (CALL, COPY, GATHER, I_A, I_N, I_OP, I_OUT, I_P, I_SA, SCAT
                       reverse_range, reverse_range_points, seed_adjoints, store_adjoints,
                       store_tangents, store_values, tangent_range, tangent_range_points)
 
+# ops a reverse sweep recomputes from a repetition's state; every other op's values
+# (exp, sin, pow, ...) it keeps from the forward pass and reads back (loop bodies here,
+# codegen.py's CPU code): the 100k-op scalar chain (sin, exp) took 1.23 ms recomputing
+# them, 5 transcendentals a step
+RECOMPUTED = frozenset({ADD, SUB, MUL, DIV, NEG, ABS, SQUARE, RELU, SIGN, FLOOR, CEIL, ROUND})
 MIN_REPEATS = 4
 MIN_COVERED = 256            # instructions a loop must cover to be worth compiling
 CANDIDATES = 64              # periods tried
@@ -361,21 +366,41 @@ class _Body:
         for e, q in writes.items():
             if e + last in read_after:
                 kept.add(q)
-        # An operand may span the outputs of several instructions (the pieces of a
-        # split op): they all live in V or all in T, so that one reference reads it.
+        self._spanned(kept)
+        self.temporary = {q for q in body if q not in kept}
+        # The reverse sweep reads back the values of dear ops it needs (exp, sin, pow:
+        # kept in V by the forward, as codegen.py's CPU code keeps them) and recomputes
+        # the cheap ones (RECOMPUTED): n-body's r2 ** 1.5 took a pow in the forward, one
+        # more recomputing it and a third in its partial.
+        dear = {q for q in self._recomputed() if int(instr[q, I_OP]) >= 0 and
+                int(instr[q, I_OP]) not in RECOMPUTED}
+        if dear:
+            self._spanned(kept | dear)
+            kept |= dear
+            self.temporary = {q for q in body if q not in kept}
+        self.recomputed = self._recomputed()
+        self.size = delta
+
+    def _spanned(self, kept):
+        """Add to ``kept`` the instructions an operand spans with a kept one: the pieces
+        of a split op live all in V or all in T, so that one reference reads them."""
         changed = True
         while changed:
             changed = False
-            for q in body:
-                if _pooled(int(instr[q, I_OP])):
+            for q in range(self.start, self.start + self.period):
+                if _pooled(int(self.instr[q, I_OP])):
                     continue                        # (it names each element apart)
                 for col in (I_A, I_A + 1, I_A + 2):
-                    owners = {writes[e] for e in self._elements(q, col) if e in writes}
+                    owners = {self.writes[e] for e in self._elements(q, col)
+                              if e in self.writes}
                     if len(owners) > 1 and owners & kept and not owners <= kept:
                         kept |= owners
                         changed = True
-        self.temporary = {q for q in body if q not in kept}
-        # The temporaries the reverse sweep recomputes: those a VJP reads, and theirs.
+
+    def _recomputed(self):
+        """The temporaries the reverse sweep recomputes: those a VJP reads, and theirs."""
+        instr, writes = self.instr, self.writes
+        body = range(self.start, self.start + self.period)
         need = {writes[e] for q in body if q not in self.unswept
                 for col in _reads_back(int(instr[q, I_OP]))
                 for e in self._elements(q, col) if e in writes} & self.temporary
@@ -383,8 +408,7 @@ class _Body:
             if q in need:
                 need |= {writes[e] for e in self.moved_reads(q) if e in writes} & \
                     self.temporary
-        self.recomputed = need
-        self.size = delta
+        return need
 
     def ref(self, q, col, k, adjoint=False, points=False, tangent=False):
         """The array element instruction q's column ``col`` names, element suffix k; with
