@@ -51,7 +51,7 @@ from .kernels.cache import cache_dir, generated_file, import_generated
 from .kernels.elementwise import passes_nothing
 from .kernels.loops import RECOMPUTED, binary_adjoints, pool_reads
 from .kernels.program import (COPY, GATHER, I_A, I_N, I_OP, I_OUT, I_SA, LANES,
-                              SCATTER_ADD, live_sets)
+                              LANES_MIN, SCATTER_ADD, live_sets)
 from .opcodes import ADD, BINARY_LAST, DIV, MUL, SUB, UNARY_LAST, opcode_name
 
 # Past these sizes a program runs on the interpreter kernel: numba's compile time grows
@@ -378,7 +378,7 @@ def _reverse(code, plan, q, in_body, adjoint):
         return
     # a broadcast operand's terms in LANES partial sums (kernels/program.py), added after
     lanes = {}
-    if len(outs) > 1 and op != COPY and op != GATHER:
+    if len(outs) >= LANES_MIN and op != COPY and op != GATHER:
         for t in range(1 if op <= UNARY_LAST else 2):
             name = per[0][t][1]
             if int(plan.instr[q, I_SA + t]) == 0 and name is not None and adjoint(name):

@@ -111,11 +111,11 @@ def loss_in_the_loop(L):
 
 
 def broadcast_where(L):
-    """A parameter broadcast over 9 cells into one branch of a where and into a product
+    """A parameter broadcast over 17 cells into one branch of a where and into a product
     in a loop: its adjoint is summed in lanes (kernels/program.py, LANES) by every
     runner of a lean program."""
     def f(k):
-        x = k[0] * np.linspace(-1.0, 1.0, 9)
+        x = k[0] * np.linspace(-1.0, 1.0, 17)
         for _ in range(60):
             x = L.where(x > 0.2, k[1], x) * 0.9 + 0.05 * x * k[2]
         return (x * x).sum()

@@ -531,13 +531,13 @@ def test_a_broadcast_operands_adjoint_is_summed_in_lanes(loop_bodies):
 
 
 def test_a_broadcast_term_goes_to_the_buffer_and_is_summed_in_lanes_after_the_loop():
-    loop = ["for k in range(6):"]
+    loop = ["for k in range(20):"]
     body = ["gx, gy = f64(Go[20 + k]) * f64(T[3 + k]), f64(Go[20 + k]) * f64(T[9])",
             "GT[9] += gx", "GT[3 + k] = gy"]
     scratch = [10]
     lines, after = _broadcast_lanes(loop, body, scratch, False)
-    assert lines == [body[0], "W[10 + k] = gx", body[2]] and scratch == [16]
-    assert after == ["GT[9] += lane_sum(W, 10, 6, 1)"]
+    assert lines == [body[0], "W[10 + k] = gx", body[2]] and scratch == [30]
+    assert after == ["GT[9] += lane_sum(W, 10, 20, 1)"]
     where = ["if f64(T[k]) != 0:", "    G[2] += f64(Go[5 + k])", "else:",
              "    GT[4 + k] += f64(Go[5 + k])  # WHERE"]
     lines, after = _broadcast_lanes(loop, where, [0], False)   # (the other branch: 0.0)
@@ -545,7 +545,9 @@ def test_a_broadcast_term_goes_to_the_buffer_and_is_summed_in_lanes_after_the_lo
     points = ["gx = f64(Go[(20 + k) * C + j])", "GT[(9) * C + j] += gx"]
     lines, after = _broadcast_lanes(loop + ["for j in range(C):"], points, [0], True)
     assert lines[1] == "W[(0 + k) * C + j] = gx"
-    assert after == ["for j in range(C):", "    GT[(9) * C + j] += lane_sum(W, 0 * C + j, 6, C)"]
+    assert after == ["for j in range(C):", "    GT[(9) * C + j] += lane_sum(W, 0 * C + j, 20, C)"]
+    few = ["for k in range(15):"]                  # (under LANES_MIN: one after another)
+    assert _broadcast_lanes(few, body, [0], False) == (body, [])
 
 
 def test_a_broadcast_operands_terms_are_summed_in_four_lanes():
@@ -564,5 +566,10 @@ def test_a_broadcast_operands_terms_are_summed_in_four_lanes():
     for k in range(37):
         running += X[k]
     assert running != g[0]                  # (the data tell the two orders apart)
+    few = at.compile(lambda p: (p[0] * X[:7]).sum() + p[1], np.ones(2))   # (< LANES_MIN)
+    running = 0.0
+    for k in range(7):
+        running += X[k]
+    assert few.grad(np.array([0.5, 1.0])).numpy()[0] == running
 
 

@@ -27,7 +27,7 @@ unfused sweep adds them:
 import re
 
 from ..opcodes import WHERE
-from .program import COPY, GATHER, I_A, I_N, I_OP, I_OUT, I_SA, SCATTER_ADD
+from .program import COPY, GATHER, I_A, I_N, I_OP, I_OUT, I_SA, LANES_MIN, SCATTER_ADD
 
 ROUNDED = "V.dtype.type"    # a scalar as the storage holds it (float32 values round)
 MIN_RUN = 2                 # instructions a run needs to be fused (benchmarks set it past
@@ -160,10 +160,10 @@ def deferred(body, group, skipped):
         later += _adds(body, s)
     for m in reversed(group):                   # (the sweep's order)
         terms = _adds(body, m, outs)
-        where = int(body.instr[m, I_OP]) == WHERE
+        lanes = int(body.instr[m, I_OP]) != WHERE and int(body.instr[m, I_N]) >= LANES_MIN
         mine = {t[4] for t in terms
                 if any(_overlap(t, d) for d in later) or any(_clash(l, t) for l in looped)
-                or (t[2] == 0 and not where)}   # (a broadcast sum: after the loop)
+                or (t[2] == 0 and lanes)}       # (a broadcast sum: after the loop)
         grown = True
         while grown:                            # (one member's terms on an element stay
             grown = False                       # in its own order: deferred together)

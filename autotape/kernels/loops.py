@@ -26,14 +26,16 @@ import threading
 import numba
 import numpy as np
 
-from ..opcodes import (ABS, ADD, BINARY_LAST, CEIL, DIV, FLOOR, MUL, NEG, RELU, ROUND, SIGN,
-                       SQUARE, SUB, UNARY_FIRST, UNARY_LAST, WHERE, opcode_name)
+from ..opcodes import (ABS, ADD, ARCTAN2, BINARY_LAST, CEIL, DIV, FLOOR, HYPOT, LOGADDEXP, MUL,
+                       NEG, POW, RELU, ROUND, SIGN, SQUARE, SUB, UNARY_FIRST, UNARY_LAST, WHERE,
+                       opcode_name)
 from . import background
 from .cache import cache_dir, generated_file, import_generated
 from .elementwise import passes_nothing
 from .fusion import deferred, fused_forward, fused_groups, fused_reverse
 from .fusion import pooled as _pooled
-from .program import (CALL, COPY, GATHER, I_A, I_N, I_OP, I_OUT, I_P, I_SA, SCATTER_ADD,
+from .program import (CALL, COPY, GATHER, I_A, I_N, I_OP, I_OUT, I_P, I_SA, LANES_MIN,
+                      SCATTER_ADD,
                       forward_range, forward_range_points, load_chunk, load_tangent_chunk,
                       reverse_range, reverse_range_points, seed_adjoints, store_adjoints,
                       store_tangents, store_values, tangent_range, tangent_range_points)
@@ -44,6 +46,15 @@ from .program import (CALL, COPY, GATHER, I_A, I_N, I_OP, I_OUT, I_P, I_SA, SCAT
 # them, 5 transcendentals a step
 RECOMPUTED = frozenset({ADD, SUB, MUL, DIV, NEG, ABS, SQUARE, RELU, SIGN, FLOOR, CEIL, ROUND})
 MIN_REPEATS = 4
+
+
+def _dear(op):
+    """Whether an op's value costs a libm call (exp, sin, pow...): a loop body's reverse
+    reads such values back rather than recomputing them. The rest (arithmetic,
+    comparisons, WHERE) it recomputes: storing them cost more (the Lotka-Volterra solve's
+    forward 15% more)."""
+    return (UNARY_FIRST <= op <= UNARY_LAST and op not in RECOMPUTED) or \
+        op in (POW, ARCTAN2, HYPOT, LOGADDEXP)
 MIN_COVERED = 256            # instructions a loop must cover to be worth compiling
 CANDIDATES = 64              # periods tried
 MAX_PERIOD = 512             # instructions in a body: longer ones (at.jit of array code
@@ -369,11 +380,9 @@ class _Body:
         self._spanned(kept)
         self.temporary = {q for q in body if q not in kept}
         # The reverse sweep reads back the values of dear ops it needs (exp, sin, pow:
-        # kept in V by the forward, as codegen.py's CPU code keeps them) and recomputes
-        # the cheap ones (RECOMPUTED): n-body's r2 ** 1.5 took a pow in the forward, one
-        # more recomputing it and a third in its partial.
-        dear = {q for q in self._recomputed() if int(instr[q, I_OP]) >= 0 and
-                int(instr[q, I_OP]) not in RECOMPUTED}
+        # kept in V by the forward) and recomputes the rest: n-body's r2 ** 1.5 took a
+        # pow in the forward, one more recomputing it and a third in its partial.
+        dear = {q for q in self._recomputed() if _dear(int(instr[q, I_OP]))}
         if dear:
             self._spanned(kept | dear)
             kept |= dear
@@ -597,6 +606,8 @@ def _broadcast_lanes(loops, lines, scratch, points):
     if not loops or not loops[0].startswith("for k in range("):
         return lines, []
     n = int(loops[0][len("for k in range("):-2])
+    if n < LANES_MIN:
+        return lines, []                        # (one after another: see LANES_MIN)
     zeroed, out, after = [], [], []
     for line in lines:
         found = _BROADCAST_ADD.match(line)
@@ -617,12 +628,12 @@ def _broadcast_lanes(loops, lines, scratch, points):
 def _flush(loops, lines, points):
     """A fused run's deferred terms of one member added after the run's loop
     (``target += W[...]`` lines): the strided ones element by element, then the
-    broadcast ones' lane sums."""
+    broadcast ones' lane sums (over fewer than LANES_MIN cells: in the loop too)."""
     n = int(loops[0][len("for k in range("):-2])
     strided, after = [], []
     for line in lines:
         target, w = _FLUSH.match(line).groups()
-        if _BROADCAST_ADD.match(f"{target} += ."):
+        if n >= LANES_MIN and _BROADCAST_ADD.match(f"{target} += ."):
             after += _lane_sum_lines(target, int(w), n, points)
         else:
             strided.append(line)

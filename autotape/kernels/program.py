@@ -552,7 +552,7 @@ def _kernels(fixed_c, one_lane=False):
                         G[src + j] += np.float64(G[dst + j]) / d
             elif passes_nothing(op):
                 continue
-            elif n > 1 and broadcast_operand(instr, q):
+            elif n >= LANES_MIN and broadcast_operand(instr, q):
                 _reverse_broadcast(instr, V, G, C, j0, j1, q)
             elif op <= UNARY_LAST:
                 a, sa = instr[q, I_A], instr[q, I_SA]
@@ -759,13 +759,14 @@ def _load(V, T, C, K, const_slots, const_vals, in_slots, X, S, p0):
 
 
 # A broadcast operand (stride 0) receives an adjoint term from every element of its
-# instruction. Summed one after another, each addition waits on the last (4 cycles): a
-# Burgers step's reverse spent ~1000 cycles in two such chains of 128. Every runner of
-# a lean program (this interpreter, loop bodies, generated code, on CPU and GPU) sums
-# them alike, so that their answers agree bit for bit: the strided operands' terms
-# element by element, then each broadcast operand's (a, then b) as LANES partial sums,
-# element k into lane k % LANES in order, added once as (s0 + s1) + (s2 + s3).
-LANES = 4
+# instruction. Summed one after another, each addition waits on the last (4 cycles).
+# Every runner of a lean program (this interpreter, loop bodies, generated code, on CPU
+# and GPU) sums them alike, so that their answers agree bit for bit: over LANES_MIN
+# elements or more, the strided operands' terms element by element, then each broadcast
+# operand's (a, then b) as LANES partial sums, element k into lane k % LANES in order,
+# added once as (s0 + s1) + (s2 + s3); over fewer (an ODE's few states, its 11 output
+# times), one after another in element order, where lanes cost more than they save.
+LANES, LANES_MIN = 4, 16
 
 
 @register_jitable
@@ -823,7 +824,7 @@ def _term(op, t, g, x, y, z, w):
 
 @register_jitable
 def _reverse_broadcast(instr, V, G, C, j0, j1, q):
-    """The VJP of elementwise instruction q (n > 1 elements) with a broadcast operand:
+    """The VJP of elementwise instruction q (LANES_MIN elements or more) with a broadcast operand:
     the strided operands' terms element by element, then each broadcast operand's in
     LANES partial sums (lane_sum's order), added once."""
     op, out, n = instr[q, I_OP], instr[q, I_OUT], instr[q, I_N]
