@@ -57,6 +57,14 @@ def _stencil_model(terms, steps=40):
     return f
 
 
+@pytest.fixture(params=[True, False], ids=["fused", "unfused"])
+def fused(request, monkeypatch):
+    """Runs fused (kernels/fusion.py) or not: MIN_RUN past any body's length."""
+    if not request.param:
+        monkeypatch.setattr(fusion, "MIN_RUN", 10 ** 9)
+    return request.param
+
+
 def _compiled_and_plain(f, x):
     c, plain = at.compile(f, x), at.compile(f, x)
     points = [x * s for s in (1.0, 0.9, 1.1, 0.8, 1.2)]       # past COMPILE_LOOP_AFTER
@@ -135,15 +143,11 @@ def _function(source, name):
     return source[start:source.index("@numba.njit", start)]
 
 
-@pytest.mark.parametrize("fused", [True, False])
-def test_nothing_hoisted_out_of_the_loop_reads_what_the_loop_writes(loop_bodies,
-                                                                    monkeypatch, fused):
+def test_nothing_hoisted_out_of_the_loop_reads_what_the_loop_writes(loop_bodies, fused):
     # p[0] * (u[0:18] - 0.5 * u[0:18]) reads a split op's pieces: its first cell
     # computed from fixed slots, the rest from this step's u. Hoisting it out of the
     # loop as invariant read cells the loop had not written yet (an older bug of the
     # loop bodies, fused or not: values off in the 5th digit, or nan)
-    if not fused:
-        monkeypatch.setattr(fusion, "MIN_RUN", 10 ** 9)
     f = _stencil_model([(1, 2, "mul"), (0, 1, "param"), (0, 0, "param")])
     x = np.array([0.3, 0.9])
     c, plain, points, got, lean = _compiled_and_plain(f, x)
@@ -173,15 +177,11 @@ def _scalar_amid_a_run(p):
     return loss
 
 
-@pytest.mark.parametrize("fused", [True, False])
-def test_a_run_never_reads_what_an_instruction_it_skips_over_writes(loop_bodies,
-                                                                    monkeypatch, fused):
+def test_a_run_never_reads_what_an_instruction_it_skips_over_writes(loop_bodies, fused):
     # h is skipped over (one cell), then b joins the run, then c, which reads h: c
     # joined because only the instructions skipped since the run's last member were
     # checked, so the run's loop read h before the code after it wrote h (an older bug
     # of fused bodies: an ODE solve's compiled value off in the 3rd digit)
-    if not fused:
-        monkeypatch.setattr(fusion, "MIN_RUN", 10 ** 9)
     x = np.array([0.3, 0.9])
     c, plain, points, got, lean = _compiled_and_plain(_scalar_amid_a_run, x)
     _same_bits(plain, points, got)
@@ -190,13 +190,9 @@ def test_a_run_never_reads_what_an_instruction_it_skips_over_writes(loop_bodies,
                                rtol=1e-14)
 
 
-@pytest.mark.parametrize("fused", [True, False])
-def test_a_broadcast_operands_lanes_agree_with_the_interpreters(loop_bodies, monkeypatch,
-                                                                fused):
+def test_a_broadcast_operands_lanes_agree_with_the_interpreters(loop_bodies, fused):
     # a parameter broadcast into a where's branch and into a product: its terms go to
     # W and are summed in lanes after the loop (lane_sum), as the interpreter sums them
-    if not fused:
-        monkeypatch.setattr(fusion, "MIN_RUN", 10 ** 9)
     x = np.array([1.0, 0.5, 0.7])
     c, plain, points, got, lean = _compiled_and_plain(broadcast_where(np), x)
     assert "lane_sum(W, " in lean.loop_code[1]
@@ -212,13 +208,9 @@ def _dear(p):
     return (u * u).sum()
 
 
-@pytest.mark.parametrize("fused", [True, False])
-def test_a_body_reads_back_dear_values_instead_of_recomputing_them(loop_bodies,
-                                                                  monkeypatch, fused):
+def test_a_body_reads_back_dear_values_instead_of_recomputing_them(loop_bodies, fused):
     # pow, sin and exp cost ~10 ns a call: the forward keeps their values (in V) and
     # the reverse reads them back; the cheap ops around them it recomputes
-    if not fused:
-        monkeypatch.setattr(fusion, "MIN_RUN", 10 ** 9)
     x = np.array([0.3, 0.9])
     c, plain, points, got, lean = _compiled_and_plain(_dear, x)
     reverse, forward = (_function(lean.loop_code[1], k) for k in ("reverse", "forward"))
