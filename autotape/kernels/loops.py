@@ -40,10 +40,10 @@ from .program import (CALL, COPY, GATHER, I_A, I_N, I_OP, I_OUT, I_P, I_SA, LANE
                       reverse_range, reverse_range_points, seed_adjoints, store_adjoints,
                       store_tangents, store_values, tangent_range, tangent_range_points)
 
-# ops a reverse sweep recomputes from a repetition's state; every other op's values
-# (exp, sin, pow, ...) it keeps from the forward pass and reads back (loop bodies here,
-# codegen.py's CPU code): the 100k-op scalar chain (sin, exp) took 1.23 ms recomputing
-# them, 5 transcendentals a step
+# ops codegen.py's CPU reverse sweep recomputes from a repetition's state; every other
+# op's values (exp, sin, pow, ...) it keeps from the forward pass and reads back: the
+# 100k-op scalar chain (sin, exp) took 1.23 ms recomputing them, 5 transcendentals a
+# step (loop bodies keep fewer: ``_dear``)
 RECOMPUTED = frozenset({ADD, SUB, MUL, DIV, NEG, ABS, SQUARE, RELU, SIGN, FLOOR, CEIL, ROUND})
 MIN_REPEATS = 4
 
@@ -384,8 +384,8 @@ class _Body:
         # pow in the forward, one more recomputing it and a third in its partial.
         dear = {q for q in self._recomputed() if _dear(int(instr[q, I_OP]))}
         if dear:
-            self._spanned(kept | dear)
             kept |= dear
+            self._spanned(kept)
             self.temporary = {q for q in body if q not in kept}
         self.recomputed = self._recomputed()
         self.size = delta
