@@ -20,8 +20,8 @@ import math
 
 import numpy as np
 
-from .kernels.program import (COPY, GATHER, I_A, I_N, I_OP, I_OUT, I_P, I_SA, SCATTER_ADD,
-                              forward_range, forward_range_points, load_chunk,
+from .kernels.instruction_format import I_N, I_OUT, read_runs, rewrite_slots
+from .kernels.program import (forward_range, forward_range_points, load_chunk,
                               load_tangent_chunk, reverse_range, reverse_range_points,
                               seed_adjoints, store_adjoints, store_tangents, store_values,
                               tangent_range, tangent_range_points)
@@ -61,8 +61,11 @@ class Segments:
         self.lean, self.delta, self.repeats, self.base = lean, delta, repeats, base
         self.budget = budget
         self.start, self.end = start, end
-        self.back = back = _reach_back(instr, start, period, base, delta)
-        self.carry = _carried(instr, start, period, base, back * delta)
+        constant = np.zeros(lean.nslots, bool)
+        constant[lean.const_slots] = True
+        moved = _moved_reads(instr, lean.pool, start, period, base, constant)
+        self.back = back = _reach_back(moved, base, delta)
+        self.carry = _carried(moved, base, back * delta)
         self.S = S = segment_length(repeats, back, self.carry.size / delta, budget)
         self.bounds = [(t0, min(t0 + S, repeats)) for t0 in range(0, repeats, S)]
         self.lows = [0] + [t0 - back for t0, _ in self.bounds[1:]]
@@ -85,24 +88,13 @@ class Segments:
             return s - lo_last * delta
 
         for q in range(start):                 # the code before the loop keeps its slots
-            for s, n in _runs(instr, lean.pool, q):
+            for s, n in [(int(instr[q, I_OUT]), int(instr[q, I_N]))] + \
+                    read_runs(instr, lean.pool, q):
                 if s + n > base:
                     raise NotCheckpointable("the code before the loop writes past its start")
         self.instr, self.pool = instr.copy(), lean.pool.copy()
         for q in range(end, count):
-            op, n = int(instr[q, I_OP]), int(instr[q, I_N])
-            self.instr[q, I_OUT] = compact(int(instr[q, I_OUT]), n)
-            if op == GATHER or op == SCATTER_ADD:
-                step = 1 if op == GATHER else 2
-                p = int(instr[q, I_P])
-                for k in range(n if op == GATHER else int(instr[q, I_SA])):
-                    self.pool[p + step * k] = compact(int(lean.pool[p + step * k]))
-                continue
-            for t in range(3):
-                s = int(instr[q, I_A + t])
-                if s >= 0:
-                    stride = 1 if op == COPY else int(instr[q, I_SA + t])
-                    self.instr[q, I_A + t] = compact(s, n if stride else 1)
+            rewrite_slots(self.instr, self.pool, q, compact)
         if (lean.in_slots >= base).any():
             raise NotCheckpointable("an input's slot lies past the loop's start")
         self.out_slots = np.array([compact(int(s)) for s in lean.out_slots], np.int64)
@@ -251,45 +243,24 @@ def _interpret_reverse(instr, pool, divisor, live, V, G, C, q0, q1):
         reverse_range_points(instr, pool, divisor, live, V, G, C, q0, q1)
 
 
-def _runs(instr, pool, q):
-    """The slot runs (start, length) instruction q writes and reads."""
-    op, n = int(instr[q, I_OP]), int(instr[q, I_N])
-    yield int(instr[q, I_OUT]), n
-    if op == GATHER or op == SCATTER_ADD:
-        step = 1 if op == GATHER else 2
-        p = int(instr[q, I_P])
-        for k in range(n if op == GATHER else int(instr[q, I_SA])):
-            yield int(pool[p + step * k]), 1
-        return
-    for t in range(3):
-        s = int(instr[q, I_A + t])
-        if s >= 0:
-            stride = 1 if op == COPY else int(instr[q, I_SA + t])
-            yield s, (n if stride else 1)
-
-
-def _carried(instr, start, period, base, span):
-    """The slots (offsets into the ``span`` slots before the body's own) that a
-    repetition reads from earlier ones: all a checkpoint needs to keep."""
+def _moved_reads(instr, pool, start, period, base, constant):
+    """The slots below ``base`` (an earlier repetition's) that the body's instructions
+    read and the next repetition's read moved along: an operand's, a gather's or a
+    scatter's source, never a constant (a per-repetition one changes slot too)."""
     read = set()
     for q in range(start, start + period):
-        op, n = int(instr[q, I_OP]), int(instr[q, I_N])
-        for col in (I_A, I_A + 1, I_A + 2):
-            c = int(instr[q, col])
-            if c < 0 or int(instr[q + period, col]) == c or c >= base:
-                continue
-            stride = 1 if op == COPY else int(instr[q, I_SA + col - I_A])
-            read.update(e - (base - span) for e in range(c, c + (n if stride else 1))
-                        if e < base)
-    return np.array(sorted(read), np.int64)
+        for (s, n), (u, _) in zip(read_runs(instr, pool, q), read_runs(instr, pool, q + period)):
+            if s != u and not constant[s]:
+                read.update(e for e in range(s, s + n) if e < base)
+    return read
 
 
-def _reach_back(instr, start, period, base, delta):
+def _carried(moved, base, span):
+    """The slots (offsets into the ``span`` slots before the body's own) that a
+    repetition reads from earlier ones: all a checkpoint needs to keep."""
+    return np.array(sorted(e - (base - span) for e in moved), np.int64)
+
+
+def _reach_back(moved, base, delta):
     """How many repetitions back the body reads (at least 1)."""
-    back = 1
-    for q in range(start, start + period):
-        for col in (I_A, I_A + 1, I_A + 2):
-            c = int(instr[q, col])
-            if c >= 0 and int(instr[q + period, col]) != c and c < base:
-                back = max(back, -(-(base - c) // delta))
-    return back
+    return max([1] + [-(-(base - e) // delta) for e in moved])

@@ -49,26 +49,13 @@ import numpy as np
 from .kernels import background
 from .kernels.cache import cache_dir, generated_file, import_generated
 from .kernels.elementwise import passes_nothing
-from .kernels.loops import RECOMPUTED, binary_adjoints, pool_reads
-from .kernels.program import (COPY, GATHER, I_A, I_N, I_OP, I_OUT, I_SA, LANES,
-                              LANES_MIN, SCATTER_ADD, live_sets)
+from .kernels.instruction_format import (COPY, GATHER, I_N, I_OP, I_OUT, KIND_NAMES,
+                                         OPERAND_COLUMNS, SCATTER_ADD, operand_columns, pool_reads, stride)
+from .kernels.loops import RECOMPUTED, binary_adjoints
+from .kernels.program import live_sets
 from .opcodes import ADD, BINARY_LAST, DIV, MUL, SUB, UNARY_LAST, opcode_name
+from .tuning import KEEP_ALL_BYTES, LANES, LANES_MIN, MAX_BODY, MAX_CARRIED, MAX_LINES, MAX_STRAIGHT
 
-# Past these sizes a program runs on the interpreter kernel: numba's compile time grows
-# faster than the code (measured on 2 cores: a body of 207 element operations 19 s, of
-# ~1000 (n-body) 413 s, with spills), and a thread's values spill out of registers.
-MAX_STRAIGHT = 2000      # element operations outside a loop
-MAX_BODY = 600           # element operations in a loop body
-MAX_CARRIED = 128        # values a repetition hands the next
-MAX_LINES = 6000         # lines of one generated module (a reverse sweep per output and
-                         # forward mode's lanes multiply the code; numba takes ~3-5 ms a
-                         # line: Lorenz-96's 4700 lines 15-27 s, beside the calls)
-MAX_LANES = 32           # forward-mode lanes kept in registers
-THREADS = 128
-# bytes a point: up to this, the GPU's reverse sweep keeps every repetition's state (its
-# forward steps run twice, as a hand-written adjoint's; checkpointed: three times). The
-# 200-step pendulum keeps 3200 bytes: 65,536 points take 210 MB.
-KEEP_ALL_BYTES = 4096
 
 
 class Unsupported(Exception):
@@ -184,20 +171,19 @@ class Plan:
             if op == GATHER:
                 return outs, [[s] for s in srcs]
             return outs, list(zip(offsets.tolist(), srcs))
-        cols = [I_A] if op == COPY or op <= UNARY_LAST else \
-            [I_A, I_A + 1] if op <= BINARY_LAST else [I_A, I_A + 1, I_A + 2]
+        cols = OPERAND_COLUMNS[:operand_columns(op)]
         per = []
         for k in range(n):
             row = []
             for col in cols:
                 c = int(instr[q, col])
-                stride = 1 if op == COPY else int(instr[q, I_SA + col - I_A])
+                strided = int(stride(instr, q, col))
                 entry = self.entries.get((q, col)) if in_body else None
                 if entry is not None:
                     row.append((f"tab[t, {entry[0] + (k if entry[1] > 1 else 0)}]", None))
                     continue
                 moved = in_body and int(instr[q + self.loop[1], col]) != c
-                row.append(self.operand(q, c + k * stride, moved, in_body))
+                row.append(self.operand(q, c + k * strided, moved, in_body))
             per.append(row)
         return [self._out(out + k, in_body) for k in range(n)], per
 
@@ -335,8 +321,7 @@ def _forward(code, plan, q, in_body):
     """Instruction q's values."""
     op = int(plan.instr[q, I_OP])
     outs, per = plan.elements(q, in_body)
-    name = opcode_name(op) if op >= 0 else {COPY: "COPY", GATHER: "GATHER",
-                                            SCATTER_ADD: "SCATTER_ADD"}[op]
+    name = opcode_name(op) if op >= 0 else KIND_NAMES[op]
     if op == SCATTER_ADD:
         for z in outs:
             code.add(f"{z} = 0.0")
@@ -379,9 +364,9 @@ def _reverse(code, plan, q, in_body, adjoint):
     # a broadcast operand's terms in LANES partial sums (kernels/program.py), added after
     lanes = {}
     if len(outs) >= LANES_MIN and op != COPY and op != GATHER:
-        for t in range(1 if op <= UNARY_LAST else 2):
+        for t in range(min(operand_columns(op), 2)):
             name = per[0][t][1]
-            if int(plan.instr[q, I_SA + t]) == 0 and name is not None and adjoint(name):
+            if stride(plan.instr, q, OPERAND_COLUMNS[t]) == 0 and name is not None and adjoint(name):
                 lanes[t] = adjoint(name)
                 for j in range(LANES):
                     code.add(f"l{t}_{j} = 0.0")

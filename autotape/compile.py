@@ -35,7 +35,7 @@ except ImportError:
 from . import eager_calls, engine, gpu, guards
 from .errstate import ignore_fp_errors
 from .explain import explain
-from .executor import NO_ROWS, NUMPY_ROW_MIN, executor_for
+from .executor import NO_ROWS, executor_for
 from .pytree import flatten
 from .grad_mode import enable_grad, is_grad_enabled
 from .opcodes import (BINARY_LAST, CONST, CUSTOM, MATMUL, MEAN, PYTHON_LAST, SUM,
@@ -52,10 +52,10 @@ from .tape_format import OP, reduced_axes, saved_row
 from .complex_numbers import ComplexTensor
 from .complex_numbers.tensor import real_view
 from .tensor import F32, F64, Tensor, is_complex_data, new_leaf
+from .tuning import LOOP_WIDE_MIN, NUMPY_ROW_MIN, WARN_AFTER_RECORDINGS
 
 __all__ = ["compile", "Compiled"]
 
-WARN_AFTER_RECORDINGS = 8      # recordings forced by guards before the warning
 
 
 def compile(f, *example_args, checkpoint=None):
@@ -1024,11 +1024,6 @@ def _key(kind, args):
     return (kind,) + shapes if args[0].dtype == F64 else (kind, "float32") + shapes
 
 
-# elements: a recording with a time-stepping loop runs like eager code (see _record)
-# from rows this large: a 1-D heat loop, value + gradient, lean with its body compiled
-# against eager-like, was 20.6 vs 36.4 ms at 4096 cells x 500 steps, level at 16,384 x
-# 200, 35.1 vs 27.5 ms at 65,536 x 50
-LOOP_WIDE_MIN = 1 << 15
 
 _LEAN_FIELDS = ("lean", "outputs", "grads", "shapes", "sizes", "total_in", "rebuild")
 

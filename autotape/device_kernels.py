@@ -29,12 +29,12 @@ from .gpu import cuda_module
 from .kernels.elementwise import passes_nothing
 from .kernels.loops import binary_adjoints
 from .opcodes import ADD, BINARY_LAST, DIV, MUL, SUB, UNARY_LAST, WHERE, opcode_name
+from .tuning import DEVICE_THREADS
 
 __all__ = ["SIMULATED", "array_module", "to_device", "to_host", "reverse_code", "reverse_run",
-           "forward_kernel", "launch", "launch_params", "FULL", "ONE", "NUMBER", "THREADS"]
+           "forward_kernel", "launch", "launch_params", "FULL", "ONE", "NUMBER", "DEVICE_THREADS"]
 
 SIMULATED = os.environ.get("NUMBA_ENABLE_CUDASIM") == "1"
-THREADS = 256                   # threads per block of every generated kernel
 
 # how a kernel reads an operand
 FULL, ONE, NUMBER = "full", "one", "number"
@@ -76,9 +76,9 @@ def to_host(v):
 
 def launch(kernel, n, args):
     """kernel over n elements, a thread each: ``args`` are 1-D arrays and numbers."""
-    blocks = (n + THREADS - 1) // THREADS
+    blocks = (n + DEVICE_THREADS - 1) // DEVICE_THREADS
     if array_module() is np or not RAW_LAUNCH[0]:
-        kernel[blocks, THREADS](n, *args)
+        kernel[blocks, DEVICE_THREADS](n, *args)
         return
     # numba's launcher reads each CuPy argument's __cuda_array_interface__ and asks the
     # driver about its pointer: 20-30 us an array on an H100, more than the kernel. Here
@@ -91,7 +91,7 @@ def launch(kernel, n, args):
     function = _raw.get((kernel, dtypes))
     if function is None:
         function = _raw_function(kernel, dtypes)
-    function((blocks,), (THREADS,), launch_params(n, args))
+    function((blocks,), (DEVICE_THREADS,), launch_params(n, args))
 
 
 def launch_params(n, args):

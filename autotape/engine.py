@@ -29,6 +29,7 @@ from .ops import versions
 from .tensor import (F64, OnDevice, Tensor, array_of, canonical, device_call, new_leaf,
                      on_device)
 from .thread_state import here
+from .tuning import OWN_BUFFER_MIN, RECYCLE_MIN
 
 
 def grad(outputs, inputs, grad_outputs=None, retain_graph=None, create_graph=False,
@@ -706,8 +707,6 @@ def _custom_vjp(tape, row, view, accumulate):
 
 
 NO_READ = np.array([-1], np.int64)   # a read list that names no row (empty means all)
-RECYCLE_MIN = 1 << 19                # adjoint elements: below this (4 MiB) no space is reused
-OWN_BUFFER_MIN = 4096          # elements: a leaf this large gets its gradient written in place
 
 
 def leaf_buffers(tape):

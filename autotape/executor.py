@@ -16,13 +16,14 @@ import numpy as np
 
 from .kernels.blas import DGEMM
 from .memory import KEPT, busy, on_idle
-from .parallel import PARALLEL_MIN, for_numba, get_num_threads, parallel_launch, pieces
+from .parallel import for_numba, get_num_threads, parallel_launch, pieces
 from .kernels.replay import forward_replay, replay_and_sweep
 from .kernels.sweep import (HOOK_ROW, LINALG, LINALG_ROW, OK, PYTHON, PYTHON_ROW, RELEASED,
                             SPLIT, SPLIT_STATE, STOP_DONE, UNKNOWN_OP, linalg_row_vjp,
                             segment_vjp, segment_vjp_serial, sweep_for)
 from .opcodes import opcode_name
 from .thread_state import here
+from .tuning import FUSE_MIN, KEEP_SWEEP_SCRATCH_BYTES, NUMPY_ROW_MIN, PARALLEL_MIN
 
 RELEASED_MSG = (
     "Trying to backward through the graph a second time (or directly access saved tensors "
@@ -37,15 +38,6 @@ NO_ROWS = np.zeros(0, np.int64)
 FRESH_STATE = np.full(SPLIT_STATE, -1, np.int64)
 NO_MARKS = np.zeros((0, 0), np.bool_)
 NO_STOPS = np.zeros(0, np.uint8)
-KEEP_SWEEP_SCRATCH_BYTES = 16 << 20       # scratch kept between sweeps; a larger one is given back
-# elements: a run of elementwise rows this large is swept tile by tile (kernels/sweep.py
-# segment_vjp): below it the adjoints already stay in cache, and the stop costs more
-FUSE_MIN = 1 << 16
-# elements: from here a replay leaves an elementwise row or a sum to the eager forward's
-# functions (numpy's, on threads), and a compiled function runs its recording like eager
-# code rather than as a lean program (per element: measured 2.5x faster at 4000 elements,
-# 7x at 64,000, level at 1000; compile.py)
-NUMPY_ROW_MIN = 1 << 11
 
 
 class Executor(abc.ABC):

@@ -15,7 +15,8 @@ import sys
 
 import numpy as np
 
-from .kernels.loops import MIN_COVERED, MIN_REPEATS, repetition
+from .kernels.loops import repetition
+from .tuning import MIN_COVERED, MIN_REPEATS
 from .opcodes import opcode_name
 from .program import LeanProgram
 from .thread_state import here

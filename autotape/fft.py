@@ -27,6 +27,7 @@ from .functions.shaping import roll as real_roll
 from .ops.indexing import as_tensor, concatenate as real_concatenate
 from .parallel import get_num_threads
 from .tensor import is_complex_data
+from .tuning import FOUR_STEP_MIN
 
 __all__ = ["fft", "ifft", "rfft", "irfft", "fft2", "ifft2", "rfft2", "irfft2", "fftn",
            "ifftn", "rfftn", "irfftn", "fftshift", "ifftshift", "fftfreq", "rfftfreq"]
@@ -72,10 +73,7 @@ pocket_fft, pocket_ifft, rfft_of, irfft_of = (_pocket(name) for name in (
 # A long 1-D transform streams its data through the cache log2(n) times. Long complex
 # transforms along the last axis go in four steps instead (Bailey's): n = n1 n2, then n2
 # transforms of length n1, a twiddle factor per element, n1 transforms of length n2 and
-# a transpose. The short transforms fit the cache and their batches run on autotape's
-# threads: 2^20 points took 26 ms rather than 30 on one thread, 14 rather than 30 on two
-# (2-core VM, scipy 1.17).
-FOUR_STEP_MIN = 1 << 16
+# a transpose (from FOUR_STEP_MIN points, tuning.py).
 
 
 def _four_step_split(n):

@@ -22,11 +22,11 @@ import numpy as np
 
 from . import codegen
 from .kernels.program import live_sets
+from .tuning import GENERATED_THREADS, INTERPRETER_THREADS, MAX_LANES, SCRATCH_BYTES
 
 __all__ = ["run_points", "run_tangents", "explain_gpu", "is_device_array", "as_device",
            "cuda_module"]
 
-SCRATCH_BYTES = 4 << 30     # device memory for the points' slots, per launch
 
 
 def cuda_module():
@@ -110,14 +110,14 @@ def run_points(lean, X, jacobian, shapes=None):
         SG = _scratch(state, cuda, "segment", max(1, sg * step))
         for p0 in range(0, B, step):
             p1 = min(B, p0 + step)
-            blocks = max(1, math.ceil((p1 - p0) / THREADS))
+            blocks = max(1, math.ceil((p1 - p0) / GENERATED_THREADS))
             # (one launch: the arrays themselves; a slice costs ~40 us of host time)
             X_, v_, j_ = (Xd, values, jac) if p1 - p0 == B else \
                 (Xd[p0:p1], values[p0:p1], jac[p0:p1])
             if jacobian:
-                kernels.run_reverse[blocks, THREADS](X_, tab, v_, j_, CK, SG)
+                kernels.run_reverse[blocks, GENERATED_THREADS](X_, tab, v_, j_, CK, SG)
             else:
-                kernels.run_values[blocks, THREADS](X_, tab, v_)
+                kernels.run_values[blocks, GENERATED_THREADS](X_, tab, v_)
     return _hand_out(on_device, (values, jac if jacobian else None), shapes)
 
 
@@ -131,8 +131,8 @@ def run_tangents(lean, X, S, shapes=None):
                          "the CPU only (their functions are CPU code)")
     plan = codegen.plan(lean)             # (raises Unsupported: the caller reverses)
     K = S.shape[0]
-    if K > codegen.MAX_LANES:
-        raise codegen.Unsupported(f"{K} forward-mode lanes (at most {codegen.MAX_LANES} "
+    if K > MAX_LANES:
+        raise codegen.Unsupported(f"{K} forward-mode lanes (at most {MAX_LANES} "
                                   f"fit in registers)")
     on_device, Xd = _points(cuda, X)
     B, outs = Xd.shape[0], lean.out_slots.size
@@ -142,7 +142,7 @@ def run_tangents(lean, X, S, shapes=None):
     values = _result(state, cuda, "values", (B, outs))
     tangents = _result(state, cuda, "tangents", (B, outs, K))
     if B:
-        kernels.run_tangent[max(1, math.ceil(B / THREADS)), THREADS](
+        kernels.run_tangent[max(1, math.ceil(B / GENERATED_THREADS)), GENERATED_THREADS](
             Xd, _table(state, cuda, plan), _directions(state, cuda, S), values, tangents)
     return _hand_out(on_device, (values, tangents), shapes)
 
@@ -164,7 +164,6 @@ def explain_gpu(lean):
             f"{plan.bytes_per_point()} bytes")
 
 
-THREADS = codegen.THREADS
 Unsupported = codegen.Unsupported
 
 
@@ -283,8 +282,8 @@ def _interpret(lean, cuda, Xd, values, jac, jacobian):
     for p0 in range(0, B, step):
         p1 = min(B, p0 + step)
         n = p1 - p0
-        blocks = max(1, math.ceil(n / kernels.THREADS))
-        kernels.run_points_cuda[blocks, kernels.THREADS](
+        blocks = max(1, math.ceil(n / INTERPRETER_THREADS))
+        kernels.run_points_cuda[blocks, INTERPRETER_THREADS](
             *arrays, Xd[p0:p1], values[p0:p1], jac[p0:p1] if jacobian else jac, jacobian,
             V[:max(lean.nslots, 1) * n], G[:max(lean.nslots, 1) * n] if jacobian else G)
 

@@ -33,10 +33,10 @@ from .ops.indexing import as_tensor, put_add
 from .ops.linalg import matmul, solve as dense_solve
 from .tape import tape_of_its_own
 from .tensor import Tensor, new_leaf
+from .tuning import DENSE_MAX
 
 __all__ = ["root", "fixed_point", "linear_solve", "SparseMatrix", "newton", "as_numbers"]
 
-DENSE_MAX = 2000        # unknowns: above this, df/dx is applied matrix-free (GMRES)
 
 
 @contextlib.contextmanager

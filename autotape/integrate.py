@@ -39,6 +39,7 @@ from .ops.indexing import as_tensor, stack
 from .ops.linalg import solve as dense_solve
 from .ops.reduce import mean
 from .tensor import Tensor
+from .tuning import UNROLLED_MAX
 
 __all__ = ["solve_ivp", "march", "OdeResult"]
 
@@ -163,8 +164,6 @@ RODAS4 = Rosenbrock(
     order=3)
 
 METHODS = {"RK45": DOPRI5, "Tsit5": TSIT5, "RK4": RK4, "Rodas4": RODAS4}
-UNROLLED_MAX = 12       # states up to which a compiled Rosenbrock step factorises W with
-                        # elementwise ops (lean code); above, with the recorded dense solve
 SAFETY, MIN_FACTOR, MAX_FACTOR = 0.9, 0.2, 10.0          # scipy's step-size control
 
 

@@ -49,21 +49,20 @@ from .kernels import active, background
 from .kernels.cache import (cache_dir, code_of, compile_notice, generated_file, named_value,
                             import_generated, on_disk)
 from .kernels.active import ActiveArray, ActiveType
-from .kernels.program import I_A, I_N, I_OP, I_OUT, I_SA, WIDTH
+from .kernels.instruction_format import I_A, I_B, I_C, I_N, I_OP, I_OUT, I_SA, I_SB, WIDTH
 from .opcodes import CONST, SOURCE_LAST
 from .program import LeanProgram, loop_of
 from .tensor import F64, Tensor, new_leaf
 from .thread_state import here
+from .tuning import KEEP_PROGRAMS, KEEP_TAPE_BYTES, PYTHON_SWEEP_MAX, START_ROWS
 
 __all__ = ["jit", "Jit"]
 
 ALLOCATORS = {np.zeros: active.zeros, np.empty: active.empty, np.ones: active.ones,
               np.zeros_like: active.zeros_like, np.empty_like: active.empty_like,
               np.ones_like: active.ones_like, np.full: active.full, np.array: active.array}
-START_ROWS = 1 << 12
 _EVERY_PROCESS = ("in each process: it reads values numba cannot keep on disk, see "
                   "docs/guide/numba.md; the calls after this one take microseconds")
-KEEP_PROGRAMS = 64          # recordings kept per function (per shapes and data)
 
 
 def jit(fn, argnums=None):
@@ -459,9 +458,6 @@ _SWEEP_HELPER = ("import numpy as np\nfrom autotape.kernels.active import sweep\
                  "sweep(np.zeros((1, 3), np.int64), np.zeros(1), 1, 0, np.zeros(1), "
                  "np.zeros(1, np.bool_))\n")
 _sweep_ready = []
-# rows: a recording this long is swept compiled even before a helper has compiled the
-# sweep (Python sweeps ~5 us a row; compiling it takes ~2 s)
-PYTHON_SWEEP_MAX = 200_000
 
 
 def _sweep_for(rows):
@@ -512,11 +508,11 @@ def _recording_as_program(tape, total, out_rows, out_values):
     instr = np.zeros((q.size, WIDTH), np.int64)
     instr[:, I_OP], instr[:, I_OUT] = op[q], q
     instr[:, I_A] = canonical[a[q]]
-    instr[:, I_A + 1] = np.where(b[q] >= 0, canonical[np.maximum(b[q], 0)], -1)
-    instr[:, I_A + 2] = -1
+    instr[:, I_B] = np.where(b[q] >= 0, canonical[np.maximum(b[q], 0)], -1)
+    instr[:, I_C] = -1
     instr[:, I_N] = 1
     instr[:, I_SA] = 1
-    instr[:, I_SA + 1] = (b[q] >= 0).astype(np.int64)
+    instr[:, I_SB] = (b[q] >= 0).astype(np.int64)
     const_slots, const_vals = const_rows[first], distinct
     out_slots, nslots = np.array(out_rows, np.int64), used
     for k in np.nonzero(out_slots < 0)[0]:     # a constant output: a slot of its own
@@ -595,7 +591,6 @@ def _buffers(rows):
     return header, ops, values
 
 
-KEEP_TAPE_BYTES = 16 << 20     # a thread keeps tape buffers up to this for its next call
 
 
 def _drop_large_buffers():

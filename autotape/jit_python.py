@@ -31,8 +31,8 @@ import numpy as np
 from .kernels import active
 from .kernels.elementwise import binary_value, unary_value
 from .opcodes import ADD, CONST, DIV, LEAF, MUL
+from .tuning import PYTHON_ROWS_MAX
 
-PYTHON_ROWS_MAX = 1_000_000
 
 
 class TooLong(RuntimeError):

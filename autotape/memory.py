@@ -19,10 +19,8 @@ import os
 import sys
 import threading
 import time
+from .tuning import IDLE_SECONDS, KEEP_BYTES, MMAP_BYTES
 
-KEEP_BYTES = 512 << 20
-MMAP_BYTES = 32 << 20          # glibc's largest mmap threshold on 64-bit systems
-IDLE_SECONDS = 1.0
 _M_TRIM_THRESHOLD, _M_MMAP_THRESHOLD = -1, -3
 _last_busy = [0.0, True]       # [time of the last sweep, trimmed since]
 _when_idle = []                # what drops kept buffers (executor.py's large scratch)

@@ -23,8 +23,8 @@ import numpy as np
 
 from .errstate import ignore_fp_errors
 from .kernels.blas import set_blas_threads
+from .tuning import PARALLEL_MIN
 
-PARALLEL_MIN = 1 << 18          # elements: below this an op runs on the calling thread
 _state = {"threads": 1}
 
 

@@ -15,9 +15,9 @@ from .kernels.calls import call_rows, driver
 from .kernels.elementwise import passes_nothing
 from .parallel import for_numba, parallel_launch
 from .kernels.loops import GROUPS as LOOP_GROUPS
+from .kernels.instruction_format import I_OP, I_OUT, read_runs
 from .kernels.loops import constant_table, find_loop, loop_kernels, loop_source
-from .kernels.program import (COPY, GATHER, I_A, I_N, I_OP, I_OUT, I_P, I_SA, LOWERED,
-                              SCATTER_ADD, forward_range, forward_range_points, live_sets,
+from .kernels.program import (LOWERED, forward_range, forward_range_points, live_sets,
                               load_chunk, load_tangent_chunk, lower, reached_by_any,
                               reverse_range, reverse_range_points, run_points,
                               run_points_parallel, run_tangents, run_tangents_parallel,
@@ -25,19 +25,11 @@ from .kernels.program import (COPY, GATHER, I_A, I_N, I_OP, I_OUT, I_P, I_SA, LO
                               tangent_range, tangent_range_points)
 from .thread_state import here
 from .checkpointing import NotCheckpointable, Segments
+from .tuning import (COMPILE_LOOP_AFTER, MAX_LANES, GENERATED_SCRATCH_BYTES, GENERATED_SLICE,
+                     KEEP_LIVE_BYTES, KEEP_PROGRAM_SCRATCH_BYTES, LOOK_EVERY)
 
 
-KEEP_LIVE_BYTES = 16 << 20   # reach marks (outputs x instructions) kept between calls
-KEEP_PROGRAM_SCRATCH_BYTES = 64 << 20
-# A loop's body is compiled (a few seconds, beside the calls; then cached on disk) once a
-# program has run this many times: a function called once needs no compiler.
-COMPILE_LOOP_AFTER = 2
-# seconds between a call's looks for code compiling beside the calls (a look costs ~30
-# us: the cache's paths and marks; the epidemic's interpreted call ~55 us)
-LOOK_EVERY = 0.02
 GENERATED_ENV = "AUTOTAPE_GENERATED"   # =0: programs run without codegen.py's kernels
-GENERATED_SLICE = 64                   # points per thread, at least, in generated kernels
-GENERATED_SCRATCH_BYTES = 4 << 20      # states a thread keeps for a generated reverse sweep
 FLOAT64 = np.dtype(np.float64)
 POISON_SCRATCH = False       # tests set it: scratch starts as nan, not as the last call's
 
@@ -304,7 +296,7 @@ class LeanProgram:
         B, K = X.shape[0], S.shape[2]
         values = np.empty((B, self.out_slots.size), X.dtype)
         tangents = np.empty((B, self.out_slots.size, K), X.dtype)
-        shared = S.shape[0] == 1 and K <= codegen.MAX_LANES     # (one set for all points)
+        shared = S.shape[0] == 1 and K <= MAX_LANES     # (one set for all points)
         whole = self._generated(X.dtype, K) if shared else None
         if whole is not None:
             directions = np.ascontiguousarray(S[0].T, np.float64)
@@ -532,7 +524,7 @@ class LeanProgram:
             plan, sigs = codegen.plan(self), codegen.cpu_signatures()
             lanes = self.in_slots.size
             kinds = [(("cpu", "reverse"), lambda: codegen.reverse_source(plan, "cpu"))]
-            if lanes <= codegen.MAX_LANES:           # (more: tangents() never uses it)
+            if lanes <= MAX_LANES:           # (more: tangents() never uses it)
                 kinds.append((("cpu", "tangent", lanes),
                               lambda: codegen.tangent_source(plan, lanes, "cpu")))
             for kind, make in kinds:
@@ -724,19 +716,8 @@ def passes_nothing_mask(ops):
 
 def _read_slots(instr, pool, first):
     """Every slot that instructions from ``first`` on read (operands and pool sources)."""
-    reads = []
-    for q in range(first, instr.shape[0]):
-        op, n = int(instr[q, I_OP]), int(instr[q, I_N])
-        if op == GATHER or op == SCATTER_ADD:
-            step = 1 if op == GATHER else 2
-            count = n if op == GATHER else int(instr[q, I_SA])
-            reads.append(pool[instr[q, I_P]:instr[q, I_P] + step * count:step])
-            continue
-        for t in range(3):
-            s = int(instr[q, I_A + t])
-            if s >= 0:
-                stride = 1 if op == COPY else int(instr[q, I_SA + t])
-                reads.append(np.arange(s, s + (n if stride else 1)))
+    reads = [np.arange(s, s + n) for q in range(first, instr.shape[0])
+             for s, n in read_runs(instr, pool, q)]
     return np.concatenate(reads) if reads else np.zeros(0, np.int64)
 
 

@@ -29,15 +29,14 @@ from . import func
 from .compile import Compiled, call_arguments, joined
 from .kernels.elementwise import passes_nothing
 from .opcodes import BINARY_LAST, WHERE
-from .kernels.program import (CALL, COPY, GATHER, I_A, I_B, I_N, I_OP, I_OUT, I_P, I_SA,
-                              I_SB, SCATTER_ADD)
+from .kernels.instruction_format import (CALL, COPY, GATHER, I_A, I_B, I_N, I_OP, I_OUT,
+                                         I_SA, I_SB, SCATTER_ADD, call_operands, pool_reads)
 from .pytree import flatten
+from .tuning import MAX_DEPENDENCIES
 
 __all__ = ["jacobian", "sparsity", "recorded_sparsity", "colours", "column_colours",
            "hessian", "hessian_sparsity", "star_colours"]
 
-MAX_DEPENDENCIES = 512     # inputs one element may depend on before the pattern is taken
-                           # as dense (a sum over everything: colouring gains nothing)
 
 _found = weakref.WeakKeyDictionary()    # Compiled -> {lean program id: (lean, pattern,
                                         # colours, seeds)}
@@ -297,14 +296,12 @@ def _pattern(lean):
     deps[lean.in_slots, 0] = np.arange(n_in)
     for q in range(lean.instr.shape[0]):
         op, out, n = (int(v) for v in lean.instr[q, [I_OP, I_OUT, I_N]])
-        p = int(lean.instr[q, I_P])
         if op == COPY:
             sources = [deps[int(lean.instr[q, I_A]) + np.arange(n)]]
         elif op == GATHER:
-            sources = [deps[lean.pool[p:p + n]]]
+            sources = [deps[pool_reads(lean.instr, lean.pool, q)[0]]]
         elif op == SCATTER_ADD:
-            pairs = int(lean.instr[q, I_SA])
-            src, at = lean.pool[p:p + 2 * pairs:2], lean.pool[p + 1:p + 2 * pairs:2]
+            src, at = pool_reads(lean.instr, lean.pool, q)
             per = np.bincount(at, minlength=n)
             order, start = np.argsort(at, kind="stable"), np.cumsum(per) - per
             sources = [np.full((n, width), none, np.int64)]
@@ -314,9 +311,8 @@ def _pattern(lean):
                 block[has] = deps[src[order[start[has] + k]]]
                 sources.append(block)
         elif op == CALL:
-            count = int(lean.pool[p])
-            slots = np.concatenate([int(lean.pool[p + 1 + 2 * j]) + np.arange(
-                int(lean.pool[p + 2 + 2 * j])) for j in range(count)]) if count else \
+            runs = call_operands(lean.instr, lean.pool, q)
+            slots = np.concatenate([s + np.arange(size) for s, size in runs]) if runs else \
                 np.zeros(0, np.int64)
             everything = np.unique(deps[slots])
             everything = everything[everything != none]

@@ -43,18 +43,9 @@ from .kernels.staging import address_of, bits_equal, decode_rows
 from .kernels.sweep import families_of
 from .opcodes import CONST, IMPORT, LEAF
 from .tape_format import NO_ROW, OP, ROW_WIDTH, SHAPE, VLOC, array_index, operand_list
+from .tuning import (FLUSH_ROWS, HARD_ROWS_FACTOR, MAX_ARRAY_BYTES, MAX_ROWS,
+                     PYTHON_READ_MAX, ROWS_OF_THE_LARGEST)
 
-# When a tape holds this much, the next op whose operands are all leaves or constants
-# (where a new iteration of a loop usually starts) opens a new tape; no value needs to
-# be imported there, so the old tape dies with its results.
-MAX_ROWS = 1 << 18
-MAX_ARRAY_BYTES = 1 << 28
-# ... or this many of its largest rows, if more: one expression on large arrays stays on
-# one tape (a graph split over tapes sweeps each apart, its adjoints copied between them:
-# a 10^7-element expression peaked at twice the memory)
-ROWS_OF_THE_LARGEST = 16
-# A single expression that keeps growing is split here (with an IMPORT row).
-HARD_ROWS_FACTOR = 4
 
 _tape_ids = itertools.count()
 
@@ -64,7 +55,6 @@ _tape_ids = itertools.count()
 # FLUSH_ROWS rows the staged list moves into an int64 chunk, so a sweep converts at
 # most that many. Rows with a shape, parameters or an array value also get an entry
 # in ``extra``.
-FLUSH_ROWS = 4096
 
 
 class Tape:
@@ -414,10 +404,6 @@ class Tape:
             self.arrays[array_index(loc)][:] = data
 
 
-# rows: a tape this small is read by the readers' code run by Python while they are
-# neither compiled nor on disk (a first gradient on a cold cache; compiling the two takes
-# ~0.9 s, and the sweep's helper compiles them); Python reads ~10 us a row
-PYTHON_READ_MAX = 20000
 _READERS_READY = set()
 
 

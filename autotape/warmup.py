@@ -32,23 +32,23 @@ from . import eager_calls, func
 from .compile import compile as compile_
 from .creation import tensor
 from .engine import grad
-from .executor import FUSE_MIN
 from .functions.shaping import roll
 from .jit import jit as jit_
 from .kernels import background, cache, calls
 from .kernels.loops import GROUPS as LOOP_GROUPS, compile_around
-from .kernels.program import WIDTH, reached_by_any
+from .kernels.instruction_format import WIDTH
+from .kernels.program import reached_by_any
 from .kernels.blas import DGEMM
 from .kernels.sweep import (ALL_FAMILIES, ELEMENTWISE, REDUCE, VARIANTS, linalg_row_vjp,
                             sweep_for)
 from .linalg import det, inv
 from .ops.elementwise import exp, sigmoid, sin, tanh, where
 from .parallel import get_num_threads, set_num_threads, usable_cores
+from .tuning import BACKGROUND_MIN_CORES, FUSE_MIN
 
 __all__ = ["warmup"]
 
 BACKGROUND_ENV = "AUTOTAPE_BACKGROUND_WARMUP"
-BACKGROUND_MIN_CORES = 2
 
 
 # ---- the programs that reach every kernel (most wanted first: the background runs them

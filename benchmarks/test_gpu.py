@@ -215,10 +215,10 @@ def _launch_alone(cuda, c, d, points):
     values, jac = cuda.device_array((points, 1)), cuda.device_array((points, 1, d.shape[1]))
     ck, sg = plan.scratch("cuda")
     CK, SG = cuda.device_array(ck * points), cuda.device_array(sg * points)
-    blocks = (points + gpu.THREADS - 1) // gpu.THREADS
+    blocks = (points + gpu.GENERATED_THREADS - 1) // gpu.GENERATED_THREADS
 
     def launch():
-        kernels.run_reverse[blocks, gpu.THREADS](d, tab, values, jac, CK, SG)
+        kernels.run_reverse[blocks, gpu.GENERATED_THREADS](d, tab, values, jac, CK, SG)
     return launch, values, jac
 
 

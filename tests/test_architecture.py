@@ -12,7 +12,7 @@ PACKAGE = pathlib.Path(cache.__file__).resolve().parent.parent
 
 # bottom to top: a module may import from its own layer or those below
 LAYERS = [
-    ["opcodes", "tape_format", "thread_state", "grad_mode", "guards", "errstate", "memory",
+    ["opcodes", "tape_format", "tuning", "thread_state", "grad_mode", "guards", "errstate", "memory",
      "pytree"],
     ["kernels.*"],
     ["tape"],

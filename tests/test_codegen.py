@@ -15,7 +15,7 @@ from hypothesis import given, settings
 
 import autotape as at
 import autotape.func as F
-from autotape import gpu, codegen
+from autotape import gpu, codegen, program
 from programs import LOOP_BODIES, loop_model, loss_in_the_loop
 
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent / "benchmarks"))
@@ -223,7 +223,8 @@ def test_a_program_too_long_to_unroll_runs_on_the_interpreter(monkeypatch):
 
 
 def test_more_lanes_than_registers_take_the_reverse_sweep(monkeypatch):
-    monkeypatch.setattr(codegen, "MAX_LANES", 2)
+    monkeypatch.setattr(gpu, "MAX_LANES", 2)
+    monkeypatch.setattr(program, "MAX_LANES", 2)
     c = at.compile(lambda t: at.sin(t) * t[0], np.ones(3))
     points = np.random.default_rng(4).uniform(size=(2, 3))
     np.testing.assert_allclose(F.vmap(c.jacfwd, device="cuda")(points).numpy(),

@@ -3,8 +3,8 @@
 numba keys a cached function on its own source file only: editing a helper in another
 module (an op's derivative in kernels/elementwise.py) would leave a stale kernel on
 disk. So the kernels are cached in a directory named after a digest of the numba tier,
-every source that is compiled into them (``KERNEL_SOURCES``: this folder, the opcodes
-and the tape format), plus the numba version. The digest is of the code, not the text:
+every source that is compiled into them (``KERNEL_SOURCES``: this folder, the opcodes,
+the tape format and the tuning constants), plus the numba version. The digest is of the code, not the text:
 comments and docstrings do not count, so editing them, or anything in the Python tier
 (ops/, the engine), compiles nothing again. tests/test_architecture.py checks that
 the kernels import nothing outside ``KERNEL_SOURCES``.
@@ -33,9 +33,10 @@ import numba
 import numpy as np
 from numba.core import caching
 from numba.core.dispatcher import Dispatcher
+from ..tuning import NOTICE_AFTER, WAIT_FOR_OTHERS
 
 _PACKAGE = pathlib.Path(__file__).resolve().parent.parent
-KERNEL_SOURCES = ("kernels/*.py", "opcodes.py", "tape_format.py")
+KERNEL_SOURCES = ("kernels/*.py", "opcodes.py", "tape_format.py", "tuning.py")
 
 
 @functools.cache
@@ -130,8 +131,6 @@ def cached_njit(what=None, **options):
 # once, at the first compile that takes a second (warmup.py starts the background
 # warmup there: a cold cache).
 
-NOTICE_AFTER = 1.0              # seconds of compiling before the one line on stderr
-WAIT_FOR_OTHERS = 300.0         # longest wait for another process's compile
 COMPILED = []                   # (name, seconds) of each compile in this process (not
                                 # counting kernels loaded from the disk cache)
 first_compile_hooks = []

@@ -41,8 +41,8 @@ from numba.extending import overload
 from . import background
 from .cache import (LIBRARIES, cache_dir, generated_file, import_generated, named_value,
                     on_disk)
-from .program import (CALL, I_A, I_N, I_OP, I_OUT, I_P, WIDTH, forward_range,
-                      reverse_range)
+from .instruction_format import CALL, I_A, I_N, I_OP, I_OUT, I_P, WIDTH
+from .program import forward_range, reverse_range
 
 __all__ = ["driver", "flat"]
 

@@ -27,24 +27,23 @@ unfused sweep adds them:
 import re
 
 from ..opcodes import WHERE
-from .program import COPY, GATHER, I_A, I_N, I_OP, I_OUT, I_SA, LANES_MIN, SCATTER_ADD
+from .instruction_format import COPY, GATHER, I_N, I_OP, I_OUT, OPERAND_COLUMNS, SCATTER_ADD, \
+    pooled, stride
+from ..tuning import LANES_MIN, MIN_RUN
 
 ROUNDED = "V.dtype.type"    # a scalar as the storage holds it (float32 values round)
-MIN_RUN = 2                 # instructions a run needs to be fused (benchmarks set it past
-                            # any body's length to time the unfused code beside)
 
 
 def _reads(body, q):
     """Instruction q's operands: (column, slot, stride, moved) for each present one that
     is not a per-repetition constant (those are read from the table, no adjoint)."""
     instr, out = body.instr, []
-    op = int(instr[q, I_OP])
-    for col in (I_A, I_A + 1, I_A + 2):
+    for col in OPERAND_COLUMNS:
         c = int(instr[q, col])
         if c < 0 or (q, col) in body.table[2]:
             continue
-        stride = 1 if op == COPY else int(instr[q, I_SA + col - I_A])
-        out.append((col, c, stride, int(instr[q + body.period, col]) != c))
+        strided = int(stride(instr, q, col))
+        out.append((col, c, strided, int(instr[q + body.period, col]) != c))
     return out
 
 
@@ -87,11 +86,6 @@ def _touches(body, q, outs, n):
                for col, c, stride, moved in _reads(body, q) for o in outs)
 
 
-def pooled(op):
-    """Whether an instruction of kind ``op`` reads its sources from the pool."""
-    return op == GATHER or op == SCATTER_ADD
-
-
 def fused_groups(body, order, hoisted):
     """Runs of the body's instructions ``order`` (ascending) that fuse (see the module's
     rules), as (members, skipped): two or more members, and the instructions amid them
@@ -114,11 +108,11 @@ def fused_groups(body, order, hoisted):
                 not _touches(body, q, [int(body.instr[b, I_OUT]) for b in after],
                              max([int(body.instr[b, I_N]) for b in after] + [0]))
             if joins:
-                for col, c, stride, moved in _reads(body, q):
-                    length = n if stride else 1
+                for col, c, strided, moved in _reads(body, q):
+                    length = n if strided else 1
                     inside = [m for m, o in outs.items()
                               if moved and o < c + length and c < o + n]
-                    if inside and (stride != 1 or c != outs[inside[0]]):
+                    if inside and (strided != 1 or c != outs[inside[0]]):
                         joins = False           # (another cell of the run's own output)
                 for term in _adds(body, q, set(outs.values())):
                     for a, m in adds:           # (a WHERE's terms are never deferred:

@@ -13,7 +13,6 @@ from numba import cuda
 
 from .program import lane_forward, lane_reverse
 
-THREADS = 128
 
 
 @cuda.jit

@@ -16,8 +16,8 @@ from .blas import NO_TRANS, TRANS, cblas_dgemm
 from .context import (accumulator, adjoint, adjoint_address, aux, broadcast_map, dense_lanes,
                       f64_pointer, first_write, first_write_lane, has_adjoint, lane_block,
                       live, shape_of, size_of, value, value_address)
+from ..tuning import BLAS_MIN_FLOPS, SPARSE_LANES_RATIO
 
-BLAS_MIN_FLOPS = 4096       # below this, the loops beat a library call
 
 
 @register_jitable
@@ -108,7 +108,6 @@ def _sparse_lanes(ctx, i, lanes, size):
     return nonzero * SPARSE_LANES_RATIO <= lanes * size
 
 
-SPARSE_LANES_RATIO = 8
 
 
 @register_jitable

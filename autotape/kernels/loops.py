@@ -33,19 +33,19 @@ from . import background
 from .cache import cache_dir, generated_file, import_generated
 from .elementwise import passes_nothing
 from .fusion import deferred, fused_forward, fused_groups, fused_reverse
-from .fusion import pooled as _pooled
-from .program import (CALL, COPY, GATHER, I_A, I_N, I_OP, I_OUT, I_P, I_SA, LANES_MIN,
-                      SCATTER_ADD,
-                      forward_range, forward_range_points, load_chunk, load_tangent_chunk,
-                      reverse_range, reverse_range_points, seed_adjoints, store_adjoints,
+from .instruction_format import (CALL, COPY, GATHER, I_A, I_B, I_C, I_N, I_OP, I_OUT,
+                                 I_SA, I_SB, I_SC, KIND_NAMES, OPERAND_COLUMNS, SCATTER_ADD,
+                                 WIDTH, pool_reads, pooled, stride)
+from .program import (forward_range, forward_range_points, load_chunk,
+                      load_tangent_chunk, reverse_range, reverse_range_points, seed_adjoints, store_adjoints,
                       store_tangents, store_values, tangent_range, tangent_range_points)
+from ..tuning import CANDIDATES, LANES_MIN, MAX_PERIOD, MIN_COVERED, MIN_REPEATS
 
 # ops codegen.py's CPU reverse sweep recomputes from a repetition's state; every other
 # op's values (exp, sin, pow, ...) it keeps from the forward pass and reads back: the
 # 100k-op scalar chain (sin, exp) took 1.23 ms recomputing them, 5 transcendentals a
 # step (loop bodies keep fewer: ``_dear``)
 RECOMPUTED = frozenset({ADD, SUB, MUL, DIV, NEG, ABS, SQUARE, RELU, SIGN, FLOOR, CEIL, ROUND})
-MIN_REPEATS = 4
 
 
 def _dear(op):
@@ -55,10 +55,6 @@ def _dear(op):
     forward 15% more)."""
     return (UNARY_FIRST <= op <= UNARY_LAST and op not in RECOMPUTED) or \
         op in (POW, ARCTAN2, HYPOT, LOGADDEXP)
-MIN_COVERED = 256            # instructions a loop must cover to be worth compiling
-CANDIDATES = 64              # periods tried
-MAX_PERIOD = 512             # instructions in a body: longer ones (at.jit of array code
-                             # written element by element) take minutes to compile
 
 
 def _signatures(instr):
@@ -68,7 +64,7 @@ def _signatures(instr):
     ok = ((op >= UNARY_FIRST) & (op <= BINARY_LAST)) | (op == WHERE) | (op == COPY) | \
         (op == GATHER) | (op == SCATTER_ADD)
     sig = (op + 1000) * 1_000_003 + instr[:, I_N] * 8 + instr[:, I_SA] * 4 \
-        + instr[:, I_SA + 1] * 2 + instr[:, I_SA + 2]
+        + instr[:, I_SB] * 2 + instr[:, I_SC]
     return np.where(ok, sig, -1)
 
 
@@ -86,7 +82,7 @@ def _matches(instr, sig, period, constant=None, pool=None, lowest=0):
     moved = instr[period:, I_OUT] - instr[:n, I_OUT]
     delta = int(np.median(moved))
     ok = (sig[:n] == sig[period:]) & (sig[:n] >= 0) & (moved == delta) & (delta > 0)
-    for col in (I_A, I_A + 1, I_A + 2):
+    for col in OPERAND_COLUMNS:
         a, b = instr[:n, col], instr[period:, col]
         d = b - a
         regular = ((a < 0) & (b < 0)) | ((a >= 0) & (b >= 0) & ((d == 0) | (d == delta)))
@@ -98,22 +94,12 @@ def _matches(instr, sig, period, constant=None, pool=None, lowest=0):
             both = (a >= 0) & (b >= 0) & constant[np.maximum(a, 0)] & \
                 constant[np.maximum(b, 0)]
             ok &= (regular & same) | both
-    pooled = np.nonzero(ok & ((instr[:n, I_OP] == GATHER) |
+    listed = np.nonzero(ok & ((instr[:n, I_OP] == GATHER) |
                               (instr[:n, I_OP] == SCATTER_ADD)))[0]
-    if pooled.size:
-        for q in pooled:
+    if listed.size:
+        for q in listed:
             ok[q] = pool is not None and _pool_repeats(instr, pool, q, period, delta, lowest)
     return delta, ok
-
-
-def pool_reads(instr, pool, q):
-    """The slots a GATHER (each output element's source) or a SCATTER_ADD (each pair's
-    source) reads, and for a SCATTER_ADD the pairs' output offsets (else None)."""
-    p = int(instr[q, I_P])
-    if instr[q, I_OP] == GATHER:
-        return pool[p:p + int(instr[q, I_N])], None
-    pairs = int(instr[q, I_SA])
-    return pool[p:p + 2 * pairs:2], pool[p + 1:p + 2 * pairs:2]
 
 
 def _pool_repeats(instr, pool, q, period, delta, lowest):
@@ -271,7 +257,7 @@ def _why_unlike(instr, sig, a, b, delta, constant, pool, lowest):
     if y[I_OUT] - x[I_OUT] != delta:
         return (f"{name}'s result is not where the repetition's pattern puts it (an op "
                 "that not every repetition has, earlier on)")
-    for col in (I_A, I_A + 1, I_A + 2):
+    for col in OPERAND_COLUMNS:
         u, v = int(x[col]), int(y[col])
         if (u < 0) != (v < 0):
             return f"{name} takes other operands than the repetition before"
@@ -307,16 +293,14 @@ def constant_table(instr, loop, constant, const_slots, const_vals):
     value_of[const_slots] = const_vals
     entries, columns = {}, []
     for q in range(start, start + period):
-        for col in (I_A, I_A + 1, I_A + 2):
+        for col in OPERAND_COLUMNS:
             c = int(instr[q, col])
             if c < 0 or not constant[c]:
                 continue
             slots = instr[q:start + period * repeats:period, col]
             if (slots == c).all():
                 continue                        # one slot throughout: fixed
-            op, n = int(instr[q, I_OP]), int(instr[q, I_N])
-            stride = 1 if op == COPY else int(instr[q, I_SA + col - I_A])
-            width = n if stride else 1
+            width = int(instr[q, I_N]) if stride(instr, q, col) else 1
             at = sum(w for _, w in entries.values())
             entries[(q, col)] = (at, width)
             columns.append(value_of[slots[:, None] + np.arange(width)[None, :]])
@@ -337,12 +321,12 @@ def _reads_back(op):
             passes_nothing(op):
         return ()
     if op == MUL:
-        return (I_A, I_A + 1)
+        return (I_A, I_B)
     if op <= UNARY_LAST:
         return (I_A, I_OUT)
     if op == WHERE:
-        return (I_A + 2,)
-    return (I_A, I_A + 1, I_OUT)
+        return (I_C,)
+    return (I_A, I_B, I_OUT)
 
 
 class _Body:
@@ -397,9 +381,9 @@ class _Body:
         while changed:
             changed = False
             for q in range(self.start, self.start + self.period):
-                if _pooled(int(self.instr[q, I_OP])):
+                if pooled(int(self.instr[q, I_OP])):
                     continue                        # (it names each element apart)
-                for col in (I_A, I_A + 1, I_A + 2):
+                for col in OPERAND_COLUMNS:
                     owners = {self.writes[e] for e in self._elements(q, col)
                               if e in self.writes}
                     if len(owners) > 1 and owners & kept and not owners <= kept:
@@ -448,16 +432,16 @@ class _Body:
         c = int(self.instr[q, col])
         if c < 0 or int(self.instr[q + self.period, col]) == c or (q, col) in self.table[2]:
             return ()
-        stride = 1 if int(self.instr[q, I_OP]) == COPY else int(self.instr[q, I_SA + col - I_A])
-        return range(c, c + (int(self.instr[q, I_N]) if stride else 1))
+        strided = int(stride(self.instr, q, col))
+        return range(c, c + (int(self.instr[q, I_N]) if strided else 1))
 
     def moved_reads(self, q):
         """The slots instruction q reads that move with the repetitions."""
-        if _pooled(int(self.instr[q, I_OP])):
+        if pooled(int(self.instr[q, I_OP])):
             here, _ = pool_reads(self.instr, self.pool, q)
             there, _ = pool_reads(self.instr, self.pool, q + self.period)
             return [int(e) for e in here[here != there]]
-        return [e for col in (I_A, I_A + 1, I_A + 2) for e in self._elements(q, col)]
+        return [e for col in OPERAND_COLUMNS for e in self._elements(q, col)]
 
     def sources(self, q):
         """A gather's or scatter's sources as (index, kind) per element: kind 0 a fixed
@@ -645,7 +629,7 @@ def _instruction(body, q, points):
     the reverse lines' writes to operand adjoints as (line, column, conditional))."""
     instr = body.instr
     op, n = int(instr[q, I_OP]), int(instr[q, I_N])
-    if _pooled(op):
+    if pooled(op):
         forward, reverse, _ = _pooled_code(body, q, points)
         return [], forward, reverse, []
     sa = int(instr[q, I_SA]) if op != COPY else 1
@@ -657,7 +641,7 @@ def _instruction(body, q, points):
     def ref(col, k, adjoint=False):
         return body.ref(q, col, k, adjoint, points)
     z, x, gz, gx = ref(I_OUT, kz), ref(I_A, kx), ref(I_OUT, kz, True), ref(I_A, kx, True)
-    name = opcode_name(op) if op >= 0 else "COPY"
+    name = opcode_name(op) if op >= 0 else KIND_NAMES[op]
     forward, backward = [], []
     if op == COPY:
         forward.append(f"{z} = {x}  # COPY")
@@ -671,19 +655,19 @@ def _instruction(body, q, points):
             backward.append(f"{gx} += times({op}, f64({gz}), unary_partial({op}, "
                             f"f64({x}), f64({z})))  # {name}")
     else:
-        ky = " + k" * int(instr[q, I_SA + 1]) if n > 1 else ""
-        y, gy = ref(I_A + 1, ky), ref(I_A + 1, ky, True)
+        ky = " + k" * int(instr[q, I_SB]) if n > 1 else ""
+        y, gy = ref(I_B, ky), ref(I_B, ky, True)
         X, Y, Z = f"f64({x})", f"f64({y})", f"f64({z})"
         if op == WHERE:
-            w = ref(I_A + 2, " + k" * int(instr[q, I_SA + 2]) if n > 1 else "")
+            w = ref(I_C, " + k" * int(instr[q, I_SC]) if n > 1 else "")
             forward.append(f"{z} = {x} if {w} != 0 else {y}  # WHERE")
-            take_x, take_y = body.gets_adjoint(q, I_A), body.gets_adjoint(q, I_A + 1)
+            take_x, take_y = body.gets_adjoint(q, I_A), body.gets_adjoint(q, I_B)
             if take_x and take_y:
-                writes += [(1, I_A, True), (3, I_A + 1, True)]
+                writes += [(1, I_A, True), (3, I_B, True)]
                 backward += [f"if {w} != 0:", f"    {gx} += {gz}", "else:",
                              f"    {gy} += {gz}  # WHERE"]
             elif take_x or take_y:         # (a constant branch has no adjoint to write)
-                writes.append((1, I_A if take_x else I_A + 1, True))
+                writes.append((1, I_A if take_x else I_B, True))
                 backward += [f"if {w} {'!=' if take_x else '=='} 0:",
                              f"    {gx if take_x else gy} += {gz}  # WHERE"]
         else:
@@ -692,10 +676,10 @@ def _instruction(body, q, points):
                                         f"binary_value({op}, {X}, {Y})") + f"  # {name}")
             if not passes_nothing(op):
                 dx, dy = binary_adjoints(op, f"f64({gz})", X, Y, Z)
-                cols = [c for c in (I_A, I_A + 1) if body.gets_adjoint(q, c)]
+                cols = [c for c in (I_A, I_B) if body.gets_adjoint(q, c)]
                 if len(cols) == 2:         # (both read before either is written)
                     backward += [f"gx, gy = {dx}, {dy}", f"{gx} += gx", f"{gy} += gy"]
-                    writes += [(1, I_A, False), (2, I_A + 1, False)]
+                    writes += [(1, I_A, False), (2, I_B, False)]
                 elif cols:
                     target, d = (gx, dx) if cols[0] == I_A else (gy, dy)
                     backward.append(f"{target} += {d}")
@@ -723,7 +707,7 @@ def _tangent_lines(body, q, points):
     op, n = int(instr[q, I_OP]), int(instr[q, I_N])
     sa = int(instr[q, I_SA]) if op != COPY else 1
     kz, kx = (" + k", " + k" * sa) if n > 1 else ("", "")
-    ky = " + k" * int(instr[q, I_SA + 1]) if n > 1 else ""
+    ky = " + k" * int(instr[q, I_SB]) if n > 1 else ""
 
     def ref(col, k):
         return body.ref(q, col, k, False, points)
@@ -731,32 +715,32 @@ def _tangent_lines(body, q, points):
     def tan(col, k):
         return body.ref(q, col, k, False, points, tangent=True)
     z, dz = ref(I_OUT, kz), tan(I_OUT, kz)
-    active = [c for c in (I_A, I_A + 1) if body.gets_adjoint(q, c)] if op != COPY \
+    active = [c for c in (I_A, I_B) if body.gets_adjoint(q, c)] if op != COPY \
         else [I_A]
     if op == COPY:
         return [], [f"{dz} = {tan(I_A, kx)}"]
     if op == WHERE:
-        w = ref(I_A + 2, " + k" * int(instr[q, I_SA + 2]) if n > 1 else "")
+        w = ref(I_C, " + k" * int(instr[q, I_SC]) if n > 1 else "")
         pick = {c: (tan(c, kx if c == I_A else ky) if c in active else "0.0")
-                for c in (I_A, I_A + 1)}
-        return [], [f"{dz} = {pick[I_A]} if {w} != 0 else {pick[I_A + 1]}"]
+                for c in (I_A, I_B)}
+        return [], [f"{dz} = {pick[I_A]} if {w} != 0 else {pick[I_B]}"]
     if passes_nothing(op) or not active:
         return [], [f"{dz} = 0.0"]
     x = f"f64({ref(I_A, kx)})"
     if op <= UNARY_LAST:
         return [f"dx = unary_partial({op}, {x}, f64({z}))"], \
             [f"{dz} = tangent_times({op}, f64({tan(I_A, kx)}), dx)"]
-    y = f"f64({ref(I_A + 1, ky)})"
+    y = f"f64({ref(I_B, ky)})"
     if op == ADD or op == SUB:
-        partials = {I_A: None, I_A + 1: None if op == ADD else "-"}
+        partials = {I_A: None, I_B: None if op == ADD else "-"}
         terms = [("-" if partials[c] == "-" else "") + f"f64({tan(c, kx if c == I_A else ky)})"
                  for c in active]
         return [], [f"{dz} = " + " + ".join(terms)]
     if op == MUL:
-        partial = {I_A: y, I_A + 1: x}
+        partial = {I_A: y, I_B: x}
         setup = []
     else:
-        partial = {I_A: "dx", I_A + 1: "dy"}
+        partial = {I_A: "dx", I_B: "dy"}
         setup = [f"dx = binary_partial_x({op}, {x}, {y}, f64({z}))",
                  f"dy = binary_partial_y({op}, {x}, {y}, f64({z}))"]
     terms = [f"tangent_times({op}, f64({tan(c, kx if c == I_A else ky)}), {partial[c]})"
@@ -770,7 +754,7 @@ def _tangent_body(body, points):
     lines, hoisted = [], []
     invariant = _invariant(body)
     for q in range(body.start, body.start + body.period):
-        if _pooled(int(body.instr[q, I_OP])):
+        if pooled(int(body.instr[q, I_OP])):
             block = _pooled_code(body, q, points)[2]
             (hoisted if q in invariant else lines).extend(block)
             continue
@@ -874,12 +858,12 @@ def _invariant(body):
         if q not in body.temporary:
             continue
         ok = True
-        if _pooled(int(instr[q, I_OP])):
+        if pooled(int(instr[q, I_OP])):
             owners = {body._owner(e) for e in body.moved_reads(q)}
             if owners <= found:
                 found.add(q)
             continue
-        for col in (I_A, I_A + 1, I_A + 2):
+        for col in OPERAND_COLUMNS:
             c = int(instr[q, col])
             if (q, col) in body.table[2]:
                 ok = False                      # (its value changes every repetition)
@@ -915,7 +899,7 @@ def _first_writes_assign(body, steps, points):
     for q, loops, backward, writes in steps:
         if q in body.temporary:                 # its own adjoint is read first
             start(q)
-        if _pooled(int(instr[q, I_OP])):        # (adds to its sources' adjoints, element
+        if pooled(int(instr[q, I_OP])):        # (adds to its sources' adjoints, element
             for e in body.moved_reads(q):       # by element)
                 if e in temps:
                     start(temps[e])
@@ -926,10 +910,10 @@ def _first_writes_assign(body, steps, points):
             u = temps.get(c) if moved else None
             if u is None:
                 continue                        # a kept slot's adjoint: always added to
-            stride = 1 if int(instr[q, I_OP]) == COPY else int(instr[q, I_SA + col - I_A])
-            count = n if stride else 1
+            strided = int(stride(instr, q, col))
+            count = n if strided else 1
             whole = (c == int(instr[u, I_OUT]) and count == int(instr[u, I_N]) and
-                     (stride or n == 1))
+                     (strided or n == 1))
             if u not in ready and whole and not conditional:
                 ready.add(u)
                 backward[line] = backward[line].replace(" += ", " = ", 1)
@@ -1098,7 +1082,7 @@ def compile_around(dtype, group):
     """Compile (or load) the interpreter's kernels that program.py runs around a
     compiled body for ``group``, by calling each on nothing, with the argument types of
     program.py's calls (tests/test_background.py checks that they are the same)."""
-    code = (np.zeros((0, I_P + 1), np.int64), np.zeros(0, np.int64), np.zeros(0))
+    code = (np.zeros((0, WIDTH), np.int64), np.zeros(0, np.int64), np.zeros(0))
     slots, consts = np.zeros(0, np.int64), np.zeros(0)
     V, G = np.zeros(1, dtype), np.zeros(1, dtype)
     X, values = np.zeros((1, 0), dtype), np.zeros((1, 0), dtype)

@@ -32,17 +32,14 @@ from .context import operand_map, shape_of, size_of, sweep_context, value
 from .elementwise import (binary_partial_x, binary_partial_y, binary_value, passes_nothing,
                           selects, tangent_times, times, unary_partial, unary_value)
 from .indexing import indexing_forward, pattern_map
+from .instruction_format import (COPY, GATHER, I_A, I_B, I_C, I_N, I_OP, I_OUT, I_P,
+                                 I_SA, I_SB, I_SC, SCATTER_ADD, WIDTH, as_instructions,
+                                 encode_call, encode_copy, encode_elementwise, encode_gather,
+                                 encode_scatter_add, field_capacity, field_slot,
+                                 mark_producers, operand_columns, operand_fields,
+                                 operand_slot, operand_stride, producers, set_field_slot)
 from .reduce import kept_map
-
-GATHER, SCATTER_ADD, COPY, CALL = -1, -2, -3, -4  # instruction kinds beside the opcodes
-# Instruction columns: kind or opcode, output slot, operand slots a / b / condition,
-# element count, the operands' strides (1 or 0), where a gather's slots start in the
-# pool. A COPY moves n slots from a; a SCATTER_ADD keeps its pair count in I_SA and its
-# (source, output offset) pairs in the pool, and divides by its divisor (a mean's count).
-# A CALL is a user's numba-compiled op (kernels/calls.py runs it): its number among the
-# program's calls in I_A, and in the pool its operand count, then (slot, size) for each.
-I_OP, I_OUT, I_A, I_B, I_C, I_N, I_SA, I_SB, I_SC, I_P = range(10)
-WIDTH = 10
+from ..tuning import LANES, LANES_MIN, MAX_PIECES
 
 LOWERED, UNSUPPORTED = 0, 1
 
@@ -179,19 +176,17 @@ def lower(rows, ipool, shape_ndim, shape_start, shape_dims, shape_size, arena_ad
                     dst[k] = np.int64(iv[k])
             else:
                 dst = kept_map(real, i, a)
-            _emit(code, SCATTER_ADD, out, -1, -1, -1, sz, m, 0, 0, len(pool))
+            encode_scatter_add(code, pool, out, sz, slot[a], dst)
             divisor.append(m / sz if op == MEAN else 1.0)
-            for k in range(m):
-                pool.append(slot[a] + k)
-                pool.append(dst[k])
         elif op == CUSTOM and call_rows[i]:        # (the row itself in I_A)
-            _emit(code, CALL, out, i, -1, -1, sz, 0, 0, 0, len(pool))
-            divisor.append(1.0)
             params = rows[i, AUX]                  # (custom_params: count, rows)
-            pool.append(ipool[params])
+            slots = np.empty(ipool[params], np.int64)
+            sizes = np.empty(ipool[params], np.int64)
             for k in range(ipool[params]):
-                pool.append(slot[ipool[params + 1 + k]])
-                pool.append(size_of(real, ipool[params + 1 + k]))
+                slots[k] = slot[ipool[params + 1 + k]]
+                sizes[k] = size_of(real, ipool[params + 1 + k])
+            encode_call(code, pool, out, sz, i, slots, sizes)
+            divisor.append(1.0)
         else:
             lane[0] = rows2[0, 0] + big2[0] + np.int64(track[0]) + touched[0, 0]
             return (UNSUPPORTED, i, np.zeros((0, WIDTH), np.int64), none, np.zeros(0),
@@ -199,13 +194,9 @@ def lower(rows, ipool, shape_ndim, shape_start, shape_dims, shape_size, arena_ad
     # the owners of the contexts' borrowed arrays live to here (numba frees a local
     # after its last use, and the contexts do not count as uses)
     lane[0] = rows2[0, 0] + big2[0] + np.int64(track[0]) + touched[0, 0]
-    count = len(code) // WIDTH
-    for _ in range(count - len(made_by)):
+    instr = as_instructions(code)
+    for _ in range(instr.shape[0] - len(made_by)):
         made_by.append(last)
-    instr = np.empty((count, WIDTH), np.int64)
-    for q in range(count):
-        for c in range(WIDTH):
-            instr[q, c] = code[q * WIDTH + c]
     pool_arr = _ints(pool)
     keep = _used(instr, pool_arr, ns, _row_slots(slot, out_rows, real))
     instr, divisor_arr, made_by_arr = instr[keep], _floats(divisor)[keep], _ints(made_by)[keep]
@@ -215,41 +206,18 @@ def lower(rows, ipool, shape_ndim, shape_start, shape_dims, shape_size, arena_ad
         marked[slot[r]:slot[r] + size_of(real, r)] = True
     for r in out_rows:
         marked[slot[r]:slot[r] + size_of(real, r)] = True
+    fields = np.empty((field_capacity(instr, pool_arr), 3), np.int64)
     for q in range(instr.shape[0]):
-        op, count = instr[q, I_OP], instr[q, I_N]
-        marked[instr[q, I_OUT]:instr[q, I_OUT] + count] = True
-        if op == CALL:
-            p = instr[q, I_P]
-            for k in range(pool_arr[p]):
-                s0 = pool_arr[p + 1 + 2 * k]
-                marked[s0:s0 + pool_arr[p + 2 + 2 * k]] = True
-            continue
-        if op == GATHER or op == SCATTER_ADD:
-            step = 1 if op == GATHER else 2
-            for k in range(count if op == GATHER else instr[q, I_SA]):
-                marked[pool_arr[instr[q, I_P] + step * k]] = True
-            continue
-        for t in range(3):
-            s0 = instr[q, I_A + t]
-            if s0 >= 0:
-                stride = 1 if op == COPY else instr[q, I_SA + t]
-                marked[s0:s0 + (count if stride else 1)] = True
+        marked[instr[q, I_OUT]:instr[q, I_OUT] + instr[q, I_N]] = True
+        for j in range(operand_fields(instr, pool_arr, q, False, fields)):
+            s0 = field_slot(instr, pool_arr, q, fields, j)
+            marked[s0:s0 + fields[j, 2]] = True
     renumber = np.cumsum(marked) - 1
     for q in range(instr.shape[0]):
-        op = instr[q, I_OP]
         instr[q, I_OUT] = renumber[instr[q, I_OUT]]
-        if op == CALL:
-            p = instr[q, I_P]
-            for k in range(pool_arr[p]):
-                pool_arr[p + 1 + 2 * k] = renumber[pool_arr[p + 1 + 2 * k]]
-            continue
-        for t in range(3):
-            if instr[q, I_A + t] >= 0:
-                instr[q, I_A + t] = renumber[instr[q, I_A + t]]
-        if op == GATHER or op == SCATTER_ADD:
-            step = 1 if op == GATHER else 2
-            for k in range(instr[q, I_N] if op == GATHER else instr[q, I_SA]):
-                pool_arr[instr[q, I_P] + step * k] = renumber[pool_arr[instr[q, I_P] + step * k]]
+        for j in range(operand_fields(instr, pool_arr, q, False, fields)):
+            set_field_slot(instr, pool_arr, q, fields, j,
+                           renumber[field_slot(instr, pool_arr, q, fields, j)])
     cs, cv = _ints(const_slots), _floats(const_vals)
     kept = 0
     for k in range(cs.size):
@@ -283,67 +251,15 @@ def _row_slots(slot, rows, ctx):
 def _used(instr, pool, nslots, out_slots):
     """The instructions whose values the outputs need: a gather reads its first source
     directly, so the rows of a chain of reshapes and slices in between are dropped."""
-    producer = np.full(nslots, -1, np.int64)
-    for q in range(instr.shape[0]):
-        for k in range(instr[q, I_N]):
-            producer[instr[q, I_OUT] + k] = q
+    producer = producers(instr, nslots)
     used = np.zeros(instr.shape[0], np.bool_)
     for s in out_slots:
         if producer[s] >= 0:
             used[producer[s]] = True
-    for q in range(instr.shape[0] - 1, -1, -1):
-        if not used[q]:
-            continue
-        op, n = instr[q, I_OP], instr[q, I_N]
-        if op == CALL:
-            _mark_call_operands(instr, pool, producer, used, q)
-            continue
-        if op == GATHER or op == SCATTER_ADD:
-            step = 1 if op == GATHER else 2
-            for k in range(n if op == GATHER else instr[q, I_SA]):
-                r = producer[pool[instr[q, I_P] + step * k]]
-                if r >= 0:
-                    used[r] = True
-            continue
-        for t in range(3):
-            s = instr[q, I_A + t]
-            if s < 0:
-                continue
-            stride = 1 if op == COPY else instr[q, I_SA + t]
-            for k in range(n if stride else 1):
-                r = producer[s + k]
-                if r >= 0:
-                    used[r] = True
+    mark_producers(instr, pool, producer, used, False)
     return used
 
 
-@register_jitable
-def _mark_call_operands(instr, pool, producer, mark, q):
-    """Mark the instructions that produce a CALL's operands."""
-    p = instr[q, I_P]
-    for k in range(pool[p]):
-        s0 = pool[p + 1 + 2 * k]
-        for e in range(pool[p + 2 + 2 * k]):
-            r = producer[s0 + e]
-            if r >= 0:
-                mark[r] = True
-
-
-@register_jitable(inline="always")
-def _emit(code, op, out, a, b, c, n, sa, sb, sc, p):
-    code.append(op)
-    code.append(out)
-    code.append(a)
-    code.append(b)
-    code.append(c)
-    code.append(n)
-    code.append(sa)
-    code.append(sb)
-    code.append(sc)
-    code.append(p)
-
-
-MAX_PIECES = 4
 
 
 @register_jitable
@@ -378,9 +294,11 @@ def _emit_split(code, divisor, op, out, n, ops, at, strides, selected, slot, tra
                 if strides[t] == 1 and src[t, k] != src[t, k - 1] + 1:
                     cut = True
         if cut:
-            _emit(code, op, out + first, src[0, first] if at[0] >= 0 else -1,
-                  src[1, first] if at[1] >= 0 else -1, src[2, first] if at[2] >= 0 else -1,
-                  k - first, strides[0], strides[1], strides[2], 0)
+            encode_elementwise(code, op, out + first, k - first,
+                               src[0, first] if at[0] >= 0 else -1,
+                               src[1, first] if at[1] >= 0 else -1,
+                               src[2, first] if at[2] >= 0 else -1,
+                               strides[0], strides[1], strides[2])
             divisor.append(1.0)
             first = k
 
@@ -411,14 +329,12 @@ def _emit_gather(code, pool, divisor, out, src):
         start = 0
         for k in range(1, n + 1):
             if k == n or src[k] != src[k - 1] + 1:
-                _emit(code, COPY, out + start, src[start], -1, -1, k - start, 1, 0, 0, 0)
+                encode_copy(code, out + start, src[start], k - start)
                 divisor.append(1.0)
                 start = k
         return
-    _emit(code, GATHER, out, -1, -1, -1, n, 0, 0, 0, len(pool))
+    encode_gather(code, pool, out, src)
     divisor.append(1.0)
-    for k in range(n):
-        pool.append(src[k])
 
 
 @register_jitable
@@ -766,7 +682,6 @@ def _load(V, T, C, K, const_slots, const_vals, in_slots, X, S, p0):
 # operand's (a, then b) as LANES partial sums, element k into lane k % LANES in order,
 # added once as (s0 + s1) + (s2 + s3); over fewer (an ODE's few states, its 11 output
 # times), one after another in element order, where lanes cost more than they save.
-LANES, LANES_MIN = 4, 16
 
 
 @register_jitable
@@ -795,9 +710,8 @@ def broadcast_operand(instr, q):
     op = instr[q, I_OP]
     if op == COPY:
         return False
-    count = 1 if op <= UNARY_LAST else 2
-    for t in range(count):
-        if instr[q, I_SA + t] == 0:
+    for t in range(min(operand_columns(op), 2)):
+        if operand_stride(instr, q, t) == 0:
             return True
     return False
 
@@ -832,10 +746,9 @@ def _reverse_broadcast(instr, V, G, C, j0, j1, q):
     a, b, c = instr[q, I_A], instr[q, I_B], instr[q, I_C]
     sa, sb, sc = instr[q, I_SA], instr[q, I_SB], instr[q, I_SC]
     for t in range(count):
-        st = instr[q, I_SA + t]
-        if st == 0:
+        if operand_stride(instr, q, t) == 0:
             continue
-        at = instr[q, I_A + t]
+        at = operand_slot(instr, q, t)
         for k in range(n):
             for j in range(j0, j1):
                 x = np.float64(V[(a + k * sa) * C + j])
@@ -846,9 +759,9 @@ def _reverse_broadcast(instr, V, G, C, j0, j1, q):
                 G[(at + k) * C + j] += _term(op, t, np.float64(G[(out + k) * C + j]), x, y,
                                              np.float64(V[(out + k) * C + j]), w)
     for t in range(count):
-        if instr[q, I_SA + t] != 0:
+        if operand_stride(instr, q, t) != 0:
             continue
-        at = instr[q, I_A + t]
+        at = operand_slot(instr, q, t)
         for j in range(j0, j1):
             s0 = s1 = s2 = s3 = 0.0
             for k in range(n):
@@ -985,12 +898,12 @@ def run_points_parallel(instr, pool, divisor, live, const_slots, const_vals, in_
 def live_sets(instr, pool, nslots, out_slots):
     """For each output slot, the instructions its reverse sweep reaches (uint8 marks):
     the same for every point, so found once per program."""
-    producer = _producers(instr, nslots)
+    producer = producers(instr, nslots)
     live = np.zeros((out_slots.size, instr.shape[0]), np.uint8)
     for o in range(out_slots.size):
         if producer[out_slots[o]] >= 0:
             live[o, producer[out_slots[o]]] = 1
-        _mark_reached(instr, pool, producer, live[o])
+        mark_producers(instr, pool, producer, live[o], True)
     return live
 
 
@@ -998,55 +911,13 @@ def live_sets(instr, pool, nslots, out_slots):
 def reached_by_any(instr, pool, nslots, out_slots):
     """The instructions some output's reverse sweep reaches (uint8 marks): the union of
     live_sets', in one pass."""
-    producer = _producers(instr, nslots)
+    producer = producers(instr, nslots)
     mark = np.zeros(instr.shape[0], np.uint8)
     for o in range(out_slots.size):
         if producer[out_slots[o]] >= 0:
             mark[producer[out_slots[o]]] = 1
-    _mark_reached(instr, pool, producer, mark)
+    mark_producers(instr, pool, producer, mark, True)
     return mark
-
-
-@register_jitable
-def _producers(instr, nslots):
-    """Per slot: the instruction that writes it (-1: an input or a constant)."""
-    producer = np.full(nslots, -1, np.int64)
-    for q in range(instr.shape[0]):
-        for k in range(instr[q, I_N]):
-            producer[instr[q, I_OUT] + k] = q
-    return producer
-
-
-@register_jitable
-def _mark_reached(instr, pool, producer, mark):
-    """Mark, from the marked instructions back, those whose values a marked one's VJP
-    passes an adjoint to (a comparison or a step function passes none)."""
-    for q in range(instr.shape[0] - 1, -1, -1):
-        if not mark[q]:
-            continue
-        op, n = instr[q, I_OP], instr[q, I_N]
-        if op == CALL:
-            _mark_call_operands(instr, pool, producer, mark, q)
-            continue
-        if op == GATHER or op == SCATTER_ADD:
-            p = instr[q, I_P]
-            step = 1 if op == GATHER else 2
-            count = n if op == GATHER else instr[q, I_SA]
-            for k in range(count):
-                r = producer[pool[p + step * k]]
-                if r >= 0:
-                    mark[r] = 1
-            continue
-        if op != COPY and passes_nothing(op):
-            continue
-        last = 1 if op == COPY or op <= UNARY_LAST else 2
-        for t in range(last):
-            s = instr[q, I_A + t]
-            stride = 1 if op == COPY else instr[q, I_SA + t]
-            for k in range(n if stride else 1):
-                r = producer[s + k]
-                if r >= 0:
-                    mark[r] = 1
 
 
 # ---- around a compiled loop (program.py): a chunk's inputs in, results out ----------------

@@ -22,7 +22,7 @@ from ..guards import current_trace, decide, observe
 from ..kernels import vmath
 from ..kernels.elementwise import (LN2, LN10, TWO_OVER_SQRT_PI, binary_parallel, unary_into,
                                   unary_parallel)
-from ..parallel import (PARALLEL_MIN, for_numba, get_num_threads, parallel_launch, pieces,
+from ..parallel import (for_numba, get_num_threads, parallel_launch, pieces,
                         ufunc_in_threads)
 from ..opcodes import (ABS, ADD, ARCCOS, ARCCOSH, ARCSIN, ARCSINH, ARCTAN, ARCTAN2, ARCTANH,
                        CEIL, COS, COSH, DIV, EQUAL, ERF, EXP, EXP2, EXPM1, FLOOR, FMOD,
@@ -37,6 +37,7 @@ from ..tensor import (F32, F64, ComplexOperand, DeviceOperand, Tensor, array_of,
 from ..thread_state import per_thread
 from .indexing import as_tensor
 from .recording import record, row_of
+from ..tuning import PARALLEL_MIN
 
 
 class Elementwise:

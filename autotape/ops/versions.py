@@ -34,7 +34,7 @@ import numpy as np
 from ..opcodes import (CHOLESKY, CONCAT, CONST, CUMPROD, CUMSUM, CUSTOM, DET, EIGH, INV,
                        MATMUL, MAX, MEAN, MIN, PINV, PROD, PUT_ADD, RESHAPE, SCATTER,
                        SETITEM, SLOGDET, SOLVE, STRIDED, SUM, SVD, TAKE, WHERE)
-from ..tape import FLUSH_ROWS
+from ..tuning import FLUSH_ROWS
 from ..tape_format import reach
 from ..thread_state import here
 from . import elementwise, indexing, linalg, reduce
