@@ -41,9 +41,9 @@ from numba.core.dispatcher import Dispatcher
 from numba.core.errors import NumbaError
 
 from . import eager_calls, jit_python
+from .batched import mapped_method, point_count, stacked
 from .custom import CustomOp
 from .grad_mode import is_grad_enabled
-from .pytree import flatten
 from . import engine
 from .kernels import active, background
 from .kernels.cache import (cache_dir, code_of, compile_notice, generated_file, named_value,
@@ -55,6 +55,8 @@ from .program import LeanProgram, loop_of
 from .tensor import F64, Tensor, new_leaf
 from .thread_state import here
 from .tuning import KEEP_PROGRAMS, KEEP_TAPE_BYTES, PYTHON_SWEEP_MAX, START_ROWS
+
+JIT_METHODS = ("__call__", "grad", "value_and_grad", "jacobian")   # (vmap maps these)
 
 __all__ = ["jit", "Jit"]
 
@@ -236,24 +238,16 @@ class Jit:
         if device is not None:
             raise ValueError("vmap: at.jit functions run on the CPU (their recording is "
                              "CPU code); device= applies to at.compile's")
-        if method not in ("__call__", "grad", "value_and_grad", "jacobian"):
-            raise ValueError(f"vmap: at.jit maps __call__, grad, value_and_grad or "
-                             f"jacobian, not {method!r}")
+        mapped_method(method, "at.jit", JIT_METHODS)
         batch = [np.asarray(a, np.float64) if self._differentiated(k) else np.asarray(a)
                  for k, a in enumerate(args)]
-        if not batch or any(a.ndim == 0 for a in batch) or \
-                len({a.shape[0] for a in batch}) != 1 or not batch[0].shape[0]:
-            raise ValueError("vmap: every argument needs the same leading axis of points")
-        B = batch[0].shape[0]
+        B = point_count(batch)
         # (with argnums, the data arguments' values are in the recording: per point)
         program = self._program([a[0] for a in batch]) if B > 1 and \
             self.argnums is None else None
         if program is None:
-            results = [getattr(self, method)(*(a[k] for a in batch)) for k in range(B)]
-            leaves, rebuild = flatten(results[0])
-            per_point = [flatten(r)[0] for r in results]
-            return rebuild([_tensor(np.stack([p[k].numpy() for p in per_point]))
-                            for k in range(len(leaves))])
+            return stacked([getattr(self, method)(*(a[k] for a in batch)) for k in range(B)],
+                           method)
         lean, shape = program
         arrays = [a[0] for a in batch]
         X = np.concatenate([a.reshape(B, -1) for a in batch], axis=1)

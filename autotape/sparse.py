@@ -26,7 +26,8 @@ import numpy as np
 import scipy.sparse
 
 from . import func
-from .compile import Compiled, call_arguments, joined
+from .compile import Compiled
+from .recording import call_arguments, joined
 from .kernels.elementwise import passes_nothing
 from .opcodes import BINARY_LAST, WHERE
 from .kernels.instruction_format import (CALL, COPY, GATHER, I_A, I_B, I_N, I_OP, I_OUT,

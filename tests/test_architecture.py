@@ -22,7 +22,7 @@ LAYERS = [
     ["functions.*", "linalg"],
     ["engine", "graph_backward", "custom"],
     ["complex_numbers.*", "fft", "numpy_dispatch", "tensor_methods"],
-    ["func", "eager_calls", "explain", "compile", "sparse", "implicit", "integrate", "ode_events", "ode_adjoint", "ode_sparse", "gradcheck", "autograd.*", "warmup", "dask", "jit",
+    ["func", "eager_calls", "explain", "recording", "batched", "pickling", "compile", "sparse", "implicit", "integrate", "ode_events", "ode_adjoint", "ode_sparse", "gradcheck", "autograd.*", "warmup", "dask", "jit",
      "jit_python", "device_tensors"],
     ["numpy", "torch_names", "__init__", "__main__"],
 ]
