@@ -11,7 +11,7 @@ import importlib
 from autotape import engine
 from fd import central_jacobian
 
-compile_module = importlib.import_module("autotape.compile")
+recording_module = importlib.import_module("autotape.recording")
 
 
 @numba.njit
@@ -91,7 +91,7 @@ def test_compiled_program_calls_them_from_compiled_code(monkeypatch):
     def no_python(*args):
         raise AssertionError("a Python path ran for a compiled custom op")
     monkeypatch.setattr(engine, "_custom_vjp", no_python)
-    monkeypatch.setattr(compile_module, "_replay_row", no_python)
+    monkeypatch.setattr(recording_module, "_replay_row", no_python)
     theta2, x2 = THETA * 1.3, X0 * 0.8
     value, (gt, gx) = c.value_and_grad(theta2, x2)
     assert value.item() == pytest.approx(_eager(theta2, x2), rel=1e-13)

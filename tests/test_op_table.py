@@ -20,7 +20,7 @@ from autotape.ops import elementwise, indexing, linalg as linalg_ops, versions
 import autotape.numpy as anp
 from fd import numeric_grads
 
-compile_module = importlib.import_module("autotape.compile")
+recording_module = importlib.import_module("autotape.recording")
 ELEMENTWISE = {**elementwise.unary_ops, **elementwise.binary_ops}
 
 # where each elementwise op is smooth: (low, high) for x, and for y if binary
@@ -262,7 +262,7 @@ def test_missing_forward_names_the_op(monkeypatch):
     values = dict(linalg_ops.values_of)
     del values[opcodes.INV]
     monkeypatch.setattr(linalg_ops, "values_of", values)
-    monkeypatch.setattr(compile_module, "values_of", values)
+    monkeypatch.setattr(recording_module, "values_of", values)
     f = at.compile(lambda a: at.linalg.inv(a.reshape(2, 2)).sum(), np.eye(2).ravel() * 2)
     with pytest.raises(RuntimeError, match="op INV has neither a compiled forward"):
         f(np.eye(2).ravel() * 3)

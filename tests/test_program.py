@@ -182,7 +182,7 @@ def test_a_lambda_pickles_whole_with_cloudpickle():
 
 def test_a_lambda_pickles_with_its_recordings_only(monkeypatch):
     import pickle
-    monkeypatch.setattr(importlib.import_module("autotape.compile"), "cloudpickle", None)
+    monkeypatch.setattr(importlib.import_module("autotape.pickling"), "cloudpickle", None)
     c = at.compile(lambda x: (at.sin(x) * x).sum(), np.ones(3))
     copy = pickle.loads(pickle.dumps(c))
     np.testing.assert_array_equal(copy.grad(np.arange(3.0)).numpy(),
