@@ -42,13 +42,23 @@ def forced(theta, steps=300):
     return x * x * theta[3]
 
 
+def rolled(theta, steps=60):
+    """The state is read only through 2-D rolls (gathers, not copies): the checkpoints
+    must keep it. They kept nothing, and the gradient came out wrong, until the carried
+    slots were found by the instruction format's one walk, which knows gathers."""
+    u = np.outer(np.linspace(0.1, 1, 12), np.linspace(0.2, 0.8, 12)) * theta[0]
+    for _ in range(steps):
+        u = np.sin(np.roll(u, 1, 1) * 0.9 + np.roll(u, 3, 1) * theta[1] + 0.3)
+    return (u * u).sum() * theta[3]
+
+
 def _both(f, **kw):
     plain, segmented = at.compile(f, THETA), at.compile(f, THETA, checkpoint="sqrt", **kw)
     assert segmented._lean("value", [THETA]).lean.segments is not None
     return plain, segmented
 
 
-@pytest.mark.parametrize("f", [pendulum, three_step, forced])
+@pytest.mark.parametrize("f", [pendulum, three_step, forced, rolled])
 def test_segmented_sweep_equals_storing_everything(f, monkeypatch):
     monkeypatch.setattr(program, "POISON_SCRATCH", True)  # (a value read unwritten: nan)
     plain, segmented = _both(f)
@@ -69,6 +79,14 @@ def test_two_step_method_carries_two_repetitions():
     segments = at.compile(three_step, THETA, checkpoint="sqrt")._lean(
         "value", [THETA]).lean.segments
     assert segments.back == 2
+
+
+def test_a_forcing_constant_is_not_carried_state():
+    """Each step's forcing constant changes slot like state, but lives with the
+    constants: the checkpoints carry x alone, one repetition back (32 back and a
+    constant's slot before: 10x the segment memory)."""
+    segments = at.compile(forced, THETA, checkpoint="sqrt")._lean("value", [THETA]).lean.segments
+    assert segments.back == 1 and segments.carry.size == 1
 
 
 def test_gradient_matches_finite_differences():

@@ -6,8 +6,6 @@ import pathlib
 import re
 
 import numpy as np
-import pytest
-
 import autotape as at
 from autotape.kernels import instruction_format as fmt
 from autotape.opcodes import GREATER, MUL, SIN, WHERE
@@ -85,25 +83,3 @@ def test_no_other_module_computes_an_instructions_columns():
     offenders = [str(p.relative_to(package)) for p in package.rglob("*.py")
                  if p.name != "instruction_format.py" and pattern.search(p.read_text())]
     assert offenders == []
-
-
-@pytest.mark.parametrize("checkpoint", ["sqrt"])
-def test_a_checkpointed_loop_whose_state_only_a_gather_reads(checkpoint):
-    """Each step reads the state only through 2-D rolls (gathers): the checkpoints must
-    keep it (they kept nothing, and the gradient came out wrong, before the carried
-    slots were found by the common walk, which knows gathers)."""
-    def rolled(p):
-        u = np.outer(np.linspace(0.1, 1, 12), np.linspace(0.2, 0.8, 12)) * p[0]
-        for _ in range(60):
-            u = np.sin(np.roll(u, 1, 1) * 0.9 + np.roll(u, 3, 1) * p[1] + 0.3)
-        return (u * u).sum()
-    p = np.array([1.0, 0.3])
-    whole, segmented = at.compile(rolled, p), at.compile(rolled, p, checkpoint=checkpoint)
-    for _ in range(3):
-        v1, g1 = whole.value_and_grad(p)
-        v2, g2 = segmented.value_and_grad(p)
-        assert float(v1) == float(v2)
-        assert np.array_equal(np.asarray(g1), np.asarray(g2))
-    eager = at.tensor(p, requires_grad=True)
-    rolled(eager).backward()
-    np.testing.assert_allclose(np.asarray(g2), eager.grad.numpy(), rtol=1e-12, atol=0)
