@@ -54,7 +54,8 @@ from .kernels.instruction_format import (COPY, GATHER, I_N, I_OP, I_OUT, KIND_NA
 from .kernels.loops import RECOMPUTED, binary_adjoints
 from .kernels.program import live_sets
 from .opcodes import ADD, BINARY_LAST, DIV, MUL, SUB, UNARY_LAST, opcode_name
-from .tuning import KEEP_ALL_BYTES, LANES, LANES_MIN, MAX_BODY, MAX_CARRIED, MAX_LINES, MAX_STRAIGHT
+from .tuning import (KEEP_ALL_BYTES, LANES, LANES_MIN, MAX_BODY, MAX_CARRIED, MAX_LINES,
+                     MAX_STRAIGHT, OWN_SCRATCH_MAX)
 
 
 
@@ -657,7 +658,22 @@ from numba import config, cuda
 import math
 
 import numba
+import numpy as np
 ''' + _IMPORTS}
+
+# A one-output program's value and gradient at one point, for a small model's call:
+# numba allocates and slices (~0.9 us of Python less than calling run_reverse itself),
+# its scratch too where that is small (a freed block malloc hands back warm), else in
+# the caller's ``buf``.
+_RUN_ONE = '''
+
+@numba.njit(cache=True, error_model="numpy", nogil=True)
+def run_one(x, tab{buf_arg}):
+    values = np.empty((1, 1))
+    jac = np.empty((1, 1, x.size)){alloc}
+    run_reverse(x.reshape(1, x.size), tab, values, jac, buf[:{ck}], buf[{ck}:{end}])
+    return values[0, 0], jac.reshape(x.size)
+'''
 
 # a kernel's head: one CUDA thread per point, or (CPU) a loop over the points
 _HEADS = {
@@ -676,7 +692,8 @@ def _kernel(name, args, code, target):
 def reverse_source(plan, target="cuda"):
     """(key, source): the module with ``run_values(X, tab, values)`` and
     ``run_reverse(X, tab, values, jac, CK, SG)``, the latter a Jacobian row per output
-    by reverse sweeps; ``target`` "cuda" (a thread per point, the state checkpointed
+    by reverse sweeps (and, on the CPU for one output, ``run_one(x, tab, buf)``: the
+    value and the gradient at one point); ``target`` "cuda" (a thread per point, the state checkpointed
     every ``plan.stride`` repetitions) or "cpu" (numba.njit, a loop over the points;
     every repetition's state kept: memory is cheap there and recomputing is not). CK
     and SG hold ``plan.scratch(target)`` doubles a point."""
@@ -716,6 +733,12 @@ def reverse_source(plan, target="cuda"):
                 code.add(f"# output {o}")
                 _reverse_for_output(code, plan, o, live[o], stride, target)
             parts.append(_kernel("run_reverse", "X, tab, values, jac, CK, SG", code, target))
+            if target == "cpu" and lean.out_slots.size == 1:
+                ck, sg = (max(1, s) for s in plan.scratch(target))
+                own = ck + sg <= OWN_SCRATCH_MAX
+                parts.append(_RUN_ONE.format(
+                    ck=ck, end=ck + sg, buf_arg="" if own else ", buf",
+                    alloc=f"\n    buf = np.empty({ck + sg})" if own else ""))
         else:
             parts.append(_kernel("run_values", "X, tab, values", code, target))
     return keyed(HEADERS[target] + "".join(parts))
@@ -773,6 +796,7 @@ def cpu_signatures():
         return numba.types.Array(f64, n, "C")
     return {"run_values": (array(2), array(2), array(2)),
             "run_reverse": (array(2), array(2), array(2), array(3), array(1), array(1)),
+            "run_one": (array(1), array(2), array(1)),          # (or without buf)
             "run_tangent": (array(2), array(2), array(2), array(2), array(3))}
 
 
@@ -780,14 +804,19 @@ def _mark(path):
     return f"{path[:-3]}.compiled"
 
 
+def compile_kernels(found):
+    """Compile (or load from numba's disk cache) a CPU module's kernels for the
+    argument types the calls pass."""
+    for name, sig in cpu_signatures().items():
+        if hasattr(found, name):
+            kernel = getattr(found, name)
+            kernel.compile(sig[:kernel.py_func.__code__.co_argcount])
+
+
 def compile_file(key, path):
     """Compile a CPU module's kernels into numba's disk cache, then mark it compiled
     (what the helper process runs)."""
-    found = import_generated(f"autotape_cpu_{key}", path)
-    sigs = cpu_signatures()
-    for name, sig in sigs.items():
-        if hasattr(found, name):
-            getattr(found, name).compile(sig)
+    compile_kernels(import_generated(f"autotape_cpu_{key}", path))
     with open(_mark(path), "w") as f:
         f.write("compiled\n")
 

@@ -319,17 +319,21 @@ class Compiled:
         finally:
             p.release(tape)
 
-    @_recording_again
     def value_and_grad(self, *args):
         """``(f(*args), gradient)`` for a scalar f; the gradient has the structure of
         the arguments (one Tensor, or a tuple for several)."""
         p = self._ready_at(args)
-        if p is not None and len(p.outputs) == 1 and p.outputs[0][0] == "row" and \
-                p.outputs[0][2] == ():
+        if p is not None and p.outputs[0][2] == () and len(p.outputs) == 1 and \
+                p.outputs[0][0] == "row":
             found = p.lean.gradient_at(args[0])
             if found is not None:
-                return new_leaf(float(found[0][0, 0]), (), F64), \
-                    new_leaf(found[1].reshape(args[0].shape), args[0].shape, F64)
+                shape = args[0].shape
+                return new_leaf(found[0], (), F64), \
+                    new_leaf(found[1] if len(shape) == 1 else found[1].reshape(shape), shape, F64)
+        return self._value_and_grad(args)
+
+    @_recording_again
+    def _value_and_grad(self, args):
         args = call_arguments(args)
         p = self._lean("value", args, one_point=True)
         if p is not None:

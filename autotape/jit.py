@@ -193,7 +193,7 @@ class Jit:
                 if program and program[1] == () and eager_calls.ready():
                     found = program[0].gradient_at(a)
                     if found is not None:
-                        return new_leaf(float(found[0][0, 0]), (), F64), \
+                        return new_leaf(found[0], (), F64), \
                             new_leaf(found[1].reshape(a.shape), a.shape, F64)
         values, jac, shape, arrays = self._evaluate(args, True)
         if values.size != 1:
@@ -275,7 +275,7 @@ class Jit:
             lean, shape = program
             found = lean.gradient_at(wrt[0]) if jacobian and len(wrt) == 1 else None
             if found is not None:              # (the generated kernel straight away)
-                return found[0][0], found[1][0], shape, wrt
+                return np.array([found[0]]), found[1][None], shape, wrt
             X = np.concatenate([a.reshape(-1) for a in wrt])[None] if len(wrt) > 1 \
                 else wrt[0].reshape(1, -1)
             values, jac = lean.run(X, jacobian=jacobian)

@@ -25,8 +25,9 @@ from .kernels.program import (LOWERED, forward_range, forward_range_points, live
                               tangent_range, tangent_range_points)
 from .thread_state import here
 from .checkpointing import NotCheckpointable, Segments
-from .tuning import (COMPILE_LOOP_AFTER, MAX_LANES, GENERATED_SCRATCH_BYTES, GENERATED_SLICE,
-                     KEEP_LIVE_BYTES, KEEP_PROGRAM_SCRATCH_BYTES, LOOK_EVERY)
+from .tuning import (COMPILE_LOOP_AFTER, GENERATED_SCRATCH_BYTES, GENERATED_SLICE,
+                     KEEP_LIVE_BYTES, KEEP_PROGRAM_SCRATCH_BYTES, LOOK_EVERY, MAX_LANES,
+                     OWN_SCRATCH_MAX)
 
 
 GENERATED_ENV = "AUTOTAPE_GENERATED"   # =0: programs run without codegen.py's kernels
@@ -400,7 +401,8 @@ class LeanProgram:
                 return None
             plan = codegen.plan(self)
             ck, sg = plan.scratch("cpu")
-            kept = self.codegen["one_point"] = (whole, plan.table, max(1, ck), max(1, sg))
+            kept = self.codegen["one_point"] = (whole, plan.table, max(1, ck), max(1, sg),
+                                                getattr(whole, "run_one", None))
         return kept if self.segments is None else None
 
     def values_at(self, x):
@@ -416,17 +418,18 @@ class LeanProgram:
         return values
 
     def gradient_at(self, x):
-        """(values (1, 1), d value / d input (1, 1, inputs)) of a one-output program at
-        one point x, as ``values_at`` (~1.5 us of Python beside the kernel, where ``run``
-        takes ~5); None where that does not run it."""
+        """(value, d value / d input as a flat array) of a one-output program at one
+        point x, as ``values_at``, in one call of the generated code (~1 us of Python
+        beside the kernel, where ``run`` takes ~5); None where that does not run it."""
         kept = self._one_point()
-        if kept is None or self.out_slots.size != 1:
+        if kept is None or kept[4] is None:
             return None
-        whole, tab, ck, sg = kept
-        values, jac = np.empty((1, 1)), np.empty((1, 1, x.size))
-        buf = _scratch(ck + sg, FLOAT64)        # (the thread's: fresh pages cost more)
-        whole.run_reverse(x.reshape(1, x.size), tab, values, jac, buf[:ck], buf[ck:ck + sg])
-        return values, jac
+        _, tab, ck, sg, run_one = kept
+        flat = x if x.ndim == 1 else x.reshape(x.size)
+        if ck + sg <= OWN_SCRATCH_MAX:
+            return run_one(flat, tab)
+        return run_one(flat, tab, _scratch(ck + sg, FLOAT64))  # (the thread's: fresh pages
+                                                               # cost more)
 
     def _table(self):
         return codegen.plan(self).table
@@ -521,7 +524,7 @@ class LeanProgram:
         far have asked for (one point or chunks, gradients or forward mode; gradients
         at one point always)."""
         if self._generating(np.dtype(dtype)):
-            plan, sigs = codegen.plan(self), codegen.cpu_signatures()
+            plan = codegen.plan(self)
             lanes = self.in_slots.size
             kinds = [(("cpu", "reverse"), lambda: codegen.reverse_source(plan, "cpu"))]
             if lanes <= MAX_LANES:           # (more: tangents() never uses it)
@@ -534,9 +537,7 @@ class LeanProgram:
                     self.codegen[kind] = False          # (its loop body, below)
                     continue
                 found = codegen.cpu_module(key, source, wait=True, what=self.what)
-                for name, sig in sigs.items():
-                    if hasattr(found, name):
-                        getattr(found, name).compile(sig)
+                codegen.compile_kernels(found)
                 self.codegen[kind] = found
             if all(self.codegen.get(kind) is not False for kind, _ in kinds):
                 return

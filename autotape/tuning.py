@@ -100,6 +100,9 @@ MAX_LANES = 32                   # forward-mode lanes kept in registers
 # forward steps run twice, as a hand-written adjoint's; checkpointed: three times). The
 # 200-step pendulum keeps 3200 bytes: 65,536 points take 210 MB.
 KEEP_ALL_BYTES = 4096
+# doubles: a one-output program's one-point kernel (codegen.py run_one) allocates its
+# scratch up to this itself (the epidemic's 11 kB: ~0.2 us less than the thread's)
+OWN_SCRATCH_MAX = 8192
 
 # ---- the GPU (gpu.py, codegen.py, kernels/gpu.py, device_kernels.py) ------------------
 

@@ -3,6 +3,7 @@ compiled function whose recording has a loop runs, once the code is compiled, as
 njit function per kind (values, reverse, forward mode): every slot a local, the loop a
 loop, every repetition's state kept for the reverse sweep. Its answers equal the
 interpreter's bit for bit (the same op functions in the same order, no contraction)."""
+import functools
 import math
 import os
 import pickle
@@ -18,8 +19,9 @@ import autotape as at
 import autotape.func as F
 from autotape import codegen, program
 from autotape.kernels import background
-from autotape.kernels.program import I_OP
+from autotape.kernels.instruction_format import I_OP
 from autotape.opcodes import EXP, SIN
+from autotape.tuning import OWN_SCRATCH_MAX
 from programs import LOOP_BODIES, broadcast_where, loop_model, loss_in_the_loop
 from test_background import THETA, _model
 
@@ -224,25 +226,29 @@ def _chain(x):
     return y
 
 
-def _sir(p):
+def _sir(p, days=120):
     """A loss summed in the loop over 120 days (the zoo's epidemic, smaller)."""
     s, i, loss = 1.0 - p[2], p[2], 0.0
-    for day in range(120):
+    for day in range(days):
         new = p[0] * s * i
         s, i = s - new, i + new - p[1] * i
         loss = loss + (i - 0.01 * math.cos(0.1 * day)) ** 2
     return loss
 
 
-def test_a_call_at_one_point_goes_straight_to_the_generated_kernel(monkeypatch):
+@pytest.mark.parametrize("days", [120, 3000])
+def test_a_call_at_one_point_goes_straight_to_the_generated_kernel(monkeypatch, days):
     # value_and_grad and calls at one float64 array run the generated kernel without
     # the batch machinery (LeanProgram.run), with its bits; anything else takes the
-    # common path
+    # common path. 3000 days: its states outgrow the scratch run_one allocates itself
     x = np.array([0.25, 0.1, 0.001])
-    c, twin = _twins(_sir, x)
+    c, twin = _twins(functools.partial(_sir, days=days), x)
     c.value_and_grad(x), c(x)
     lean = _lean(c, x)
-    assert lean._one_point() is not None
+    kept = lean._one_point()
+    assert kept is not None and kept[4] is not None
+    own = kept[2] + kept[3] <= OWN_SCRATCH_MAX
+    assert own == (days == 120) and kept[4].py_func.__code__.co_argcount == (2 if own else 3)
     ran = []
     monkeypatch.setattr(type(lean), "run", lambda *a, **k: ran.append(1) or (_ for _ in ()).throw(
         AssertionError("the batch path")))
