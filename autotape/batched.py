@@ -57,12 +57,21 @@ def stacked(results, method):
 
 
 def forward_jacobian(p, X):
-    """Values and the Jacobian (B, outputs, inputs) at the points X by forward mode:
-    one tangent lane per input element (by reverse through users' compiled ops, which
-    have VJPs only)."""
-    if p.lean.user_calls is not None:
-        return p.lean.run(X, jacobian=True)
-    return p.lean.tangents(X, np.eye(p.total_in, dtype=X.dtype)[None])
+    """Values and the Jacobian (B, outputs, inputs) at the points X by forward mode: a
+    tangent lane per colour of the inputs where the Jacobian is sparse enough (inputs
+    of one colour never meet in an output; LeanProgram.compression), else per input
+    element (by reverse through users' compiled ops, which have VJPs only)."""
+    lean = p.lean
+    if lean.user_calls is not None:
+        return lean.run(X, jacobian=True)
+    compressed = lean.compression()
+    if compressed is None:
+        return lean.tangents(X, np.eye(p.total_in, dtype=X.dtype)[None])
+    seeds, rows, cols, lanes = compressed
+    values, packed = lean.tangents(X, seeds.astype(X.dtype)[None])
+    jac = np.zeros((X.shape[0], lean.out_slots.size, p.total_in), packed.dtype)
+    jac[:, rows, cols] = packed[:, rows, lanes]
+    return values, jac
 
 
 def gpu_run(p, X, method, shapes=None):

@@ -23,9 +23,11 @@ from .kernels.program import (LOWERED, forward_range, forward_range_points, live
                               run_points_parallel, run_tangents, run_tangents_parallel,
                               seed_adjoints, store_adjoints, store_tangents, store_values,
                               tangent_range, tangent_range_points)
+from .sparsity import column_colours, dependency_pattern
 from .thread_state import here
 from .checkpointing import NotCheckpointable, Segments
-from .tuning import (COMPILE_LOOP_AFTER, GENERATED_SCRATCH_BYTES, GENERATED_SLICE,
+from .tuning import (COMPILE_LOOP_AFTER, COMPRESS_MAX_INSTRUCTIONS, COMPRESS_MIN_INPUTS,
+                     GENERATED_SCRATCH_BYTES, GENERATED_SLICE,
                      KEEP_LIVE_BYTES, KEEP_PROGRAM_SCRATCH_BYTES, LOOK_EVERY, MAX_LANES,
                      OWN_SCRATCH_MAX)
 
@@ -98,7 +100,7 @@ class LeanProgram:
                  "in_slots", "out_slots", "nslots", "loop", "loop_kernels", "loop_slots",
                  "loop_table", "loop_code", "loop_ready", "loop_unswept", "loop_wanted",
                  "what", "calls", "segments", "reached", "user_calls", "driver", "codegen",
-                 "next_look", "made_by")
+                 "next_look", "made_by", "compressed")
 
     @classmethod
     def lower(cls, tape, in_rows, out_rows, loops=True, why=None):
@@ -131,6 +133,7 @@ class LeanProgram:
         jit.py writes as instructions directly)."""
         p = cls.__new__(cls)
         p.user_calls, p.driver, p.codegen, p.made_by = user_calls, None, None, None
+        p.compressed = None                 # (compression(): found at its first use)
         p.instr, p.pool, p.divisor, p.nslots = instr, pool, divisor, nslots
         p.const_slots, p.const_vals = const_slots, const_vals
         p.in_slots, p.out_slots = in_slots, out_slots
@@ -180,11 +183,22 @@ class LeanProgram:
                                     "segments")
         self.segments = Segments(self, budget)
 
+    def compression(self):
+        """(seeds (inputs, K), rows, columns, lanes) for the Jacobian of the outputs by
+        forward mode in K lanes, K at most half the inputs: inputs that never meet in an
+        output element share a lane (sparsity.py), and entry (rows[e], columns[e]) is
+        lane lanes[e] of its row; the other entries are zero. None where that does not
+        pay: few inputs, a dense pattern, or a program too long to analyse at once."""
+        found = self.compressed
+        if found is None:
+            found = self.compressed = _compression(self) or False
+        return found or None
+
     def __getstate__(self):
         state = {name: getattr(self, name) for name in self.__slots__
                  if name not in ("loop_kernels", "calls", "segments", "reached", "driver",
                                  "codegen", "loop_code", "loop_ready", "loop_unswept",
-                                 "loop_wanted", "next_look", "made_by")}
+                                 "loop_wanted", "next_look", "made_by", "compressed")}
         state["budget"] = self.segments.budget if self.segments is not None else False
         return state
 
@@ -194,6 +208,7 @@ class LeanProgram:
             setattr(self, name, value)
         self.loop_kernels = self.segments = self.reached = self.driver = None
         self.codegen = self.loop_code = self.loop_ready = self.made_by = None
+        self.compressed = None
         self.loop_unswept, self.loop_wanted = None, set()
         self.calls, self.next_look = 0, 0.0
         if budget is not False:
@@ -713,6 +728,23 @@ def _user_call(tape, row):
 def passes_nothing_mask(ops):
     """Which opcodes pass nothing back (elementwise.passes_nothing, on an array)."""
     return np.array([passes_nothing(int(op)) for op in ops], bool)
+
+
+def _compression(lean):
+    n = lean.in_slots.size
+    if n < COMPRESS_MIN_INPUTS or lean.instr.shape[0] > COMPRESS_MAX_INSTRUCTIONS:
+        return None
+    pattern = dependency_pattern(lean)
+    if pattern is None:
+        return None
+    colour = column_colours(pattern)
+    lanes = int(colour.max(initial=-1)) + 1
+    if 2 * lanes > n:
+        return None
+    seeds = np.zeros((n, lanes))
+    seeds[np.arange(n), colour] = 1.0
+    rows = np.repeat(np.arange(pattern.shape[0]), np.diff(pattern.indptr))
+    return seeds, rows, pattern.indices, colour[pattern.indices]
 
 
 def _read_slots(instr, pool, first):

@@ -28,12 +28,8 @@ import scipy.sparse
 from . import func
 from .compile import Compiled
 from .recording import call_arguments, joined
-from .kernels.elementwise import passes_nothing
-from .opcodes import BINARY_LAST, WHERE
-from .kernels.instruction_format import (CALL, COPY, GATHER, I_A, I_B, I_N, I_OP, I_OUT,
-                                         I_SA, I_SB, SCATTER_ADD, call_operands, pool_reads)
 from .pytree import flatten
-from .tuning import MAX_DEPENDENCIES
+from .sparsity import column_colours, dependency_pattern
 
 __all__ = ["jacobian", "sparsity", "recorded_sparsity", "colours", "column_colours",
            "hessian", "hessian_sparsity", "star_colours"]
@@ -271,7 +267,11 @@ def _program(compiled, args):
     known = _found.setdefault(compiled, {})
     entry = known.get(id(p.lean))
     if entry is None or entry[0] is not p.lean:
-        pattern = _pattern(p.lean)
+        pattern = dependency_pattern(p.lean)
+        if pattern is not None:
+            pattern = scipy.sparse.csr_matrix(
+                (np.ones(pattern.indices.size, bool), pattern.indices, pattern.indptr),
+                shape=pattern.shape)
         if pattern is None:
             entry = (p.lean, None, None, None)
         else:
@@ -283,102 +283,3 @@ def _program(compiled, args):
     if entry[1] is None:
         return None
     return p, entry[1], entry[2], entry[3]
-
-
-def _pattern(lean):
-    """The inputs each output element depends on, through the instructions: a boolean
-    csr matrix (outputs, inputs), or None past MAX_DEPENDENCIES inputs per element.
-    Each slot holds up to W input indices, padded with ``none``; an instruction's
-    elements take the union of their sources' (none for ops whose derivative is zero
-    everywhere, and not a WHERE's condition)."""
-    n_in, none = lean.in_slots.size, np.iinfo(np.int64).max
-    width = 4
-    deps = np.full((lean.nslots, width), none, np.int64)
-    deps[lean.in_slots, 0] = np.arange(n_in)
-    for q in range(lean.instr.shape[0]):
-        op, out, n = (int(v) for v in lean.instr[q, [I_OP, I_OUT, I_N]])
-        if op == COPY:
-            sources = [deps[int(lean.instr[q, I_A]) + np.arange(n)]]
-        elif op == GATHER:
-            sources = [deps[pool_reads(lean.instr, lean.pool, q)[0]]]
-        elif op == SCATTER_ADD:
-            src, at = pool_reads(lean.instr, lean.pool, q)
-            per = np.bincount(at, minlength=n)
-            order, start = np.argsort(at, kind="stable"), np.cumsum(per) - per
-            sources = [np.full((n, width), none, np.int64)]
-            for k in range(int(per.max(initial=0))):     # (the k-th source of each element)
-                block = np.full((n, width), none, np.int64)
-                has = per > k
-                block[has] = deps[src[order[start[has] + k]]]
-                sources.append(block)
-        elif op == CALL:
-            runs = call_operands(lean.instr, lean.pool, q)
-            slots = np.concatenate([s + np.arange(size) for s, size in runs]) if runs else \
-                np.zeros(0, np.int64)
-            everything = np.unique(deps[slots])
-            everything = everything[everything != none]
-            sources = [np.broadcast_to(_padded(everything, none), (n, everything.size))]
-        elif passes_nothing(op):
-            sources = []
-        elif op <= BINARY_LAST or op == WHERE:
-            strides = (int(lean.instr[q, I_SA]), int(lean.instr[q, I_SB]))
-            operands = (int(lean.instr[q, I_A]), int(lean.instr[q, I_B]))
-            sources = [deps[a + np.arange(n) * s] for a, s in zip(operands, strides)
-                       if a >= 0]              # (not a WHERE's condition, I_C)
-        else:                  # (a kind this walk does not know: no pattern rather than
-            return None        # a wrong one; the Jacobian is then taken whole)
-        merged = _union(sources, n, none)
-        if merged.shape[1] > MAX_DEPENDENCIES:
-            return None
-        if merged.shape[1] > width:
-            grown = np.full((lean.nslots, merged.shape[1]), none, np.int64)
-            grown[:, :width] = deps
-            deps, width = grown, merged.shape[1]
-        deps[out:out + n] = none
-        deps[out:out + n, :merged.shape[1]] = merged
-    rows = deps[lean.out_slots]
-    r, k = np.nonzero(rows != none)
-    return scipy.sparse.csr_matrix((np.ones(r.size, bool), (r, rows[r, k])),
-                                   shape=(lean.out_slots.size, n_in))
-
-
-def _padded(values, none):
-    return values if values.size else np.full(1, none, np.int64)
-
-
-def _union(sources, n, none):
-    """Row by row, the distinct indices of the sources' rows, packed left (``none``
-    after them), as few columns as the longest row needs."""
-    if not sources:
-        return np.full((n, 1), none, np.int64)
-    both = np.sort(np.concatenate(sources, axis=1), axis=1)
-    repeated = np.zeros(both.shape, bool)
-    repeated[:, 1:] = both[:, 1:] == both[:, :-1]
-    both[repeated] = none
-    both = np.sort(both, axis=1)
-    used = int((both != none).sum(axis=1).max(initial=0))
-    return both[:, :max(used, 1)]
-
-
-def column_colours(pattern):
-    """Greedy distance-1 colouring of a csr pattern's columns: in column order, a column
-    takes the least colour that no column sharing one of its rows has (a band of width w
-    takes w colours; a periodic one, whose last columns meet the first, up to w + 2).
-
-    >>> column_colours(scipy.sparse.csr_matrix(np.eye(3) + np.eye(3, k=1)))
-    array([0, 1, 0])
-    """
-    by_column = pattern.tocsc()
-    colour = np.full(pattern.shape[1], -1, np.int64)
-    for j in range(pattern.shape[1]):
-        rows = by_column.indices[by_column.indptr[j]:by_column.indptr[j + 1]]
-        if not rows.size:
-            colour[j] = 0
-            continue
-        neighbours = np.concatenate([pattern.indices[pattern.indptr[r]:pattern.indptr[r + 1]]
-                                     for r in rows])
-        taken = colour[neighbours]
-        used = np.zeros(neighbours.size + 1, bool)
-        used[taken[(taken >= 0) & (taken <= neighbours.size)]] = True
-        colour[j] = int(np.argmin(used))            # (the least colour not used)
-    return colour

@@ -78,6 +78,12 @@ MAX_PIECES = 4
 # after another: lanes there cost the Lotka-Volterra gradient ~10%.
 LANES, LANES_MIN = 4, 16
 
+# A Jacobian by forward mode (jacfwd, hessian) takes a lane per colour of the inputs
+# (sparsity.py) from this many inputs, where the colours are at most half of them, and
+# where the program is short enough to analyse at its first use (~15 us an instruction)
+COMPRESS_MIN_INPUTS = 8
+COMPRESS_MAX_INSTRUCTIONS = 4000
+
 # ---- loops found in a program and generated code (kernels/loops.py, codegen.py) -------
 
 MIN_REPEATS = 4                  # repetitions a loop needs
