@@ -18,9 +18,10 @@ from .kernels.blas import DGEMM
 from .memory import KEPT, busy, on_idle
 from .parallel import for_numba, get_num_threads, parallel_launch, pieces
 from .kernels.replay import forward_replay, replay_and_sweep
-from .kernels.sweep import (HOOK_ROW, LINALG, LINALG_ROW, OK, PYTHON, PYTHON_ROW, RELEASED,
-                            SPLIT, SPLIT_STATE, STOP_DONE, UNKNOWN_OP, linalg_row_vjp,
-                            segment_vjp, segment_vjp_serial, sweep_for)
+from .kernels.sweep import (HOOK_ROW, LINALG, LINALG_ROW, OK, ONE_ROW_MIN, PYTHON,
+                            PYTHON_ROW, RELEASED, RESUME, SEGMENT_BOTTOM, SEGMENT_SIZE, SPLIT,
+                            SPLIT_STATE, STOP_DONE, STOPPED, STRIDE, UNKNOWN_OP,
+                            linalg_row_vjp, segment_vjp, segment_vjp_serial, sweep_for)
 from .opcodes import opcode_name
 from .thread_state import here
 from .tuning import FUSE_MIN, KEEP_SWEEP_SCRATCH_BYTES, NUMPY_ROW_MIN, PARALLEL_MIN
@@ -34,7 +35,7 @@ RELEASED_MSG = (
 
 NO_ROWS = np.zeros(0, np.int64)
 # The state of a sweep that never splits (split_min 0): the kernel only reads it (its
-# state[0] < 0), so all threads share this one.
+# state[RESUME] < 0), so all threads share this one.
 FRESH_STATE = np.full(SPLIT_STATE, -1, np.int64)
 NO_MARKS = np.zeros((0, 0), np.bool_)
 NO_STOPS = np.zeros(0, np.uint8)
@@ -109,15 +110,16 @@ class CpuExecutor(Executor):
         state = np.full(SPLIT_STATE, -1, np.int64) if split or families & (LINALG | PYTHON) \
             or stops.size else FRESH_STATE
         if split:
-            state[6] = PARALLEL_MIN if get_num_threads() > 1 else np.iinfo(np.int64).max
+            state[ONE_ROW_MIN] = PARALLEL_MIN if get_num_threads() > 1 else \
+                np.iinfo(np.int64).max
         status, detail, adj_off, touched = reverse_sweep(
             *args, retain, seed_rows, seed_vals, seed_off, lanes, adj, row_addr, self.dgemm,
             read, NO_ROWS, NO_MARKS, state, split, stops)
         head = args[:7] + (args[8],)           # rows .. arena address, big_addr
         while status == SPLIT:
-            kind, resume = state[3], detail - 1
+            kind, resume = state[STOPPED], detail - 1
             if kind == PYTHON_ROW or kind == HOOK_ROW:     # Python: a VJP or hooks
-                stride, off, size = state[1], adj_off[detail], tape.size(detail)
+                stride, off, size = state[STRIDE], adj_off[detail], tape.size(detail)
                 view = adj[:lanes * stride].reshape(lanes, stride)[:, off:off + size]
                 view[~touched[:, detail]] = 0.0            # a lane no gradient reached
                 if kind == PYTHON_ROW:
@@ -129,21 +131,21 @@ class CpuExecutor(Executor):
                     resume = state[STOP_DONE] = detail
             elif kind == LINALG_ROW:             # a numpy.linalg row: its own kernel
                 if not linalg_row_vjp(*head, adj, adj_off, row_addr, touched, self.dgemm,
-                                      detail, lanes, state[1]):
+                                      detail, lanes, state[STRIDE]):
                     self._raise(tape, UNKNOWN_OP, detail)
             else:                                # a segment, in tiles, among threads
-                bottom, n = state[4], state[5]
+                bottom, n = state[SEGMENT_BOTTOM], state[SEGMENT_SIZE]
                 count = pieces(n)
                 if count == 1:
                     segment_vjp_serial(*head, adj, adj_off, row_addr, touched, self.dgemm,
-                                       detail, bottom, n, state[1], read, 1)
+                                       detail, bottom, n, state[STRIDE], read, 1)
                 else:
                     for_numba()
                     with parallel_launch():
                         segment_vjp(*head, adj, adj_off, row_addr, touched, self.dgemm,
-                                    detail, bottom, n, state[1], read, count)
+                                    detail, bottom, n, state[STRIDE], read, count)
                 resume = bottom - 1
-            state[0] = resume
+            state[RESUME] = resume
             status, detail, adj_off, touched = reverse_sweep(
                 *args, retain, seed_rows, seed_vals, seed_off, lanes, adj, row_addr,
                 self.dgemm, read, adj_off, touched, state, split, stops)

@@ -50,9 +50,20 @@ ALL_FAMILIES = ELEMENTWISE | REDUCE | INDEX | MATMUL_FAMILY     # those swept in
 VARIANTS = {0: "scalar", ELEMENTWISE | REDUCE: "elementwise and reduction",
             ALL_FAMILIES: "array"}
 HAS_ELEMENTWISE = HAS_REDUCE = HAS_INDEX = HAS_MATMUL = True      # (see sweep_for)
-LINALG_ROW = 4      # state[3] of a sweep stopped at a numpy.linalg row (see segment_at)
-HOOK_ROW = 5        # state[3] of a sweep stopped at a row named in ``stops``
-PYTHON_ROW = 6      # state[3] of a sweep stopped at a CUSTOM row: the caller runs its VJP
+# The state a sweep carries between its calls (``reverse_sweep``), int64, by position:
+RESUME = 0          # the row it goes on from (< 0: a fresh sweep)
+STRIDE = 1          # the adjoint space of a lane (elements)
+TOP = 2             # the highest row it reached
+STOPPED = 3         # why it stopped: SEGMENT, LINALG_ROW, HOOK_ROW or PYTHON_ROW
+SEGMENT_BOTTOM = 4  # a segment's lowest row
+SEGMENT_SIZE = 5    # the element count of a segment's rows
+ONE_ROW_MIN = 6     # the size from which one row is a segment of its own (threads)
+STOP_DONE = 10      # the stop row whose stop has been handled
+SPLIT_STATE = 11
+SEGMENT = 1         # state[STOPPED] of a sweep stopped at a segment (see segment_at)
+LINALG_ROW = 4      # ... at a numpy.linalg row
+HOOK_ROW = 5        # ... at a row named in ``stops``
+PYTHON_ROW = 6      # ... at a CUSTOM row: the caller runs its VJP
 
 
 @register_jitable
@@ -179,17 +190,18 @@ def reverse_sweep(rows, ipool, shape_ndim, shape_start, shape_dims, shape_size,
     Segments: with ``split_min`` > 0 (one lane), the sweep stops at an elementwise row
     of at least that many elements that starts a segment (``segment_at``) and returns
     SPLIT with the row, the segment in state; the caller runs ``segment_vjp``, then
-    calls again with ``state[0]`` set to the row below the segment. ``state[6]``: the
-    size from which a segment of one row is worth it (threads). ``state`` (int64,
-    SPLIT_STATE long) carries the sweep between calls (written only with SPLIT);
-    ``state[0] < 0`` starts one.
+    calls again with ``state[RESUME]`` set to the row below the segment.
+    ``state[ONE_ROW_MIN]``: the size from which a segment of one row is worth it
+    (threads). ``state`` (int64, SPLIT_STATE long, by the positions named above)
+    carries the sweep between calls (written only with SPLIT); ``state[RESUME] < 0``
+    starts one.
 
     Stops: a row r with ``stops[r]`` (uint8; ``stops`` may be shorter than the tape,
-    or empty) that the sweep reaches makes it return SPLIT with state[3] == HOOK_ROW
-    when r's adjoint is complete and before r passes it on: the caller reads and may
+    or empty) that the sweep reaches makes it return SPLIT with state[STOPPED] ==
+    HOOK_ROW when r's adjoint is complete and before r passes it on: the caller reads and may
     rewrite that adjoint (tensor hooks), marks it written in every lane, and calls again
-    with state[0] = state[STOP_DONE] = r."""
-    fresh = state[0] < 0
+    with state[RESUME] = state[STOP_DONE] = r."""
+    fresh = state[RESUME] < 0
     if fresh:
         n = rows.shape[0]
         if adj_off.size < n:                      # (the caller may leave them to us)
@@ -203,12 +215,12 @@ def reverse_sweep(rows, ipool, shape_ndim, shape_start, shape_dims, shape_size,
             return RELEASED, 0, adj_off, touched
         touched[:, :] = False                     # per lane: a lane never written is zero
     else:
-        total, top = state[1], state[2]
+        total, top = state[STRIDE], state[TOP]
     lane = np.array([0, total])               # [lane being swept, lane stride]
     ctx = sweep_context(rows, ipool, shape_ndim, shape_start, shape_dims, shape_size,
                         arena_addr, big_addr, adj.ctypes.data, adj_off, row_addr, touched,
                         lane, dgemm)
-    start = top if fresh else state[0]
+    start = top if fresh else state[RESUME]
     arena = carray(f64_pointer(arena_addr), arena_size)
     if fresh:
         seed(ctx, rows, shape_size, touched, seed_rows, seed_vals, seed_off, lanes)
@@ -217,7 +229,7 @@ def reverse_sweep(rows, ipool, shape_ndim, shape_start, shape_dims, shape_size,
     # and numba compiles an always-inlined one twice, 12 s more of cold compile.)
     for i in range(start, -1, -1):
         if i < stops.size and stops[i] and adj_off[i] >= 0 and state[STOP_DONE] != i:
-            state[1], state[2], state[3] = total, top, HOOK_ROW
+            state[STRIDE], state[TOP], state[STOPPED] = total, top, HOOK_ROW
             return SPLIT, i, adj_off, touched
         any_lane = False
         for k in range(lanes):
@@ -249,11 +261,11 @@ def reverse_sweep(rows, ipool, shape_ndim, shape_start, shape_dims, shape_size,
                                  binary_partial_y(op, x, y, z), total, lanes)
                 continue
         if PYTHON_FIRST <= op <= PYTHON_LAST:   # a user's op: its VJP is Python
-            state[1], state[2], state[3] = total, top, PYTHON_ROW
+            state[STRIDE], state[TOP], state[STOPPED] = total, top, PYTHON_ROW
             return SPLIT, i, adj_off, touched
         if (HAS_ELEMENTWISE or HAS_REDUCE) and split_min > 0 and \
                 segment_at(ctx, i, state, split_min, stops):
-            state[1], state[2] = total, top
+            state[STRIDE], state[TOP] = total, top
             return SPLIT, i, adj_off, touched
         # kernels that take every lane at once (a row's partials or index map are
         # computed once); the others run once per lane. A family this variant leaves
@@ -269,7 +281,7 @@ def reverse_sweep(rows, ipool, shape_ndim, shape_start, shape_dims, shape_size,
                 elementwise_vjp_lanes(ctx, i, lanes):
             continue
         if MATMUL < op <= LINALG_LAST:         # numpy.linalg: linalg_row_vjp
-            state[1], state[2], state[3] = total, top, LINALG_ROW
+            state[STRIDE], state[TOP], state[STOPPED] = total, top, LINALG_ROW
             return SPLIT, i, adj_off, touched
         done = 0
         if HAS_MATMUL and op == MATMUL:
@@ -374,7 +386,7 @@ def _variant(families):
 @cached_njit(what="the reverse sweep for numpy.linalg ops")
 def linalg_row_vjp(rows, ipool, shape_ndim, shape_start, shape_dims, shape_size, arena_addr,
                    big_addr, adj, adj_off, row_addr, touched, dgemm, i, lanes, stride):
-    """The VJP of the numpy.linalg row a sweep stopped at (status SPLIT, state[3] ==
+    """The VJP of the numpy.linalg row a sweep stopped at (status SPLIT, state[STOPPED] ==
     LINALG_ROW), every lane; False for an opcode with no kernel."""
     lane = np.array([0, stride])
     ctx = sweep_context(rows, ipool, shape_ndim, shape_start, shape_dims, shape_size,
@@ -400,11 +412,6 @@ def linalg_row_vjp(rows, ipool, shape_ndim, shape_start, shape_dims, shape_size,
 # adjoints that live only inside the segment stay in a tile-sized buffer in cache instead
 # of going to memory and back (an elementwise chain's sweep is memory-bound); and the
 # tiles go to numba's threads, one launch per segment.
-# state[3:7] of a sweep stopped at a segment: SEGMENT, its lowest row, n, and the size
-# from which a single row is worth a segment of its own (threads; else never).
-SPLIT_STATE = 11
-SEGMENT = 1
-STOP_DONE = 10      # state[STOP_DONE]: the stop row whose stop has been handled
 SEGMENT_MAX = 64    # rows
 TILE = 16384       # elements: the tiles a row reads and writes stay in L2 (measured: 4096
                     # costs the 1M-element benchmark 6% more on one thread, 1024 20%)
@@ -461,9 +468,9 @@ def segment_at(ctx, i, state, fuse_min, stops):
             and _segment_row(ctx, j - 1, n):
         j -= 1
         passing += _passes(ctx, j)
-    if passing < 2 and n < state[6]:
+    if passing < 2 and n < state[ONE_ROW_MIN]:
         return False
-    state[3], state[4], state[5] = SEGMENT, j, n
+    state[STOPPED], state[SEGMENT_BOTTOM], state[SEGMENT_SIZE] = SEGMENT, j, n
     return True
 
 
