@@ -142,7 +142,7 @@ class ComplexArguments:
         """The Jacobian by reverse mode (see Compiled.jacrev)."""
         return self._jacobian("jacrev", args)
 
-    def tape_jacobian(self, method, args):
+    def _jacobian(self, method, args):
         self._refuse_complex_outputs(method)
         return self._complex(getattr(self.compiled, method)(*self._parts(args)))
 

@@ -189,3 +189,8 @@ class EagerProgram:
         """Values and ``J @ T`` at the points X: T is ``(1 or B, inputs, lanes)``."""
         values, jac = self.run(X, jacobian=True)
         return values, jac @ T
+
+    def compression(self):
+        """None: its Jacobian comes whole from each point's reverse sweeps (see
+        LeanProgram.compression)."""
+        return None
