@@ -124,7 +124,8 @@ class _Lines:
     then."""
 
     def __init__(self):
-        self.counts, self.places = [], []
+        self.tapes, self.counts, self.places = [], [], []
+        self.on = {}                 # tape id -> (its counts, its places), found once
 
     @contextlib.contextmanager
     def tracing(self):
@@ -148,14 +149,22 @@ class _Lines:
         if event in ("line", "return") and frame is not None:
             tape = here().tape
             tape = tape() if tape is not None else None
+            self.tapes.append(id(tape))
             self.counts.append(tape.nrows if tape is not None else 0)
             self.places.append((frame.f_code.co_filename, frame.f_lineno))
         return self._line
 
     def place(self, tape, row):
-        """(file, line) where ``row`` was recorded, or None."""
-        k = bisect.bisect_right(self.counts, row) - 1
-        return self.places[k] if k >= 0 else None
+        """(file, line) where ``row`` was recorded, or None. Only lines run while
+        ``tape`` was the thread's count: a finalizer of other code that the garbage
+        collector runs meanwhile (before the recording's tape opened) is on another."""
+        found = self.on.get(id(tape))
+        if found is None:
+            mine = [k for k, t in enumerate(self.tapes) if t == id(tape)]
+            found = self.on[id(tape)] = ([self.counts[k] for k in mine],
+                                         [self.places[k] for k in mine])
+        k = bisect.bisect_right(found[0], row) - 1
+        return found[1][k] if k >= 0 else None
 
     def of(self, tape, row):
         """The row's place as text: ``model.py, line 12 (`x = x + h * v`)``."""

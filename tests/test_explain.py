@@ -9,6 +9,7 @@ import math
 import numpy as np
 
 import autotape as at
+from autotape.explain import _Lines
 
 
 def _line(fn, marker):
@@ -107,3 +108,22 @@ def test_the_rest_of_a_line_after_a_call_is_the_callers():
     assert (f"(test_explain.py, lines {_line(rhs, 'right-hand side')}-"
             f"{_line(stepped, 'the step')})") in text
     assert "The repetition" not in text             # (the loop is the program: no breaks)
+
+
+def test_lines_run_on_another_tape_do_not_hide_the_recordings():
+    """A finalizer the garbage collector runs during a recording (code of a test, or of
+    the user, on the thread's old tape of 5000 rows) notes a line too; the recording's
+    rows are placed by the lines run on its own tape (they came out "lines not known"
+    after a long test run)."""
+    class Tape:
+        def __init__(self, nrows):
+            self.nrows = nrows
+    old, recording = Tape(5000), Tape(0)
+    lines = _Lines()
+    for tape, count, place in ((old, 5000, ("other.py", 9)), (recording, 1, ("f.py", 2)),
+                               (recording, 4, ("f.py", 3)), (recording, 7, ("f.py", 2))):
+        lines.tapes.append(id(tape))
+        lines.counts.append(count)
+        lines.places.append(place)
+    assert [lines.place(recording, r) for r in (0, 1, 5, 8)] == \
+        [None, ("f.py", 2), ("f.py", 3), ("f.py", 2)]
