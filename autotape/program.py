@@ -23,7 +23,7 @@ from .kernels.program import (LOWERED, forward_range, forward_range_points, live
                               run_points_parallel, run_tangents, run_tangents_parallel,
                               seed_adjoints, store_adjoints, store_tangents, store_values,
                               tangent_range, tangent_range_points)
-from .sparsity import column_colours, dependency_pattern
+from .sparsity import colour_seeds, column_colours, dependency_pattern
 from .thread_state import here
 from .checkpointing import NotCheckpointable, Segments
 from .tuning import (COMPILE_LOOP_AFTER, COMPRESS_MAX_INSTRUCTIONS, COMPRESS_MIN_INPUTS,
@@ -741,8 +741,7 @@ def _compression(lean):
     lanes = int(colour.max(initial=-1)) + 1
     if 2 * lanes > n:
         return None
-    seeds = np.zeros((n, lanes))
-    seeds[np.arange(n), colour] = 1.0
+    seeds = colour_seeds(colour)
     rows = np.repeat(np.arange(pattern.shape[0]), np.diff(pattern.indptr))
     return seeds, rows, pattern.indices, colour[pattern.indices]
 

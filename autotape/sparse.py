@@ -29,7 +29,7 @@ from . import func
 from .compile import Compiled
 from .recording import call_arguments, joined
 from .pytree import flatten
-from .sparsity import column_colours, dependency_pattern
+from .sparsity import colour_seeds, column_colours, dependency_pattern
 
 __all__ = ["jacobian", "sparsity", "recorded_sparsity", "colours", "column_colours",
            "hessian", "hessian_sparsity", "star_colours"]
@@ -182,8 +182,7 @@ def _hessian_program(compiled, args):
         pattern = ((jac_pattern + jac_pattern.T) > 0).tocsr()
         pattern.sort_indices()
         colour = _star_colour(pattern)
-        seeds = np.zeros((pattern.shape[1], int(colour.max(initial=-1)) + 1))
-        seeds[np.arange(pattern.shape[1]), colour] = 1.0
+        seeds = colour_seeds(colour)
         entry = (p.lean, pattern, colour, seeds, _recovery(pattern, colour))
         known[("star", id(p.lean))] = entry
     return (p,) + entry[1:]
@@ -276,8 +275,7 @@ def _program(compiled, args):
             entry = (p.lean, None, None, None)
         else:
             colour = column_colours(pattern)
-            seeds = np.zeros((pattern.shape[1], int(colour.max(initial=-1)) + 1))
-            seeds[np.arange(pattern.shape[1]), colour] = 1.0
+            seeds = colour_seeds(colour)
             entry = (p.lean, pattern, colour, seeds)
         known[id(p.lean)] = entry
     if entry[1] is None:

@@ -128,3 +128,17 @@ def column_colours(pattern):
         used[taken[(taken >= 0) & (taken <= neighbours.size)]] = True
         colour[j] = int(np.argmin(used))            # (the least colour not used)
     return colour
+
+
+def colour_seeds(colour):
+    """The seed matrix (inputs, colours) of a forward pass with a lane per colour: input
+    j's tangent is 1 in lane colour[j].
+
+    >>> colour_seeds(np.array([0, 1, 0]))
+    array([[1., 0.],
+           [0., 1.],
+           [1., 0.]])
+    """
+    seeds = np.zeros((colour.size, int(colour.max(initial=-1)) + 1))
+    seeds[np.arange(colour.size), colour] = 1.0
+    return seeds
