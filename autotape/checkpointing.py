@@ -165,7 +165,7 @@ class Segments:
             self._enter(k, [(V, C)])
             if k:
                 saved[k] = V[carried]
-            forward(V, delta, t0, t1, self.lows[k] * delta, self.table_base, *extra)
+            forward(V, delta, t0, t1, self.lows[k] * delta, self.table_base, 0, *extra)
         _interpret(self.instr, self.pool, lean.divisor, V, C, self.end, self.instr.shape[0])
         store_values(V, C, self.out_slots, values, p0)
         if jac is None:
@@ -187,7 +187,8 @@ class Segments:
                     G[self.base * C:keep0 * C] = 0.0
                     G[(keep0 + self.back * delta) * C:(self.base + (t1 - self.lows[k])
                                                        * delta) * C] = 0.0
-                reverse(V, G, delta, t0, t1, self.lows[k] * delta, self.table_base, *extra)
+                reverse(V, G, delta, t0, t1, self.lows[k] * delta, self.table_base, t1,
+                        *extra)
             _interpret_reverse(lean.instr, lean.pool, lean.divisor, live[o], V, G, C, 0, self.start)
             store_adjoints(G, C, lean.in_slots, jac, p0, o)
 
@@ -196,7 +197,8 @@ class Segments:
         if k:
             V[carried] = saved[k]
         self._load_consts(k, (V, C))
-        forward(V, self.delta, t0, t1, self.lows[k] * self.delta, self.table_base, *extra)
+        forward(V, self.delta, t0, t1, self.lows[k] * self.delta, self.table_base, 0,
+                *extra)
 
     def tangents(self, X, S, p0, C, V, D, values, tangents):
         """Forward mode at points p0 .. p0 + C - 1: the segments run forward once, the

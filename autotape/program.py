@@ -15,7 +15,7 @@ from .kernels.calls import call_rows, driver
 from .kernels.elementwise import passes_nothing
 from .parallel import for_numba, parallel_launch
 from .kernels.loops import GROUPS as LOOP_GROUPS
-from .kernels.instruction_format import I_OP, I_OUT, read_runs
+from .kernels.instruction_format import I_N, I_OP, I_OUT, may_read, read_runs
 from .kernels.loops import constant_table, find_loop, loop_kernels, loop_source
 from .kernels.program import (LOWERED, forward_range, forward_range_points, live_sets,
                               load_chunk, load_tangent_chunk, lower, reached_by_any,
@@ -29,7 +29,7 @@ from .checkpointing import NotCheckpointable, Segments
 from .tuning import (COMPILE_LOOP_AFTER, COMPRESS_MAX_INSTRUCTIONS, COMPRESS_MIN_INPUTS,
                      GENERATED_SCRATCH_BYTES, GENERATED_SLICE,
                      KEEP_LIVE_BYTES, KEEP_PROGRAM_SCRATCH_BYTES, LOOK_EVERY, MAX_LANES,
-                     OWN_SCRATCH_MAX)
+                     OWN_SCRATCH_MAX, SETTLE_BEFORE_MAX)
 
 
 GENERATED_ENV = "AUTOTAPE_GENERATED"   # =0: programs run without codegen.py's kernels
@@ -159,6 +159,14 @@ class LeanProgram:
             # the instructions name, as recorded)
             entries, values = constant_table(instr, p.loop, constant, const_slots,
                                              const_vals)
+            # (the constants no instruction reads any more, left out of every call's
+            # loading: a solve's 35,000 per-attempt 0.0s took 22 us a point)
+            read = may_read(instr, p.pool, nslots)
+            read[out_slots] = True
+            if not read[const_slots].all():
+                const_slots, const_vals = const_slots[read[const_slots]], \
+                    const_vals[read[const_slots]]
+                p.const_slots, p.const_vals = const_slots, const_vals
             if entries:
                 width = values.shape[1]
                 p.loop_table = (nslots, width, entries)
@@ -524,13 +532,31 @@ class LeanProgram:
             self.loop_code = loop_source(self.instr, self.loop, self.const_slots,
                                          self._read_after(end), self.loop_table,
                                          self.pool, self.divisor,
-                                         self.loop[0] + np.nonzero(self._unswept())[0])
+                                         self.loop[0] + np.nonzero(self._unswept())[0],
+                                         self._active_before_loop())
         kernels = loop_kernels(*self.loop_code, dtype, group, wait=wait, what=self.what)
         if kernels is None:
             return False
         self.loop_kernels = kernels
         self.loop_ready = (self.loop_ready or frozenset()) | {(dtype, group)}
         return True
+
+    def _active_before_loop(self):
+        """Per slot, whether its value depends on the inputs, marked for the
+        instructions before the loop (what a settling loop compares: kernels/settling.py);
+        None for a loop with more than SETTLE_BEFORE_MAX instructions before it (marked
+        in Python: the loop then never settles)."""
+        start = self.loop[0]
+        if start > SETTLE_BEFORE_MAX:
+            return None
+        active = np.zeros(self.nslots + 1, bool)
+        active[self.in_slots] = True
+        for q in range(start):
+            if any(active[s:s + n].any() for s, n in read_runs(self.instr, self.pool, q,
+                                                                adjoint_only=True)):
+                out = int(self.instr[q, I_OUT])
+                active[out:out + int(self.instr[q, I_N])] = True
+        return active
 
     def wait_compiled(self, dtype=np.float64):
         """Compile (or load) now what later calls would run interpreted until a compile
@@ -670,21 +696,24 @@ class LeanProgram:
             else:
                 reverse_range_points(*code, live[o], V, G, C, q0, q1)
         interpret(0, start)
+        ran = repeats
         if all(compiled):
-            forward(V, delta, 0, repeats, 0, tb, *extra)
+            ran = forward(V, delta, 0, repeats, 0, tb, 1, *extra)   # (settling: fewer)
         else:
             interpret(start, end)
         interpret(end, count)
         store_values(V, C, self.out_slots, values, p0)
         for o in range(len(compiled)):
             if compiled[o]:                    # (the loop's temporaries have no adjoint)
-                clear(G, delta, 0, repeats, 0, tb, *extra)
+                # (a settled loop's copies are swept at the last two repetitions' places)
+                clear(G, delta, 0, min(ran, repeats - 2), 0, tb, *extra)
+                clear(G, delta, repeats - 2, repeats, 0, tb, *extra)
                 seed_adjoints(G, C, first_slot, last_slot, self.out_slots[o])
             else:
                 seed_adjoints(G, C, self.nslots, self.nslots, self.out_slots[o])
             sweep(o, end, count)
             if compiled[o]:
-                reverse(V, G, delta, 0, repeats, 0, tb, *extra)
+                reverse(V, G, delta, 0, repeats, 0, tb, ran, *extra)
             else:
                 sweep(o, start, end)
             sweep(o, 0, start)

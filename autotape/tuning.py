@@ -65,6 +65,9 @@ KEEP_PROGRAM_SCRATCH_BYTES = 64 << 20   # a thread's scratch for one-thread runs
 # A loop's body is compiled (a few seconds, beside the calls; then cached on disk) once a
 # program has run this many times: a function called once needs no compiler.
 COMPILE_LOOP_AFTER = 2
+# A loop settles (kernels/settling.py) only where the instructions before it number at
+# most this many: their active slots are marked in Python (~3 us an instruction), once
+SETTLE_BEFORE_MAX = 20000
 # seconds between a call's looks for code compiling beside the calls (a look costs ~30
 # us: the cache's paths and marks; the epidemic's interpreted call ~55 us)
 LOOK_EVERY = 0.02

@@ -266,18 +266,36 @@ def mark_producers(instr, pool, producer, mark, adjoint_only):
                     mark[r] = 1
 
 
-def fields_of(instr, pool, q):
+def may_read(instr, pool, nslots):
+    """Per slot, whether an instruction may read it (from Python, with numpy: every
+    operand column's run, every pool entry; a few more than those read, never fewer)."""
+    ends = np.zeros(nslots + 1, np.int64)
+    for col in OPERAND_COLUMNS:
+        c = instr[:, col]
+        whole = (instr[:, I_OP] == COPY) | (instr[:, I_SA + col - I_A] != 0)
+        n = np.where(whole, instr[:, I_N], 1)
+        at = c >= 0
+        np.add.at(ends, np.minimum(c[at], nslots), 1)
+        np.add.at(ends, np.minimum(c[at] + n[at], nslots), -1)
+    read = np.cumsum(ends)[:nslots] > 0
+    listed = pool[(pool >= 0) & (pool < nslots)]
+    read[listed] = True
+    return read
+
+
+def fields_of(instr, pool, q, adjoint_only=False):
     """Instruction q's operand fields (``operand_fields``), from Python."""
     op = int(instr[q, I_OP])
     size = int(instr[q, I_N]) if op == GATHER else int(instr[q, I_SA]) if op == SCATTER_ADD \
         else int(pool[instr[q, I_P]]) if op == CALL else 3
     fields = np.empty((max(size, 1), 3), np.int64)
-    return fields[:operand_fields(instr, pool, q, False, fields)]
+    return fields[:operand_fields(instr, pool, q, adjoint_only, fields)]
 
 
-def read_runs(instr, pool, q):
-    """The slot runs (first slot, length) instruction q reads, from Python."""
-    fields = fields_of(instr, pool, q)
+def read_runs(instr, pool, q, adjoint_only=False):
+    """The slot runs (first slot, length) instruction q reads (with ``adjoint_only``:
+    those its VJP passes an adjoint to), from Python."""
+    fields = fields_of(instr, pool, q, adjoint_only)
     return [(int(field_slot(instr, pool, q, fields, j)), int(fields[j, 2]))
             for j in range(len(fields))]
 

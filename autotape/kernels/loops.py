@@ -35,7 +35,7 @@ from .elementwise import passes_nothing
 from .fusion import deferred, fused_forward, fused_groups, fused_reverse
 from .instruction_format import (CALL, COPY, GATHER, I_A, I_B, I_C, I_N, I_OP, I_OUT,
                                  I_SA, I_SB, I_SC, KIND_NAMES, OPERAND_COLUMNS, SCATTER_ADD,
-                                 WIDTH, pool_reads, pooled, stride)
+                                 WIDTH, adjoint_columns, pool_reads, pooled, read_runs, stride)
 from .program import (forward_range, forward_range_points, load_chunk,
                       load_tangent_chunk, reverse_range, reverse_range_points, seed_adjoints, store_adjoints,
                       store_tangents, store_values, tangent_range, tangent_range_points)
@@ -287,7 +287,12 @@ def constant_table(instr, loop, constant, const_slots, const_vals):
     entries mapping (instruction of the first repetition, operand column) to (offset,
     width) in a repetition's row of ``values`` (repeats, width in all), which holds
     each repetition's values of those operands. The generated body reads them there
-    (``Table``); empty where every constant operand is one slot throughout."""
+    (``Table``); empty where every constant operand is one slot throughout.
+
+    An operand whose constants hold the same bits in every repetition (a mask's 0.0,
+    recorded afresh each time) is made to read the first repetition's slot throughout
+    (``instr`` is rewritten in place): the same values, and repetitions that are alike
+    (kernels/settling.py needs them so)."""
     start, period, repeats, _ = loop
     value_of = np.zeros(constant.size)
     value_of[const_slots] = const_vals
@@ -301,9 +306,13 @@ def constant_table(instr, loop, constant, const_slots, const_vals):
             if (slots == c).all():
                 continue                        # one slot throughout: fixed
             width = int(instr[q, I_N]) if stride(instr, q, col) else 1
+            values = value_of[slots[:, None] + np.arange(width)[None, :]]
+            if (values.view(np.int64) == values[:1].view(np.int64)).all():
+                instr[q:start + period * repeats:period, col] = c
+                continue
             at = sum(w for _, w in entries.values())
             entries[(q, col)] = (at, width)
-            columns.append(value_of[slots[:, None] + np.arange(width)[None, :]])
+            columns.append(values)
     if not entries:
         return {}, np.zeros((repeats, 0))
     return entries, np.concatenate(columns, axis=1)
@@ -333,7 +342,7 @@ class _Body:
     """One repetition's instructions and where each slot lives (see above)."""
 
     def __init__(self, instr, start, period, repeats, delta, constants, read_after,
-                 table=None, pool=None, divisor=None, unswept=()):
+                 table=None, pool=None, divisor=None, unswept=(), active=None):
         self.instr, self.start, self.period, self.delta = instr, start, period, delta
         self.pool, self.divisor = pool, divisor
         # the instructions no output's reverse sweep reaches in any repetition (an
@@ -373,6 +382,56 @@ class _Body:
             self.temporary = {q for q in body if q not in kept}
         self.recomputed = self._recomputed()
         self.size = delta
+        self.settles = False                        # (kernels/settling.py: below)
+        if active is not None:
+            self._settling(repeats, read_after, active)
+
+    def _settling(self, repeats, read_after, active):
+        """Whether the loop may stop where its state settles (kernels/settling.py), and
+        what that takes: ``state``, the slots a repetition reads back (in the first
+        repetition's numbering), ``active_state`` those of them whose values depend on
+        the inputs, and ``fixed``, the active fixed operands the reverse adds to.
+        ``active``: per slot, whether the inputs reach it, marked up to the loop."""
+        instr, writes, base, delta = self.instr, self.writes, self.base, self.delta
+        body = range(self.start, self.start + self.period)
+        state = set()
+        for q in body:
+            for e in self.moved_reads(q):
+                if e < base:
+                    if e < base - delta or e + delta not in writes:
+                        return                      # (it reads further back)
+                    state.add(e + delta)
+        last = base + (repeats - 1) * delta
+        if self.table[2] or repeats < 3 or any(base <= e < last for e in read_after):
+            return                                  # (repetitions that differ; an
+                                                    # earlier one read after the loop)
+        # active: the first repetition's outputs reached from active operands, then the
+        # state it wrote taken as what it reads back, until nothing changes (the union
+        # over the repetitions; more slots than that only make a settling rarer)
+        active = active.copy()
+        changed = True
+        while changed:
+            changed = False
+            for q in body:
+                out = int(instr[q, I_OUT])
+                if active[out]:
+                    continue
+                if any(active[s:s + n].any() for s, n in read_runs(instr, self.pool, q,
+                                                                    adjoint_only=True)):
+                    active[out:out + int(instr[q, I_N])] = True
+                    changed = True
+            for c in state:
+                if active[c] and not active[c - delta]:
+                    active[c - delta] = changed = True
+        fixed = set()
+        for q in body:
+            if q not in self.unswept:
+                fixed.update(e for e in self._fixed_adjoint_reads(q)
+                             if e not in self.constants and active[e])
+        self.settles = True
+        self.state = sorted(state)
+        self.active_state = [c for c in self.state if active[c]]
+        self.fixed = sorted(fixed)
 
     def _spanned(self, kept):
         """Add to ``kept`` the instructions an operand spans with a kept one: the pieces
@@ -442,6 +501,21 @@ class _Body:
             there, _ = pool_reads(self.instr, self.pool, q + self.period)
             return [int(e) for e in here[here != there]]
         return [e for col in OPERAND_COLUMNS for e in self._elements(q, col)]
+
+    def _fixed_adjoint_reads(self, q):
+        """The slots instruction q reads in every repetition alike and passes an adjoint
+        to (a parameter, a value computed before the loop)."""
+        instr, op = self.instr, int(self.instr[q, I_OP])
+        if pooled(op):
+            here, _ = pool_reads(instr, self.pool, q)
+            there, _ = pool_reads(instr, self.pool, q + self.period)
+            return [int(e) for e in here[here == there]]
+        found = []
+        for col in OPERAND_COLUMNS[:adjoint_columns(op)]:
+            c = int(instr[q, col])
+            if c >= 0 and int(instr[q + self.period, col]) == c and (q, col) not in self.table[2]:
+                found.extend(range(c, c + (int(instr[q, I_N]) if stride(instr, q, col) else 1)))
+        return found
 
     def sources(self, q):
         """A gather's or scatter's sources as (index, kind) per element: kind 0 a fixed
@@ -937,6 +1011,8 @@ import numpy as np
 from autotape.kernels.elementwise import (binary_partial_x, binary_partial_y, binary_value,
                                           tangent_times, times, unary_partial, unary_value)
 from autotape.kernels.program import lane_sum
+from autotape.kernels.settling import (another_pass, copy_settled, keep_adjoints,
+                                       move_adjoints, settled)
 
 f64 = np.float64
 '''
@@ -944,7 +1020,7 @@ f64 = np.float64
 _FUNCTIONS = '''
 
 @numba.njit(cache=True, error_model="numpy", nogil=True)
-def forward{suffix}(V, delta, first, repeats, shift, tb{points}):
+def forward{suffix}(V, delta, first, repeats, shift, tb, settle{points}):
     if first < repeats and first * delta < shift:   # (Vo = V[o:] needs o >= 0)
         raise ValueError("autotape internal error: a loop window below slot 0")
     T = np.empty({size}{times_c}, V.dtype)
@@ -953,6 +1029,8 @@ def forward{suffix}(V, delta, first, repeats, shift, tb{points}):
         o = t * delta - shift
         Vo = V[o{times_c}:]
         {forward}
+        {settle}
+    return repeats
 
 
 @numba.njit(cache=True, error_model="numpy", nogil=True)
@@ -976,27 +1054,77 @@ def tangent{suffix}(V, D, delta, first, repeats, K, shift, tb{points}):
 
 
 @numba.njit(cache=True, error_model="numpy", nogil=True)
-def reverse{suffix}(V, G, delta, first, repeats, shift, tb{points}):
+def reverse{suffix}(V, G, delta, first, repeats, shift, tb, ran{points}):
     if first < repeats and first * delta < shift:   # (Vo = V[o:] needs o >= 0)
         raise ValueError("autotape internal error: a loop window below slot 0")
     T = np.empty({size}{times_c}, V.dtype)
     GT = np.empty({size}{times_c}, V.dtype)
     W = np.empty({buffered}{times_c})               # (deferred adjoint terms: fusion.py)
     {hoisted}
-    for t in range(repeats - 1, first - 1, -1):
-        o = t * delta - shift
-        Vo, Go = V[o{times_c}:], G[o{times_c}:]
-        {again}
-        {reverse}
+    {reverse_loop}
 '''
+
+
+_REVERSE = """for t in range(repeats - 1, first - 1, -1):
+    o = t * delta - shift
+    Vo, Go = V[o{times_c}:], G[o{times_c}:]
+    {again}
+    {reverse}"""
+
+# A loop that settles (kernels/settling.py): the forward stops at the repetition that
+# wrote the state it read; the reverse sweeps that repetition's values at the last
+# repetition's place once per repetition left out (``copies``), until a pass changes
+# nothing, then the repetitions that ran.
+_SETTLE = """if settle != 0 and shift == 0 and first < t < repeats - 1 and settled(Vo, STATE, delta, {c}):
+    copy_settled(V, t, repeats - 1, delta, {base}, STATE, {c})
+    return t + 1"""
+
+_SETTLING_REVERSE = """A = np.empty(max(1, (ASTATE.size + FIXED.size) * {c}))
+at = np.empty(2, np.int64)      # (the repetition swept next, and the copies left: not
+at[0] = repeats - 1             # variables, which numba's SSA would trace back through
+at[1] = repeats - ran if ran < repeats - 1 else 0     # the whole body)
+while at[0] >= first:
+    t = at[0]
+    o = t * delta - shift
+    Vo, Go = V[o{times_c}:], G[o{times_c}:]
+    if at[1] > 0:
+        keep_adjoints(A, Go, ASTATE, G, FIXED, {c})
+    {again}
+    {reverse}
+    if at[1] == 0:
+        at[0] -= 1
+    elif another_pass(at, A, Go, G, STATE, ASTATE, FIXED, delta, shift, ran, {c}):
+        {clear}
+        move_adjoints(G, STATE, (t - 1) * delta - shift, t * delta - shift, {c})"""
+
+
+def _reverse_loop(body, points, clear, again, rev):
+    """The forward's lines stopping where the state settles ("pass" where the loop
+    never settles), and the reverse's loop over the repetitions (see above)."""
+    fill = {"{c}": "C" if points else "1", "{times_c}": " * C" if points else "",
+            "{base}": str(body.base), "{again}": "\n    ".join(again) or "pass",
+            "{reverse}": "\n    ".join(rev) or "pass",
+            "{clear}": "\n        ".join(clear) or "pass"}
+
+    def filled(template):
+        for key, value in fill.items():
+            template = template.replace(key, value)
+        return template.replace("\n", "\n    ")
+    if not body.settles:
+        return "pass", filled(_REVERSE)
+    body.array("STATE", body.state)
+    body.array("ASTATE", body.active_state)
+    body.array("FIXED", body.fixed)
+    return filled(_SETTLE).replace("\n", "\n    "), filled(_SETTLING_REVERSE)
 
 
 def _functions(body, points):
     fwd, again, rev, clear, hoisted, buffered = _body(body, points)
     tangent, tangent_hoisted = _tangent_body(body, points)
+    settle, reverse_loop = _reverse_loop(body, points, clear, again, rev)
     join = "\n        ".join
     hoisted = "\n    ".join(hoisted) or "pass"
-    return _FUNCTIONS.replace("{tangent_hoisted}", "\n    ".join(tangent_hoisted) or "pass") \
+    return _FUNCTIONS.replace("{settle}", settle).replace("{reverse_loop}", reverse_loop).replace("{tangent_hoisted}", "\n    ".join(tangent_hoisted) or "pass") \
         .replace("{tangent}", join(tangent)).replace("{suffix}", "_points" if points else "").replace(
         "{points}", ", C" if points else "").replace("{times_c}", " * C" if points else "") \
         .replace("{size}", str(max(body.size, 1))).replace("{forward}", join(fwd)).replace(
@@ -1008,7 +1136,7 @@ def _functions(body, points):
 _lock = threading.Lock()
 
 KERNEL_NAMES = ("forward", "reverse", "clear", "tangent")
-_ARGUMENTS = {"forward": "V i i i i i", "reverse": "V V i i i i i", "clear": "V i i i i i",
+_ARGUMENTS = {"forward": "V i i i i i i", "reverse": "V V i i i i i i", "clear": "V i i i i i",
               "tangent": "V V i i i i i i"}
 # what a call needs, compiled together: a gradient at one point, or at a chunk of points;
 # forward mode at one point, or at a chunk
@@ -1032,20 +1160,24 @@ def signatures(dtype):
 
 
 def loop_source(instr, loop, constants, read_after, table=None, pool=None, divisor=None,
-                unswept=()):
+                unswept=(), active=None):
     """(key, source): the numba module of the body of ``loop`` (find_loop's), keyed by
     its hash. Its functions are (forward, reverse, clear, tangent) for one point and the
     same for a chunk of C points (slot-major; each takes C last): forward(V, delta,
-    first, repeats, shift, tb) runs repetitions first .. repeats - 1, reverse the same
-    backwards (G the adjoints), clear zeroes the adjoints of the slots the loop keeps,
-    tangent carries K lanes. ``constants``: slots whose adjoints nobody reads;
+    first, repeats, shift, tb, settle) runs repetitions first .. repeats - 1 and returns
+    how many ran (with ``settle``, fewer where the state settled: kernels/settling.py),
+    reverse(V, G, delta, first, repeats, shift, tb, ran) the same backwards (G the
+    adjoints; ``ran`` the forward's count), clear zeroes the adjoints of the slots the
+    loop keeps, tangent carries K lanes. ``constants``: slots whose adjoints nobody reads;
     ``read_after``: the slots read after the loop; ``table``: (first slot, width,
     entries) of the per-repetition constants (constant_table), slots of V; ``pool``
     and ``divisor``: the program's, for its gathers and scatters; ``unswept``: the
-    first repetition's instructions that no reverse sweep reaches, left out of it."""
+    first repetition's instructions that no reverse sweep reaches, left out of it;
+    ``active``: per slot, whether its value depends on the inputs, marked up to the
+    loop (None: the loop never settles)."""
     start, period, repeats, delta = loop
     body = _Body(instr, start, period, repeats, delta, set(int(c) for c in constants),
-                 set(int(r) for r in read_after), table, pool, divisor, unswept)
+                 set(int(r) for r in read_after), table, pool, divisor, unswept, active)
     functions = _functions(body, False) + _functions(body, True)
     arrays = "".join(f"{name} = np.array({values}, np.int64)\n"
                      for name, values in sorted(body.arrays.items()))
