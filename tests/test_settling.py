@@ -169,3 +169,25 @@ def test_a_checkpointed_settling_loop_runs_every_repetition(loop_bodies):
         g = c.grad(x)
         want = plain.grad(x)
     np.testing.assert_array_equal(g.numpy(), want.numpy())
+
+
+@pytest.mark.parametrize("f, x", [(c[0], c[1]) for c in CASES[:3]],
+                         ids=["newton", "doubling", "powers"])
+def test_forward_mode_through_a_settled_loop_gives_the_interpreters_bits(f, x, loop_bodies):
+    # its tangents settle too (Newton's), or the loop runs on (the doubling's tangent
+    # doubles with every repetition; an ODE solve's body takes two minutes to compile)
+    c = at.compile(f, x)
+    for _ in range(5):
+        jac = c.jacfwd(x)
+    assert ("tangent" in {group for _, group in _lean(c, x).loop_ready})
+    np.testing.assert_array_equal(jac.numpy(), _interpreted(f, x).jacfwd(x).numpy())
+
+
+def test_forward_mode_at_points_that_settle_apart(loop_bodies):
+    x = np.array([2.0, 3.0])
+    points = np.array([[2.0, 3.0], [5.0, 1.0], [1e6, 2.0], [0.25, 0.5]])
+    c = at.compile(_newton_sqrt, x)
+    for _ in range(5):
+        jacs = F.vmap(c.jacfwd)(points)
+    np.testing.assert_array_equal(jacs.numpy(), F.vmap(_interpreted(_newton_sqrt, x).jacfwd)(
+        points).numpy())

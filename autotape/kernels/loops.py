@@ -1051,6 +1051,8 @@ def tangent{suffix}(V, D, delta, first, repeats, K, shift, tb{points}):
         o = t * delta - shift
         Vo, Do = V[o{times_c}:], D[o * K{times_c}:]
         {tangent}
+        {tangent_settle}
+    return repeats
 
 
 @numba.njit(cache=True, error_model="numpy", nogil=True)
@@ -1079,6 +1081,12 @@ _SETTLE = """if settle != 0 and shift == 0 and first < t < repeats - 1 and settl
     copy_settled(V, t, repeats - 1, delta, {base}, STATE, {c})
     return t + 1"""
 
+_TANGENT_SETTLE = """if shift == 0 and first < t < repeats - 1 and settled(Vo, STATE, delta, {c}) and \\
+        settled(Do, STATE, delta, K * {c}):
+    copy_settled(V, t, repeats - 1, delta, {base}, STATE, {c})
+    copy_settled(D, t, repeats - 1, delta, {base}, STATE, K * {c})
+    return t + 1"""
+
 _SETTLING_REVERSE = """A = np.empty(max(1, (ASTATE.size + FIXED.size) * {c}))
 at = np.empty(2, np.int64)      # (the repetition swept next, and the copies left: not
 at[0] = repeats - 1             # variables, which numba's SSA would trace back through
@@ -1098,9 +1106,10 @@ while at[0] >= first:
         move_adjoints(G, STATE, (t - 1) * delta - shift, t * delta - shift, {c})"""
 
 
-def _reverse_loop(body, points, clear, again, rev):
-    """The forward's lines stopping where the state settles ("pass" where the loop
-    never settles), and the reverse's loop over the repetitions (see above)."""
+def _settling(body, points, clear, again, rev):
+    """The forward's and forward mode's lines stopping where the state (and its
+    tangents) settle ("pass" where the loop never settles), and the reverse's loop over
+    the repetitions (see above)."""
     fill = {"{c}": "C" if points else "1", "{times_c}": " * C" if points else "",
             "{base}": str(body.base), "{again}": "\n    ".join(again) or "pass",
             "{reverse}": "\n    ".join(rev) or "pass",
@@ -1111,20 +1120,22 @@ def _reverse_loop(body, points, clear, again, rev):
             template = template.replace(key, value)
         return template.replace("\n", "\n    ")
     if not body.settles:
-        return "pass", filled(_REVERSE)
+        return "pass", "pass", filled(_REVERSE)
     body.array("STATE", body.state)
     body.array("ASTATE", body.active_state)
     body.array("FIXED", body.fixed)
-    return filled(_SETTLE).replace("\n", "\n    "), filled(_SETTLING_REVERSE)
+    return filled(_SETTLE).replace("\n", "\n    "), \
+        filled(_TANGENT_SETTLE).replace("\n", "\n    "), filled(_SETTLING_REVERSE)
 
 
 def _functions(body, points):
     fwd, again, rev, clear, hoisted, buffered = _body(body, points)
     tangent, tangent_hoisted = _tangent_body(body, points)
-    settle, reverse_loop = _reverse_loop(body, points, clear, again, rev)
+    settle, tangent_settle, reverse_loop = _settling(body, points, clear, again, rev)
     join = "\n        ".join
     hoisted = "\n    ".join(hoisted) or "pass"
-    return _FUNCTIONS.replace("{settle}", settle).replace("{reverse_loop}", reverse_loop).replace("{tangent_hoisted}", "\n    ".join(tangent_hoisted) or "pass") \
+    return _FUNCTIONS.replace("{settle}", settle).replace(
+        "{tangent_settle}", tangent_settle).replace("{reverse_loop}", reverse_loop).replace("{tangent_hoisted}", "\n    ".join(tangent_hoisted) or "pass") \
         .replace("{tangent}", join(tangent)).replace("{suffix}", "_points" if points else "").replace(
         "{points}", ", C" if points else "").replace("{times_c}", " * C" if points else "") \
         .replace("{size}", str(max(body.size, 1))).replace("{forward}", join(fwd)).replace(
