@@ -82,39 +82,50 @@ def _matches(instr, sig, period, constant=None, pool=None, lowest=0):
     moved = instr[period:, I_OUT] - instr[:n, I_OUT]
     delta = int(np.median(moved))
     ok = (sig[:n] == sig[period:]) & (sig[:n] >= 0) & (moved == delta) & (delta > 0)
+    repeats_choice = []
     for col in OPERAND_COLUMNS:
         a, b = instr[:n, col], instr[period:, col]
         d = b - a
         regular = ((a < 0) & (b < 0)) | ((a >= 0) & (b >= 0) & ((d == 0) | (d == delta)))
         same = np.ones(n, bool)                # the choice (fixed or moved) repeats too
         same[:-period] = d[:-period] == d[period:]
-        if constant is None:
-            ok &= regular & same
-        else:
+        if constant is not None:
             both = (a >= 0) & (b >= 0) & constant[np.maximum(a, 0)] & \
                 constant[np.maximum(b, 0)]
-            ok &= (regular & same) | both
-    listed = np.nonzero(ok & ((instr[:n, I_OP] == GATHER) |
-                              (instr[:n, I_OP] == SCATTER_ADD)))[0]
-    if listed.size:
-        for q in listed:
-            ok[q] = pool is not None and _pool_repeats(instr, pool, q, period, delta, lowest)
+            regular, same = regular | both, same | both
+        ok &= regular
+        repeats_choice.append(same)
+    same = np.ones(n, bool)
+    for q in np.nonzero(ok & ((instr[:n, I_OP] == GATHER) |
+                              (instr[:n, I_OP] == SCATTER_ADD)))[0]:
+        ok[q], same[q] = _pool_repeats(instr, pool, q, period, delta, lowest) \
+            if pool is not None else (False, False)
+    repeats_choice.append(same)
+    # ... except from a stretch's last repetition to the one after it, which ends the
+    # stretch anyway (the choice from the last but one to the last is checked at the
+    # row before): so a loop's last repetition is in it too
+    ends = np.ones(n, bool)
+    ends[:-period] = ~ok[period:]
+    for same in repeats_choice:
+        ok &= same | ends
     return delta, ok
 
 
 def _pool_repeats(instr, pool, q, period, delta, lowest):
+    """(whether a gather's or a scatter's sources at q + period are each those at q,
+    fixed or moved by delta; whether the choice repeats at q + 2 period)."""
     here, offsets = pool_reads(instr, pool, q)
     there, offsets2 = pool_reads(instr, pool, q + period)
     if here.size != there.size or (offsets is not None and not (offsets == offsets2).all()):
-        return False
+        return False, False
     d = there - here
     if not ((d == 0) | ((d == delta) & (here >= lowest))).all():
-        return False
+        return False, False
     if q + 2 * period < instr.shape[0] and instr[q + 2 * period, I_OP] == instr[q, I_OP]:
         later, _ = pool_reads(instr, pool, q + 2 * period)
         if later.size == there.size and not (later - there == d).all():
-            return False                       # (the choice, fixed or moved, repeats)
-    return True
+            return True, False                 # (the choice, fixed or moved, repeats)
+    return True, True
 
 
 def _anchor(sig, middle, window):
