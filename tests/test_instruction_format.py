@@ -46,6 +46,15 @@ def test_each_layout_reads_the_slots_its_encoder_was_given():
     assert int(instr[7, fmt.I_A]) == 7                   # a CALL keeps its tape row
 
 
+def test_may_read_covers_every_slot_read_and_leaves_out_others():
+    instr, pool = _program()
+    read = fmt.may_read(instr, pool, 30)
+    every = {s + k for q in range(8) for s, n in fmt.read_runs(instr, pool, q)
+             for k in range(n)}
+    assert every <= set(np.nonzero(read)[0].tolist())
+    assert not read[[4, 5, 6, 24, 29]].any()                   # (never read)
+
+
 def test_adjoints_skip_a_where_condition_and_a_comparison():
     instr, pool = _program()
     assert _reads(instr, pool, 2, adjoint_only=True) == []       # GREATER

@@ -6,10 +6,10 @@ import pytest
 import autotape as at
 import autotape.func as F
 from autotape.integrate import solve_ivp
-from autotape.kernels.instruction_format import as_instructions, encode_elementwise
-from autotape.kernels.loops import _Body
+from autotape.kernels.instruction_format import I_B, as_instructions, encode_elementwise
+from autotape.kernels.loops import _Body, constant_table
 from autotape.kernels.program import forward_range, load_chunk
-from autotape.opcodes import ADD
+from autotape.opcodes import ADD, MUL
 
 
 def _newton_sqrt(p):
@@ -191,3 +191,25 @@ def test_forward_mode_at_points_that_settle_apart(loop_bodies):
         jacs = F.vmap(c.jacfwd)(points)
     np.testing.assert_array_equal(jacs.numpy(), F.vmap(_interpreted(_newton_sqrt, x).jacfwd)(
         points).numpy())
+
+
+def test_a_constant_operand_with_the_same_bits_in_every_repetition_reads_one_slot():
+    # x_{t+1} = x_t * c_t with c_t a constant of its own in each repetition (slots 0-3):
+    # equal values read the first one's slot (no per-repetition table, repetitions that
+    # are alike); values that differ (t = i h) stay a table; -0.0 is not 0.0
+    def program(values):
+        code = []
+        for t in range(4):
+            encode_elementwise(code, MUL, 5 + t, 1, 4 + t, t, -1, 1, 1, 0)
+        instr = as_instructions(code)
+        constant = np.zeros(9, bool)
+        constant[:4] = True
+        entries, table = constant_table(instr, (0, 1, 4, 1), constant,
+                                        np.arange(4), np.array(values))
+        return instr, entries, table
+    instr, entries, _ = program([0.5, 0.5, 0.5, 0.5])
+    assert entries == {} and (instr[:, I_B] == 0).all()
+    for values in ([0.5, 0.5, 0.25, 0.5], [0.0, 0.0, -0.0, 0.0]):
+        instr, entries, table = program(values)
+        assert entries == {(0, I_B): (0, 1)} and list(instr[:, I_B]) == [0, 1, 2, 3]
+        np.testing.assert_array_equal(table[:, 0], values)
