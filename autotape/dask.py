@@ -95,11 +95,22 @@ def map_points(fn, points, *, threads_per_chunk=1, client=None):
     handle = _handle(compiled, client)
     packed = flat.map_blocks(_evaluate_chunk, handle, method, shape, threads_per_chunk,
                              dtype=dtype, chunks=(flat.chunks[0], (sum(sizes),)))
+    # each result one task a chunk, cut from the packed chunk (slicing then reshaping
+    # the packed array made three, ~40% of the tasks a small ensemble waits on)
     results, start = [], 0
     for leaf, size in zip(leaves, sizes):
-        results.append(packed[:, start:start + size].reshape((n,) + leaf.shape[1:]))
+        shape = leaf.shape[1:]
+        results.append(packed.map_blocks(
+            _cut, start, size, shape, dtype=dtype,
+            chunks=(packed.chunks[0],) + tuple((m,) for m in shape),
+            drop_axis=[] if shape else [1], new_axis=list(range(2, 1 + len(shape)))))
         start += size
     return structure(results)
+
+
+def _cut(packed, start, size, shape):
+    """One result's columns of a packed chunk, in its shape."""
+    return packed[:, start:start + size].reshape((packed.shape[0],) + shape)
 
 
 def _compiled_and_method(fn):
