@@ -77,3 +77,22 @@ def test_local_cluster(benchmark, ensemble, workers):
         benchmark.group = group
         benchmark.name = f"local_cluster_{workers}_workers"
         benchmark.pedantic(run, rounds=5, warmup_rounds=2)
+
+
+def _times_one(block):
+    return block * 1.0
+
+
+@pytest.mark.benchmark(group="dask: 16 chunks doing nothing (the cluster's own floor)")
+@pytest.mark.parametrize("workers", [1, 2])
+def test_local_cluster_floor(benchmark, workers):
+    """The same 20,000 x 4 points in 16 chunks, each chunk's task only copying its block:
+    what scheduling, transfers and the cluster's own processes cost per ensemble."""
+    thetas = W.thetas(MODELS["driven"][0])
+    with distributed.LocalCluster(n_workers=workers, threads_per_worker=1, processes=True,
+                                  dashboard_address=None) as cluster, \
+            distributed.Client(cluster):
+        points = da.from_array(thetas, chunks=(thetas.shape[0] // CHUNKS, 4))
+        benchmark.name = f"floor_{workers}_workers"
+        benchmark.pedantic(lambda: dask.compute(points.map_blocks(_times_one)), rounds=5,
+                           warmup_rounds=2)
