@@ -392,7 +392,7 @@ class _Body:
             self._spanned(kept)
             self.temporary = {q for q in body if q not in kept}
         self.recomputed = self._recomputed()
-        self.size = delta
+        self.size, self.repeats = delta, repeats
         self.settles = False                        # (kernels/settling.py: below)
         if active is not None:
             self._settling(repeats, read_after, active)
@@ -1092,8 +1092,8 @@ _SETTLE = """if settle != 0 and shift == 0 and first < t < repeats - 1 and settl
     copy_settled(V, t, repeats - 1, delta, {base}, STATE, {c})
     return t + 1"""
 
-_TANGENT_SETTLE = """if shift == 0 and first < t < repeats - 1 and settled(Vo, STATE, delta, {c}) and \\
-        settled(Do, STATE, delta, K * {c}):
+_TANGENT_SETTLE = """if shift == 0 and repeats == {all} and first < t < repeats - 1 and \\
+        settled(Vo, STATE, delta, {c}) and settled(Do, STATE, delta, K * {c}):
     copy_settled(V, t, repeats - 1, delta, {base}, STATE, {c})
     copy_settled(D, t, repeats - 1, delta, {base}, STATE, K * {c})
     return t + 1"""
@@ -1122,7 +1122,7 @@ def _settling(body, points, clear, again, rev):
     tangents) settle ("pass" where the loop never settles), and the reverse's loop over
     the repetitions (see above)."""
     fill = {"{c}": "C" if points else "1", "{times_c}": " * C" if points else "",
-            "{base}": str(body.base), "{again}": "\n    ".join(again) or "pass",
+            "{base}": str(body.base), "{all}": str(body.repeats), "{again}": "\n    ".join(again) or "pass",
             "{reverse}": "\n    ".join(rev) or "pass",
             "{clear}": "\n        ".join(clear) or "pass"}
 
@@ -1146,7 +1146,8 @@ def _functions(body, points):
     join = "\n        ".join
     hoisted = "\n    ".join(hoisted) or "pass"
     return _FUNCTIONS.replace("{settle}", settle).replace(
-        "{tangent_settle}", tangent_settle).replace("{reverse_loop}", reverse_loop).replace("{tangent_hoisted}", "\n    ".join(tangent_hoisted) or "pass") \
+        "{tangent_settle}", tangent_settle).replace("{reverse_loop}", reverse_loop).replace(
+        "{tangent_hoisted}", "\n    ".join(tangent_hoisted) or "pass") \
         .replace("{tangent}", join(tangent)).replace("{suffix}", "_points" if points else "").replace(
         "{points}", ", C" if points else "").replace("{times_c}", " * C" if points else "") \
         .replace("{size}", str(max(body.size, 1))).replace("{forward}", join(fwd)).replace(
