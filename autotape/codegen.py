@@ -274,6 +274,19 @@ class Plan:
         return 8 * sum(self.scratch(target))
 
 
+def supported(lean):
+    """Whether codegen can plan the lean program: ``plan`` without an exception raised
+    and caught at every call (~4 us of a model's call)."""
+    kept = lean.codegen.get("plan") if lean.codegen else None
+    if kept is None:
+        try:
+            plan(lean)
+        except Unsupported:
+            return False
+        return True
+    return not isinstance(kept, Unsupported)
+
+
 def plan(lean):
     """The Plan of a lean program (kept with it, in ``lean.codegen``), or raise
     Unsupported."""
@@ -287,8 +300,8 @@ def plan(lean):
             kept = e
         lean.codegen["plan"] = kept
     if isinstance(kept, Unsupported):
-        raise kept
-    return kept
+        raise Unsupported(*kept.args)   # (re-raising the kept one would grow its traceback
+    return kept                         # by a frame a call: slower and slower)
 
 
 # ---- the code ---------------------------------------------------------------------------

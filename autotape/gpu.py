@@ -195,8 +195,8 @@ def _generated(state, kind, source):
             found = e
         state[kind] = found
     if isinstance(found, codegen.Unsupported):
-        raise found
-    return found
+        raise codegen.Unsupported(*found.args)   # (a fresh one: a kept one's traceback
+    return found                                 # would grow by a frame every call)
 
 
 def _table(state, cuda, plan):

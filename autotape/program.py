@@ -372,11 +372,7 @@ class LeanProgram:
         (float64, a loop found, codegen takes it, no segment budget asked for): its loop
         body alone is then never compiled for it."""
         if dtype != np.float64 or self.loop is None or self.segments is not None or \
-                os.environ.get(GENERATED_ENV) == "0":
-            return False
-        try:
-            codegen.plan(self)
-        except codegen.Unsupported:
+                os.environ.get(GENERATED_ENV) == "0" or not codegen.supported(self):
             return False
         return self.codegen.get(kind) is not False
 

@@ -9,6 +9,7 @@ import os
 import pickle
 import sys
 import time
+import traceback
 from pathlib import Path
 
 import numpy as np
@@ -201,6 +202,23 @@ def test_code_too_long_to_compile_leaves_it_to_the_loop_body(monkeypatch):
     assert lean.codegen[("cpu", "reverse")] and lean.codegen[("cpu", "tangent", 4)] is False
     _identical(c, twin, th, ("value_and_grad", "jacfwd"))
     assert lean.loop_ready                               # (the tangent's loop body)
+
+
+def test_a_program_codegen_refuses_costs_nothing_more_call_after_call():
+    # the kept refusal was raised again at every call: its traceback grew by a frame
+    # each time (memory, and every call slower than the last)
+    th = W.thetas(1)[0]
+    c, twin = _twins(lambda t: W.driven_pendulum_at(t, 30), th)
+    twin.value_and_grad(th)
+    kept = _lean(twin, th).codegen["plan"]
+    depth = len(traceback.extract_tb(kept.__traceback__))
+    for _ in range(20):
+        twin.value_and_grad(th)
+    assert len(traceback.extract_tb(kept.__traceback__)) == depth
+    assert not codegen.supported(_lean(twin, th))
+    with pytest.raises(codegen.Unsupported, match="interpreter twin"):
+        codegen.plan(_lean(twin, th))
+    assert len(traceback.extract_tb(kept.__traceback__)) == depth
 
 
 def test_the_reverse_sweep_reads_back_dear_values_instead_of_recomputing():
