@@ -218,3 +218,61 @@ def test_a_body_reads_back_dear_values_instead_of_recomputing_them(loop_bodies, 
         assert dear in forward and dear not in reverse
     assert f"unary_value({NEG}," in reverse                 # (recomputed: cheap)
     _same_bits(plain, points, got)
+
+
+GRID = 6
+SHIFTS = st.sampled_from([-2, -1, 1, 2])
+ROLLS = st.lists(st.tuples(SHIFTS, st.sampled_from([0, 1]),
+                           st.sampled_from(["add", "mul", "inner"])), min_size=1, max_size=4)
+
+
+def _rolls_model(rolls, steps=30):
+    """A 2-D step of np.roll terms (gathers from the last step's grid; "inner": of a
+    value of this step, which stays unfused), a fancy-indexed cell pattern with repeats
+    (a gather whose sources repeat) and a parameter."""
+    pick = np.array([3, 1, 1, 4, 0, 5] * GRID)
+
+    def f(p):
+        axis = np.linspace(-1.0, 1.0, GRID)
+        u = np.exp(-axis[:, None] ** 2 - 2.0 * axis[None, :] ** 2).astype(p.dtype)
+        for _ in range(steps):
+            acc = -4.0 * u
+            for shift, axis_, kind in rolls:
+                r = np.roll(u, shift, axis_)
+                acc = acc + r if kind == "add" else acc + 0.1 * r * u if kind == "mul" \
+                    else acc + 0.1 * np.roll(acc, shift, axis_)
+            flat = u.reshape(-1)[pick].reshape(GRID, GRID)
+            u = u + 0.05 * (p[0] * acc + p[1] * u * (1.0 - flat))
+        return (u * u).mean()
+    return f
+
+
+@pytest.mark.parametrize("dtype", [np.float64, np.float32])
+def test_gathers_from_the_last_step_join_a_run(loop_bodies, dtype):
+    # a 2-D np.roll is a gather: read from the last step's grid (V), it joins the run
+    # (an element reads Vo[S[k]]) and its adjoint terms, added anywhere in the grid,
+    # go to W and are added after the loop in the unfused order
+    x = np.array([0.3, 0.9], dtype)
+    c, plain, points, got, lean = _compiled_and_plain(
+        _rolls_model([(1, 0, "add"), (-1, 0, "add"), (1, 1, "add"), (-1, 1, "mul")]), x)
+    forward, reverse = (_function(lean.loop_code[1], k) for k in ("forward", "reverse"))
+    assert re.search(r"\bz\d+ = V\.dtype\.type\(Vo\[S\d+\[k\]\]\)", forward)
+    assert "# GATHER" not in forward                     # (none left unfused)
+    assert re.search(r"Go\[S\d+\[k\]\] \+= W\[\d+ \+ k\]", reverse)
+    _same_bits(plain, points, got)
+    many = np.stack(points)                                  # (the chunk-of-points code)
+    np.testing.assert_array_equal(F.vmap(c.grad)(many).numpy(),
+                                  np.stack([g.numpy() for _, g in got]))
+    eager = at.tensor(points[0], requires_grad=True)
+    np.testing.assert_allclose(got[0][0].numpy(), _rolls_model(
+        [(1, 0, "add"), (-1, 0, "add"), (1, 1, "add"), (-1, 1, "mul")])(eager).numpy(),
+        rtol=1e-5 if dtype == np.float32 else 1e-13)
+
+
+@settings(max_examples=8, deadline=None,
+          suppress_health_check=[HealthCheck.function_scoped_fixture])
+@given(ROLLS)
+def test_random_rolls_keep_the_interpreters_bits(loop_bodies, rolls):
+    x = np.array([0.3, 0.9])
+    c, plain, points, got, lean = _compiled_and_plain(_rolls_model(rolls), x)
+    _same_bits(plain, points, got)

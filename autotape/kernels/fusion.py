@@ -22,7 +22,11 @@ unfused sweep adds them:
   earlier one's term first (a stencil reading ``u`` at a larger offset first), the
   earlier ones' terms go to that buffer too and are added after the loop, one
   instruction after another (``deferred``); a WHERE's terms (one branch writes
-  nothing) end the run instead.
+  nothing) end the run instead;
+- a gather from V (a roll of the last step's grid: loops.py's plain_gather) is a
+  member whose element reads ``Vo[S[k]]``; its adjoint terms, which may land anywhere
+  in its sources, are always deferred. The reverse sweep loads it before the run's
+  loop (an indexed load among the loop's stores keeps LLVM from vectorizing it).
 """
 import re
 
@@ -32,6 +36,7 @@ from .instruction_format import COPY, GATHER, I_N, I_OP, I_OUT, OPERAND_COLUMNS,
 from ..tuning import LANES_MIN, MIN_RUN
 
 ROUNDED = "V.dtype.type"    # a scalar as the storage holds it (float32 values round)
+POOL = "pool"               # a gather's sources, in _adds' terms (not a column)
 
 
 def _reads(body, q):
@@ -48,17 +53,26 @@ def _reads(body, q):
 
 
 def fusable(body, q):
-    """Whether instruction q may be a member of a run: elementwise, WHERE or COPY, over
-    more than one cell."""
+    """Whether instruction q may be a member of a run: elementwise, WHERE, COPY or a
+    gather from V (loops.py's plain_gather), over more than one cell."""
     op, n = int(body.instr[q, I_OP]), int(body.instr[q, I_N])
-    return n > 1 and op != GATHER and op != SCATTER_ADD and op >= COPY
+    return n > 1 and op != SCATTER_ADD and op >= COPY and \
+        (op != GATHER or body.plain_gather(q))
 
 
 def _adds(body, q, outs=()):
     """The operand elements whose adjoints in memory instruction q adds to, as (slot,
-    length, stride, moved, column): all but the run's own outputs ``outs`` (locals)."""
+    length, stride, moved, column): all but the run's own outputs ``outs`` (locals). A
+    gather's sources, anywhere in their span, count as one broadcast operand (column
+    POOL): its terms are always deferred."""
     if q in body.unswept:
         return []                               # (no reverse: adds nothing)
+    if int(body.instr[q, I_OP]) == GATHER:
+        if not body.plain_gather(q):
+            return []
+        index, kinds = body.sources(q)
+        low = int(index.min())
+        return [(low, int(index.max()) - low + 1, 0, bool(kinds[0] == 1), POOL)]
     n = int(body.instr[q, I_N])
     return [(c, n if stride else 1, stride, moved, col)
             for col, c, stride, moved in _reads(body, q)
@@ -114,6 +128,9 @@ def fused_groups(body, order, hoisted):
                               if moved and o < c + length and c < o + n]
                     if inside and (strided != 1 or c != outs[inside[0]]):
                         joins = False           # (another cell of the run's own output)
+                if pooled(int(body.instr[q, I_OP])) and \
+                        _touches(body, q, list(outs.values()), size):
+                    joins = False               # (a gather of the run's own output)
                 for term in _adds(body, q, set(outs.values())):
                     for a, m in adds:           # (a WHERE's terms are never deferred:
                         if _overlap(term, a) and WHERE in (   # one branch writes nothing)
@@ -157,7 +174,8 @@ def deferred(body, group, skipped):
         lanes = int(body.instr[m, I_OP]) != WHERE and int(body.instr[m, I_N]) >= LANES_MIN
         mine = {t[4] for t in terms
                 if any(_overlap(t, d) for d in later) or any(_clash(l, t) for l in looped)
-                or (t[2] == 0 and lanes)}       # (a broadcast sum: after the loop)
+                or (t[2] == 0 and lanes) or t[4] == POOL}   # (a broadcast sum, a
+                                                                # gather's: after the loop)
         grown = True
         while grown:                            # (one member's terms on an element stay
             grown = False                       # in its own order: deferred together)
@@ -187,16 +205,19 @@ def _statement(line):
     return target, expr
 
 
-def fused_forward(body, group, forward, computed, stored, points):
+def fused_forward(body, group, forward, computed, stored, points, loaded=()):
     """The statements of one element of the run ``group``: each instruction of
     ``computed`` (in order) into ``z{q}`` from its forward line (``forward[q]``, the
-    unfused one), reading the earlier ones' locals, and stored where ``stored`` says."""
+    unfused one), reading the earlier ones' locals, and stored where ``stored`` says;
+    those of ``loaded`` read from where their forward line stored them."""
     scalars = {}
     lines = []
     for q in group:
         if q not in computed:
             continue
         target, expr = _statement(forward[q][0])
+        if q in loaded:
+            expr = target
         for m, name in scalars.items():
             expr = _name_pattern(body.ref(m, I_OUT, " + k", False, points)).sub(name, expr)
         lines.append(f"z{q} = {ROUNDED}({expr})")
@@ -206,7 +227,8 @@ def fused_forward(body, group, forward, computed, stored, points):
     return lines
 
 
-_WRITE = re.compile(r"^(\s*)([A-Za-z_]\w*\[[^\]]*\]) (\+=|=) (.*)$")
+# (a target's index may hold one more: a gather's source ``Go[S12[k]]``)
+_WRITE = re.compile(r"^(\s*)([A-Za-z_]\w*\[(?:[^\[\]]|\[[^\]]*\])*\]) (\+=|=) (.*)$")
 
 
 def fused_reverse(body, group, values, backward, recomputed, later, scratch, points):
@@ -231,6 +253,8 @@ def fused_reverse(body, group, values, backward, recomputed, later, scratch, poi
     for m, member_lines in backward:
         targets = {body.ref(m, col, " + k" if stride else "", True, points)
                    for col, c, stride, moved in _reads(body, m) if (m, col) in later}
+        if (m, POOL) in later:                  # (a gather's: its one line's target)
+            targets.add(_WRITE.match(member_lines[0]).group(2))
         flush = []
         for line in member_lines:
             for q, pattern in own.items():
