@@ -148,7 +148,11 @@ class Plan:
                 raise Unsupported("a carried value starts from two different slots")
             self.carried[j] = slot
             return f"s{j}", f"s{j}"
-        if self.first <= slot < self.end:
+        # (a slot in the loop's range that the body never writes is not the loop's: the
+        # repetitions' windows can have gaps, such as a per-repetition constant's slot,
+        # now a table entry, and code after the loop may write into the last one's)
+        if self.first <= slot < self.end and \
+                (slot - self.first) % self.loop[3] in self.body_writes:
             if in_body or (slot - self.first) // self.loop[3] != self.loop[2] - 1:
                 raise Unsupported("a value of the loop other than its last repetition's "
                                   "is read outside it")

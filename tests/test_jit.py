@@ -625,3 +625,47 @@ def test_a_recorder_that_reads_a_function_of_the_users_is_not_kept_on_disk():
     g.grad(1.0)
     recorder, = g._recorders.values()
     assert not isinstance(recorder._cache, NullCache)
+
+
+@numba.njit
+def implicit_euler(p):
+    y = p[2]
+    for n in range(60):
+        forcing = p[1] * math.sin((n + 1) * 0.05)
+        z = y
+        for _ in range(3):
+            g = z - y - 0.05 * (-p[0] * z ** 3 + forcing)
+            z = z - g / (1.0 + 3.0 * 0.05 * p[0] * z ** 2)
+        y = z
+    return y * y
+
+
+def implicit_euler_at(p):
+    y = p[2]
+    for n in range(60):
+        forcing = p[1] * at.sin(at.tensor((n + 1) * 0.05))
+        z = y
+        for _ in range(3):
+            g = z - y - 0.05 * (-p[0] * z ** 3 + forcing)
+            z = z - g / (1.0 + 3.0 * 0.05 * p[0] * z ** 2)
+        y = z
+    return y * y
+
+
+def test_code_after_the_loop_writing_into_a_gap_of_its_last_repetition():
+    # each repetition's slots hold one its body never writes (the forcing's time, read
+    # from the table of per-repetition constants) and the loss after the loop landed
+    # in the last repetition's: the generated code read it as the loop's value (a
+    # NameError when it compiled, since the loop finder took the last repetition too)
+    p = np.array([2.0, 1.5, 1.2])
+    f = at.jit(implicit_euler)
+    value, g = f.value_and_grad(p)
+    lean, _ = f._programs[((3,),)]
+    lean.wait_compiled()
+    assert lean.compiled_code() == "generated"
+    got, got_g = f.value_and_grad(p * 1.1)
+    want, want_g = at.compile(implicit_euler_at, p).value_and_grad(p * 1.1)
+    np.testing.assert_allclose(got.item(), want.item(), rtol=1e-13)
+    np.testing.assert_allclose(got_g.numpy(), want_g.numpy(), rtol=1e-12, atol=1e-14)
+    np.testing.assert_allclose(got_g.numpy(), _fd_grad(implicit_euler, p * 1.1), rtol=1e-6,
+                               atol=1e-9)
