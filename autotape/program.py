@@ -143,6 +143,9 @@ class LeanProgram:
         constant = np.zeros(nslots, bool)
         constant[const_slots] = True
         p.loop = find_loop(instr, constant, pool) if loops else None
+        slots = _loop_slots(instr, p.loop) if p.loop is not None else None
+        if slots is None:
+            p.loop = None                   # (code around it writes amid its values)
         p.loop_kernels = None               # compiled after COMPILE_LOOP_AFTER calls
         p.loop_slots = p.segments = p.reached = p.loop_table = p.loop_code = None
         p.loop_unswept = None               # found with the body's code
@@ -150,9 +153,7 @@ class LeanProgram:
         p.loop_ready = None                 # {(dtype, kernel group)} compiled
         p.what = "a loop"                   # (what the messages call it: compile.py's f)
         if p.loop is not None:
-            start, period, repeats, delta = p.loop
-            first = int(instr[start:start + period, I_OUT].min())
-            p.loop_slots = (first, first + repeats * delta)
+            p.loop_slots = slots
             # constant operands whose value changes with the repetition: a table of
             # their values, more constant slots after the others, that the compiled
             # body reads by the repetition's index (the interpreter reads the slots
@@ -776,6 +777,28 @@ def _read_slots(instr, pool, first):
     reads = [np.arange(s, s + n) for q in range(first, instr.shape[0])
              for s, n in read_runs(instr, pool, q)]
     return np.concatenate(reads) if reads else np.zeros(0, np.int64)
+
+
+def _loop_slots(instr, loop):
+    """[first, last): the slots of a loop's repetitions, whose adjoints its kernels
+    clear (the calls zero the others'). A repetition's slots can end in some its body
+    never writes (a per-repetition constant's, read from a table once compiled), and
+    the code after the loop may write into the last repetition's: the range ends there,
+    else those adjoints would never be zeroed (stale terms from the last call: a wrong
+    gradient). None where code around the loop writes amid the repetitions' values."""
+    start, period, repeats, delta = loop
+    body = instr[start:start + period]
+    first = int(body[:, I_OUT].min())
+    last = first + repeats * delta
+    around = np.concatenate([instr[:start], instr[start + period * repeats:]])
+    out, n = around[:, I_OUT], around[:, I_N]
+    inside = (out < last) & (out + n > first)
+    if inside.any():
+        cut = int(out[inside].min())
+        if cut < (repeats - 1) * delta + int((body[:, I_OUT] + body[:, I_N]).max()):
+            return None
+        last = cut
+    return first, last
 
 
 def _scratch(size, dtype):

@@ -16,6 +16,7 @@ import pytest
 
 import autotape as at
 import autotape.func as F
+from autotape.program import GENERATED_ENV
 from autotape.thread_state import here
 from fd import central_jacobian
 
@@ -637,7 +638,8 @@ def implicit_euler(p):
             g = z - y - 0.05 * (-p[0] * z ** 3 + forcing)
             z = z - g / (1.0 + 3.0 * 0.05 * p[0] * z ** 2)
         y = z
-    return y * y
+    w = y * y
+    return w * p[0] + w
 
 
 def implicit_euler_at(p):
@@ -649,23 +651,30 @@ def implicit_euler_at(p):
             g = z - y - 0.05 * (-p[0] * z ** 3 + forcing)
             z = z - g / (1.0 + 3.0 * 0.05 * p[0] * z ** 2)
         y = z
-    return y * y
+    w = y * y
+    return w * p[0] + w
 
 
-def test_code_after_the_loop_writing_into_a_gap_of_its_last_repetition():
+@pytest.mark.parametrize("code", ["generated", "loop body"])
+def test_code_after_the_loop_writing_into_a_gap_of_its_last_repetition(monkeypatch, code):
     # each repetition's slots hold one its body never writes (the forcing's time, read
-    # from the table of per-repetition constants) and the loss after the loop landed
+    # from the table of per-repetition constants) and w = y * y after the loop landed
     # in the last repetition's: the generated code read it as the loop's value (a
-    # NameError when it compiled, since the loop finder took the last repetition too)
+    # NameError when it compiled, since the loop finder took the last repetition too),
+    # and a loop body's calls never zeroed its adjoint, left from the call before (a
+    # gradient off by more at every call)
+    if code == "loop body":
+        monkeypatch.setenv(GENERATED_ENV, "0")
     p = np.array([2.0, 1.5, 1.2])
-    f = at.jit(implicit_euler)
-    value, g = f.value_and_grad(p)
+    f, c = at.jit(implicit_euler), at.compile(implicit_euler_at, p)
+    f.value_and_grad(p)
     lean, _ = f._programs[((3,),)]
     lean.wait_compiled()
-    assert lean.compiled_code() == "generated"
-    got, got_g = f.value_and_grad(p * 1.1)
-    want, want_g = at.compile(implicit_euler_at, p).value_and_grad(p * 1.1)
-    np.testing.assert_allclose(got.item(), want.item(), rtol=1e-13)
-    np.testing.assert_allclose(got_g.numpy(), want_g.numpy(), rtol=1e-12, atol=1e-14)
-    np.testing.assert_allclose(got_g.numpy(), _fd_grad(implicit_euler, p * 1.1), rtol=1e-6,
+    for scale in (1.1, 0.9, 1.0, 1.2):
+        got, got_g = f.value_and_grad(p * scale)
+        want, want_g = c.value_and_grad(p * scale)
+        np.testing.assert_allclose(got.item(), want.item(), rtol=1e-13)
+        np.testing.assert_allclose(got_g.numpy(), want_g.numpy(), rtol=1e-12, atol=1e-14)
+    assert lean.compiled_code() == code
+    np.testing.assert_allclose(got_g.numpy(), _fd_grad(implicit_euler, p * 1.2), rtol=1e-6,
                                atol=1e-9)
