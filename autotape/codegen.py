@@ -104,8 +104,7 @@ class Plan:
             self.const = dict(zip(lean.const_slots.tolist(), lean.const_vals.tolist()))
         if self.loop is not None:
             start, period, repeats, delta = self.loop
-            self.first = int(instr[start:start + period, I_OUT].min())
-            self.end = self.first + repeats * delta
+            self.first, self.end = lean.loop_slots   # (program.py's _loop_slots)
             self.body = range(start, start + period)
             self.outside = list(range(start)) + list(range(start + period * repeats, count))
             self.stride = max(1, math.isqrt(repeats - 1) + 1)
@@ -150,7 +149,7 @@ class Plan:
             return f"s{j}", f"s{j}"
         # (a slot in the loop's range that the body never writes is not the loop's: the
         # repetitions' windows can have gaps, such as a per-repetition constant's slot,
-        # now a table entry, and code after the loop may write into the last one's)
+        # now a table entry)
         if self.first <= slot < self.end and \
                 (slot - self.first) % self.loop[3] in self.body_writes:
             if in_body or (slot - self.first) // self.loop[3] != self.loop[2] - 1:
