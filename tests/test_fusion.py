@@ -84,15 +84,6 @@ def _same_bits(plain, points, got):
         np.testing.assert_array_equal(g.numpy(), want_g.numpy())
 
 
-@settings(max_examples=8, deadline=None,
-          suppress_health_check=[HealthCheck.function_scoped_fixture])
-@given(TERMS)
-def test_random_stencils_keep_the_interpreters_bits(loop_bodies, terms):
-    x = np.array([0.3, 0.9])
-    c, plain, points, got, lean = _compiled_and_plain(_stencil_model(terms), x)
-    _same_bits(plain, points, got)
-
-
 def _burgers(p):
     u = np.sin(np.linspace(0.0, 2.0 * np.pi, CELLS)).astype(p.dtype)
     for _ in range(40):
@@ -269,10 +260,12 @@ def test_gathers_from_the_last_step_join_a_run(loop_bodies, dtype):
         rtol=1e-5 if dtype == np.float32 else 1e-13)
 
 
-@settings(max_examples=8, deadline=None,
+@settings(max_examples=16, deadline=None,
           suppress_health_check=[HealthCheck.function_scoped_fixture])
-@given(ROLLS)
-def test_random_rolls_keep_the_interpreters_bits(loop_bodies, rolls):
+@given(st.one_of(TERMS.map(_stencil_model), ROLLS.map(_rolls_model)))
+def test_random_stencils_and_rolls_keep_the_interpreters_bits(loop_bodies, model):
+    # stencils of slices at drawn offsets and ops; 2-D rolls of the last step's grid
+    # (fused gathers) and of this step's values (not fused)
     x = np.array([0.3, 0.9])
-    c, plain, points, got, lean = _compiled_and_plain(_rolls_model(rolls), x)
+    c, plain, points, got, lean = _compiled_and_plain(model, x)
     _same_bits(plain, points, got)

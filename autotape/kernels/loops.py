@@ -1152,8 +1152,8 @@ def _settling(body, points, clear, again, rev):
     tangents) settle ("pass" where the loop never settles), and the reverse's loop over
     the repetitions (see above)."""
     fill = {"{c}": "C" if points else "1", "{times_c}": " * C" if points else "",
-            "{base}": str(body.base), "{all}": str(body.repeats), "{again}": "\n    ".join(again) or "pass",
-            "{reverse}": "\n    ".join(rev) or "pass",
+            "{base}": str(body.base), "{all}": str(body.repeats),
+            "{again}": "\n    ".join(again) or "pass", "{reverse}": "\n    ".join(rev) or "pass",
             "{clear}": "\n        ".join(clear) or "pass"}
 
     def filled(template):
