@@ -512,7 +512,7 @@ def _run_python(outputs, grads, inputs, retain, accumulate=False, others=None,
             t = ref()
             g = adj.get((tape.id, row))
             if t is not None and g is not None and t._tape is tape and t._row == row:
-                _accumulate(t, np.array(array_of(g), F64).reshape(t.shape))
+                _accumulate(t, _numbers(g).reshape(t.shape))
     if accumulate:
         for leaf, g in numbers.values():
             if leaf._requires_grad:
@@ -523,8 +523,15 @@ def _run_python(outputs, grads, inputs, retain, accumulate=False, others=None,
                       if leaf._requires_grad and id(leaf) not in asked)
     if inputs is None:
         return None
-    by_row = {key: np.array(array_of(g), F64) for key, g in {**adj, **before_hooks}.items()}
+    rows = {**adj, **before_hooks}
+    by_row = {(t._tape.id, t._row): _numbers(rows[(t._tape.id, t._row)]) for t in inputs
+              if t._tape is not None and (t._tape.id, t._row) in rows}
     return _input_grads(inputs, numbers, by_row, lambda g, t: g.reshape(t.shape))
+
+
+def _numbers(g):
+    """An adjoint of the Python tier (a tensor, or a float) as a float64 array."""
+    return np.array(g if isinstance(g, float) else array_of(g), F64)
 
 
 # ---- the run: sweep tapes newest first ----------------------------------------------------

@@ -16,10 +16,13 @@ from .executor import RELEASED_MSG
 from .functions import products, shaping, statistics
 from .grad_mode import enable_grad, no_grad
 from .hooks import run_hooks
-from .opcodes import CONST, CUSTOM, IMPORT, LEAF, SOURCE_LAST, WHERE, opcode_name
+from .kernels.elementwise import (binary_partial_x, binary_partial_y, passes_nothing, times,
+                                  unary_partial)
+from .opcodes import (BINARY_LAST, CONST, CUSTOM, IMPORT, LEAF, SOURCE_LAST,
+                      STRIDED, UNARY_FIRST, UNARY_LAST, WHERE, opcode_name)
 from .ops import elementwise, indexing, linalg as linalg_ops, reduce, versions
-from .tape_format import where_condition
-from .tensor import F64, Tensor, new_leaf, new_result
+from .tape_format import A, AUX, B, OP, SHAPE, VLOC, view_offset, where_condition
+from .tensor import F64, Tensor, array_of, new_leaf, new_result
 from .thread_state import here
 
 GRAPH_VJPS = {**elementwise.graph_vjps, **reduce.graph_vjps, **indexing.graph_vjps,
@@ -98,7 +101,8 @@ def run(outputs, seeds, retain, inputs=None, record=True):
     """Walk every tape the outputs reach, applying the recorded rules. Returns leaf
     gradients by id ([leaf, tensor]), adjoint tensors by (tape id, row) (after the
     row's hooks), the tapes walked by id, and the adjoints of hooked rows before their
-    hooks.
+    hooks. With ``record`` false (numbers only) a 0-d row's adjoint may be a float:
+    the scalar rows run on floats (``_Numbers``).
 
     With ``inputs`` that are all non-leaves, the walk stops below the earliest of them
     on each tape and never enters a tape older than theirs: nothing there lies on a path
@@ -125,13 +129,16 @@ def run(outputs, seeds, retain, inputs=None, record=True):
             top = max(row for tid, row in adj if tid == tape.id)
             visited = []
             floor = floors.get(tape.id, 0) if oldest is not None else 0
+            numbers = None if record else _Numbers(tape, adj, floor, top)
             for i in range(top, floor - 1, -1):
                 g = adj.get((tape.id, i))
+                if numbers is not None and i in numbers.pending:
+                    g = numbers.merge(i, g)
                 if g is None:
                     continue
-                op = tape.op(i)
+                op = tape.op(i) if numbers is None else numbers.op[i - floor]
                 if op == LEAF:
-                    _add_leaf(leaf_grads, tape.leaves[i], g)
+                    _add_leaf(leaf_grads, tape.leaves[i], as_tensor_adjoint(g))
                     continue
                 if op == IMPORT:
                     parent, prow = tape.imports[i]
@@ -146,14 +153,17 @@ def run(outputs, seeds, retain, inputs=None, record=True):
                     continue
                 if tape.released[i] and versions.saves(tape, i):
                     raise RuntimeError(RELEASED_MSG)
-                if i in tape.stale:
+                if tape.stale and i in tape.stale:
                     raise versions.stale_error(tape, i)
-                hooked = tape.hooks.get(i)
+                hooked = tape.hooks.get(i) if tape.hooks else None
+                visited.append(i)
+                if hooked is None and numbers is not None and numbers.apply(i, g):
+                    continue
+                g = as_tensor_adjoint(g)
                 if hooked is not None and hooked[1]:
                     before_hooks[(tape.id, i)] = g
                     g = adj[(tape.id, i)] = run_hooks(hooked[1], g, tape.shape(i),
                                                       hooked[0])
-                visited.append(i)
                 r = RowView(tape, i)
                 rule = tape.customs[i].graph_vjp if op == CUSTOM else GRAPH_VJPS.get(op)
                 if rule is None:
@@ -165,11 +175,127 @@ def run(outputs, seeds, retain, inputs=None, record=True):
                     c = rule(OPS, g, r, k)
                     if c is not None:              # (a custom op's None: no gradient)
                         _add(adj, tape.id, operand, sum_to(c, tape.shape(operand)))
+            if numbers is not None:
+                numbers.flush()
             if not retain:
                 tape.released[visited] = 1
                 if tape.owner is here():       # (only the recording thread closes it)
                     tape.close()
     return leaf_grads, adj, tapes, before_hooks
+
+
+class _Numbers:
+    """One tape's rows on the Python tier where they are scalar: a 0-d elementwise row
+    (its operands 0-d too) takes the compiled sweep's partials (kernels/elementwise.py,
+    plain functions in Python) on floats, and a 0-d element read out of an array
+    (``x[i]``) adds its adjoint into a numpy array kept for the operand, ``pending``,
+    until the walk reaches that row. Through tensors and their rules each such row
+    cost ~6 us; a cold cache's first calls of a scalar model sweep tens of thousands
+    of them (docs/first-run.md). Other rows, and rows with hooks, take the rules."""
+
+    __slots__ = ("tape", "adj", "floor", "op", "a", "b", "sid", "aux", "loc", "ipool",
+                 "scalar", "pending")
+
+    def __init__(self, tape, adj, floor, top):
+        c = tape.columns()
+        self.tape, self.adj, self.floor = tape, adj, floor
+        (self.op, self.a, self.b, self.sid, self.aux,
+         self.loc) = c.rows[floor:top + 1][:, (OP, A, B, SHAPE, AUX, VLOC)].T.tolist()
+        self.ipool = c.ipool
+        self.scalar = [size == 1 and len(shape) == 0 for shape, size in
+                       zip(tape.shapes, tape.shape_size)]
+        self.pending = {}                       # row -> float64 adjoint array
+
+    def apply(self, i, g):
+        """Add row i's adjoint g into its operands' where the row is scalar (True);
+        False where the rules must run it."""
+        floor = self.floor
+        r = i - floor
+        op, a = self.op[r], self.a[r]
+        kind = _KIND[op] if op < len(_KIND) else 0
+        if kind == 0 or not self.scalar[self.sid[r]] or self.loc[r] < 0 or a < floor:
+            return False
+        if not isinstance(g, float):           # (a tensor; np.float64 is a float)
+            g = float(array_of(g))
+        ops, loc = self.op, self.loc
+        if kind == _ELEMENT_OF:
+            if ops[a - floor] != CONST:
+                acc = self.pending.get(a)
+                if acc is None:
+                    acc = self.pending[a] = np.zeros(self.tape.size(a))
+                acc[view_offset(self.ipool, self.aux[r])] += g
+            return True
+        arena, tid = self.tape.arena, self.tape.id
+        x, z = arena[loc[a - floor]], arena[loc[r]]
+        if kind == _UNARY:
+            b, y = -1, 0.0
+        else:
+            b = self.b[r]
+            if b < floor:
+                return False
+            y = arena[loc[b - floor]]
+        ga, gb = _partials(op, kind, g, x, y, z)
+        if ops[a - floor] != CONST:
+            _add(self.adj, tid, a, ga)
+        if b >= 0 and ops[b - floor] != CONST:
+            _add(self.adj, tid, b, gb)
+        return True
+
+    def merge(self, i, g):
+        """Row i's adjoint: g and what scalar reads of its elements added."""
+        acc = self.pending.pop(i)
+        t = new_leaf(acc.reshape(self.tape.shape(i)), self.tape.shape(i), F64)
+        return t if g is None else as_tensor_adjoint(g) + t
+
+    def flush(self):
+        """Pending adjoints of rows the walk stopped above, into ``adj``."""
+        for i in list(self.pending):
+            self.adj[(self.tape.id, i)] = self.merge(i, self.adj.get((self.tape.id, i)))
+
+
+def _partials(op, kind, g, x, y, z):
+    """The adjoints a scalar row passes its operands, as the compiled sweep computes
+    them: on Python floats, or where those raise (1 / 0, an overflow) or turn complex
+    (a negative base's fractional power), on numpy's, which give inf and nan as
+    compiled code does."""
+    try:
+        ga, gb = _chain(op, kind, g, x, y, z)
+        if not isinstance(ga, complex) and not isinstance(gb, complex):
+            return ga, gb
+    except (ArithmeticError, ValueError):
+        pass
+    with np.errstate(all="ignore"):
+        f = np.float64
+        ga, gb = _chain(op, kind, f(g), f(x), f(y), f(z))
+    return float(ga), float(gb)
+
+
+def _chain(op, kind, g, x, y, z):
+    if kind == _UNARY:
+        return times(op, g, unary_partial(op, x, z)), 0.0
+    return times(op, g, binary_partial_x(op, x, y, z)), times(op, g, binary_partial_y(op, x, y, z))
+
+
+# opcode -> how _Numbers runs a scalar row of it (0: by the rules)
+_UNARY, _BINARY, _ELEMENT_OF = 1, 2, 3
+
+
+def _kinds():
+    kind = bytearray(STRIDED + 1)
+    for op in range(UNARY_FIRST, BINARY_LAST + 1):
+        if (op in elementwise.unary_ops or op in elementwise.binary_ops) and \
+                not passes_nothing(op):                # (those pass nothing: the rules')
+            kind[op] = _UNARY if op <= UNARY_LAST else _BINARY
+    kind[STRIDED] = _ELEMENT_OF
+    return kind
+
+
+_KIND = _kinds()
+
+
+def as_tensor_adjoint(g):
+    """An adjoint as a tensor (``_Numbers`` keeps scalar ones as floats)."""
+    return new_leaf(float(g), (), F64) if isinstance(g, float) else g
 
 
 def _add(adj, tid, row, g):

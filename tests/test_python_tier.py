@@ -225,3 +225,111 @@ def test_a_small_tape_read_by_python_gives_the_compiled_columns(name, inputs, ma
     assert len(calls) == 2
     for field in ("rows", "shape_start", "total_size", "families"):
         np.testing.assert_array_equal(getattr(by_python, field), getattr(compiled, field))
+
+
+# ---- scalar rows on floats (graph_backward._Numbers) ----------------------------------------
+
+from autotape import graph_backward  # noqa: E402
+from autotape.ops import elementwise as ew  # noqa: E402
+
+UNARY = sorted(ew.unary_ops)
+BINARY = [c for c in sorted(ew.binary_ops) if ew.binary_ops[c].name not in (
+    "less", "less_equal", "greater", "greater_equal", "equal", "not_equal")]  # (bools)
+
+
+def _scalar_program(x, picks):
+    """A scalar program over the elements of x: each pick applies an op of the table to
+    earlier values (or a Python float), kept where every op is defined."""
+    vals = [x[0], x[1], x[2] * 0.5]
+
+    def squash(v):                             # into (0.2, 0.8): every op defined there
+        return at.tanh(v) * 0.3 + 0.5
+    for kind, code, i, j, c in picks:
+        a = squash(vals[i % len(vals)])
+        if kind == "unary":
+            op = ew.unary_ops[code]
+            vals.append(getattr(at, op.name)(a + 1.5 if op.name == "arccosh" else a))
+        else:
+            op = ew.binary_ops[code]
+            b = c if j % 3 == 0 else squash(vals[j % len(vals)])
+            vals.append(getattr(at, op.name)(a, b) if j % 2 else getattr(at, op.name)(b, a))
+    out = vals[-1]
+    for v in vals[-4:]:
+        out = out + v * 0.25
+    return out
+
+
+@pytest.mark.parametrize("seed", range(6))
+def test_scalar_programs_on_floats_as_compiled(seed):
+    """Every unary and binary op of the table, as 0-d rows from x's elements, with Python
+    float operands on either side: the Python tier (floats, the compiled partials)
+    gives the compiled sweep's gradient."""
+    r = np.random.default_rng(seed)
+    picks = [("unary", c, int(r.integers(99)), 0, 0.0) for c in UNARY] + \
+            [("binary", c, int(r.integers(99)), int(r.integers(99)), float(r.uniform(0.2, 2)))
+             for c in BINARY]
+    r.shuffle(picks)
+    x0 = r.uniform(-1.0, 1.0, 3)
+
+    def run():
+        x = at.tensor(x0, requires_grad=True)
+        g, = at.grad(_scalar_program(x, picks), x)
+        return [g.numpy()]
+    compiled, python = both(run)
+    assert np.isfinite(compiled[0]).all()
+    same(compiled, python)
+
+
+def test_scalar_rows_skip_the_rules(monkeypatch):
+    """A scalar model's rows do not run the create_graph rules on the Python tier (the
+    rules on tensors cost ~6 us a row); an array row still does."""
+    calls = []
+    for code in (ew.binary_ops[300].code, 100 + 5):              # add, sin
+        rule = graph_backward.GRAPH_VJPS[code]
+        monkeypatch.setitem(graph_backward.GRAPH_VJPS, code, lambda *a, rule=rule: (
+            calls.append(1), rule(*a))[1])
+    x = at.tensor([0.3, 0.4], requires_grad=True)
+
+    def run():
+        s = x[0]
+        for _ in range(50):
+            s = at.sin(s) + x[1]
+        return at.grad(s, x)[0].numpy()
+    compiled, python = both(run)
+    same([compiled], [python])
+    assert calls == []
+    both(lambda: at.grad(at.sin(x * 1.0).sum() + x[0], x))
+    assert len(calls) == 1                                      # (the array sin)
+
+
+def test_scalar_rows_edge_values_hooks_and_non_leaf_inputs():
+    """Kinks and infinities as the compiled sweep has them (relu at 0 under an inf
+    adjoint, a power's zero exponent, maximum's tie, floor passing nothing), hooks and
+    retain_grad on scalar rows, and a non-leaf input (the walk's floor)."""
+    def run():
+        x = at.tensor([0.0, 2.0, 3.0, -1.0], requires_grad=True)
+        seen = []
+        a = at.relu(x[0]) * (1.0 / x[0])                     # relu'(0) * inf
+        b = x[1] ** (x[0] * 1.0) + at.maximum(x[1], x[1] * 1.0)
+        c = at.floor(x[2] * x[3]) + at.sqrt(x[2])
+        c.register_hook(lambda g: seen.append(float(g)) or g * 3.0)
+        b.retain_grad()
+        d = b * c + a * 0.0
+        y = d * d + at.log(x[2])
+        y.backward(retain_graph=True)
+        gb, gc = at.grad(y, [b, c])
+        return [x.grad.numpy(), b.grad.numpy(), gb.numpy(), gc.numpy(), np.array(seen)]
+    compiled, python = both(run)
+    same(compiled, python)
+
+
+def test_scalar_rows_released_as_compiled():
+    engine.FORCE_PYTHON_TIER[0] = True
+    try:
+        x = at.tensor([0.5, 2.0], requires_grad=True)
+        y = at.sin(x[0]) * x[1]
+        y.backward()
+        with pytest.raises(RuntimeError, match="backward through the graph a second time"):
+            y.backward()
+    finally:
+        engine.FORCE_PYTHON_TIER[0] = False
