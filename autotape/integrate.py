@@ -28,6 +28,7 @@ import weakref
 from collections import namedtuple
 
 import numpy as np
+from numpy.polynomial import polynomial as P
 
 from . import func, ode_adjoint
 from .compile import compile as compile_
@@ -35,7 +36,7 @@ from .grad_mode import no_grad
 from .guards import current_trace
 from .ode_events import Crossings, events_of
 from .ops import elementwise as ops
-from .ops.indexing import as_tensor, stack
+from .ops.indexing import as_tensor, broadcast_to, stack
 from .ops.linalg import solve as dense_solve
 from .ops.reduce import mean
 from .tensor import Tensor
@@ -61,9 +62,9 @@ one row each).
 Tableau = namedtuple("Tableau", ["c", "a", "b", "e", "order", "fsal", "dense"])
 Tableau.__doc__ = """An explicit Runge-Kutta method: nodes c, coefficients a (rows), weights b,
 error weights e (None: no estimate, fixed steps), the error estimate's order, whether
-the last stage is f at the step's end (FSAL), and ``dense(theta)``: its continuous
-extension's weights at step fractions theta, shape (len(theta), stages) (None: cubic
-Hermite)."""
+the last stage is f at the step's end (FSAL), and ``dense``: its continuous extension,
+stage i's weight at step fraction theta being sum_j dense[i][j] theta^(j + 1) (None:
+cubic Hermite)."""
 
 # Dormand & Prince (1980): 5th-order solution, e = b5 - b4 for the error estimate
 DOPRI5 = Tableau(
@@ -75,11 +76,8 @@ DOPRI5 = Tableau(
     b=(35 / 384, 0.0, 500 / 1113, 125 / 192, -2187 / 6784, 11 / 84, 0.0),
     e=(-71 / 57600, 0.0, 71 / 16695, -71 / 1920, 17253 / 339200, -22 / 525, 1 / 40),
     order=4, fsal=True,
-    dense=lambda th: _polynomial_weights(_DOPRI5_DENSE, th))
-
-# Shampine (1986)'s 4th-order continuous extension of DOPRI5 (scipy's, with the optimum
-# c6): stage i's weight at step fraction th is sum_j P[i][j] th^(j + 1)
-_DOPRI5_DENSE = (
+    # Shampine (1986)'s 4th-order continuous extension (scipy's, with the optimum c6)
+    dense=(
     (1.0, -8048581381 / 2820520608, 8663915743 / 2820520608, -12715105075 / 11282082432),
     (0.0, 0.0, 0.0, 0.0),
     (0.0, 131558114200 / 32700410799, -68118460800 / 10900136933, 87487479700 / 32700410799),
@@ -87,30 +85,30 @@ _DOPRI5_DENSE = (
     (0.0, 127303824393 / 49829197408, -318862633887 / 49829197408,
      701980252875 / 199316789632),
     (0.0, -282668133 / 205662961, 2019193451 / 616988883, -1453857185 / 822651844),
-    (0.0, 40617522 / 29380423, -110615467 / 29380423, 69997945 / 29380423))
+    (0.0, 40617522 / 29380423, -110615467 / 29380423, 69997945 / 29380423)))
 
 
-def _polynomial_weights(table, th):
-    """Each stage's weight sum_j table[i][j] th^(j + 1), as elementwise ops."""
-    powers = [th, th * th, th * th * th, th * th * th * th]
-    return stack([sum(c * p for c, p in zip(row, powers) if c != 0.0) if any(row) else
-                  th * 0.0 for row in table], axis=-1)
+def _expanded(scale, *factors):
+    """The coefficients of theta^1 .. theta^4 of scale times a product of polynomials
+    (each given by its coefficients, lowest power first)."""
+    product = np.array([scale])
+    for factor in factors:
+        product = P.polymul(product, factor)
+    return tuple(float(c) for c in np.pad(product, (0, 5))[1:5])
 
 
-def _tsit5_dense(t):
-    """Tsitouras's interpolant: the weights of the 7 stages at step fractions t."""
-    return np.stack([
-        -1.0530884977290216 * t * (t - 1.3299890189751412) *
-        (t ** 2 - 1.4364028541716351 * t + 0.7139816917074209),
-        0.1017 * t ** 2 * (t ** 2 - 2.1966568338249754 * t + 1.2949852507374631),
-        2.490627285651252793 * t ** 2 * (t ** 2 - 2.38535645472061657 * t +
-                                         1.57803468208092486),
-        -16.54810288924490272 * (t - 1.21712927295533244) * (t - 0.61620406037800089) *
-        t ** 2,
-        47.37952196281928122 * (t - 1.203071208372362603) * (t - 0.658047292653547382) *
-        t ** 2,
-        -34.87065786149660974 * (t - 1.2) * (t - 0.666666666666666667) * t ** 2,
-        2.5 * (t - 1) * (t - 0.6) * t ** 2], axis=-1)
+# Tsitouras's interpolant: the weights of the 7 stages, factored as he gives them
+_TSIT5_DENSE = (
+    _expanded(-1.0530884977290216, (0, 1), (-1.3299890189751412, 1),
+              (0.7139816917074209, -1.4364028541716351, 1)),
+    _expanded(0.1017, (0, 0, 1), (1.2949852507374631, -2.1966568338249754, 1)),
+    _expanded(2.490627285651252793, (0, 0, 1), (1.57803468208092486, -2.38535645472061657, 1)),
+    _expanded(-16.54810288924490272, (-1.21712927295533244, 1), (-0.61620406037800089, 1),
+              (0, 0, 1)),
+    _expanded(47.37952196281928122, (-1.203071208372362603, 1), (-0.658047292653547382, 1),
+              (0, 0, 1)),
+    _expanded(-34.87065786149660974, (-1.2, 1), (-0.666666666666666667, 1), (0, 0, 1)),
+    _expanded(2.5, (-1, 1), (-0.6, 1), (0, 0, 1)))
 
 
 # Tsitouras (2011), Runge-Kutta pairs of order 5(4) satisfying only the first column
@@ -131,7 +129,7 @@ TSIT5 = Tableau(
        0.4798896504144996 - 0.4877705284247616, 1.379008574103742 - 1.234297566930479,
        -3.290069515436081 + 2.7077123499835256, 2.324710524099774 - 1.866628418170587,
        -1 / 66),
-    order=4, fsal=True, dense=_tsit5_dense)
+    order=4, fsal=True, dense=_TSIT5_DENSE)
 
 RK4 = Tableau(c=(0.0, 0.5, 0.5, 1.0), a=((), (0.5,), (0.0, 0.5), (0.0, 0.0, 1.0)),
               b=(1 / 6, 1 / 3, 1 / 3, 1 / 6), e=None, order=4, fsal=False, dense=None)
@@ -654,16 +652,29 @@ def _interpolated(out, times, t, t_new, h, y, y_new, ks, k_end, accept, dense):
     if dense is None:
         values = _hermite(y, y_new, ks[0], k_end, h, theta)
     else:
-        weights = _dense_weights(dense, theta)            # (times, stages)
-        values = y + h * sum(weights[:, i:i + 1] * k for i, k in enumerate(ks))
+        values = y + h * _extension(dense, ks, theta)
     return ops.where(inside[:, None] > 0.5, values, out)
 
 
-def _dense_weights(dense, theta):
-    """dense(theta) for a recorded theta: numpy's polynomial on the values, recorded as
-    the same polynomial of the tensor (its derivative in theta is the interpolant's
-    slope: the output times' values move with the step)."""
-    return as_tensor(dense(theta)) if not isinstance(theta, Tensor) else dense(theta)
+def _extension(dense, ks, theta):
+    """sum_i k_i weight_i(theta) for each output time's theta, rows (times, states): one
+    polynomial in theta whose coefficients combine the stages once per step, evaluated by
+    Horner's rule (a third of the ops of weighing every stage at every time: the dense
+    output is most of an adaptive step's work)."""
+    coefficients = [_total([row[j] * k for row, k in zip(dense, ks) if row[j] != 0.0])
+                    for j in range(len(dense[0]))]
+    th = broadcast_to(theta[:, None], theta.shape + ks[0].shape)     # (once, not per term)
+    v = th * coefficients[-1]
+    for c in reversed(coefficients[:-1]):
+        v = th * (c + v)
+    return v
+
+
+def _total(terms):
+    total = terms[0]
+    for term in terms[1:]:
+        total = total + term
+    return total
 
 
 def _fixed_steps(f, tableau, t0, t1, y, times, step, max_steps, crossings):
