@@ -29,7 +29,7 @@ from .checkpointing import NotCheckpointable, Segments
 from .tuning import (COMPILE_LOOP_AFTER, COMPRESS_MAX_INSTRUCTIONS, COMPRESS_MIN_INPUTS,
                      GENERATED_SCRATCH_BYTES, GENERATED_SLICE,
                      KEEP_LIVE_BYTES, KEEP_PROGRAM_SCRATCH_BYTES, LOOK_EVERY, MAX_LANES,
-                     OWN_SCRATCH_MAX, SETTLE_BEFORE_MAX)
+                     OWN_SCRATCH_MAX, POINTS_CHUNK_MIN, SETTLE_BEFORE_MAX)
 
 
 GENERATED_ENV = "AUTOTAPE_GENERATED"   # =0: programs run without codegen.py's kernels
@@ -252,7 +252,7 @@ class LeanProgram:
             compiled = self._loop_reached_by(live) if jacobian else []
             segments = self.segments if all(compiled) else None
             slots = segments.size if segments is not None else self.nslots
-            chunk = 1 if B == 1 else chunk_size(slots, least=1)
+            chunk = self._most_points(B, slots=slots)
             workers = 1 if B == 1 else min(for_numba(), (B + chunk - 1) // chunk)
 
             def work(V, G, p0, C):
@@ -586,17 +586,21 @@ class LeanProgram:
                 if group == "reverse" or group in self.loop_wanted:
                     self._compile_loop(np.dtype(dtype), group, "every")
 
-    def _most_points(self, B, K=None):
+    def _most_points(self, B, K=None, slots=None):
         """The most points a chunk of the compiled loop's gradient (or, with K, of its
         forward mode's K lanes a value) takes for B points: at 1 (a program too large
         for more), its chunk-of-points kernels are never run, so never compiled (they
         would double a large body's minutes). (1-D heat, 3.6M slots, 64 points: one at
         a time 152 ms for gradients, 517 ms for forward mode; in chunks of 4, 318 and
-        854 ms.)"""
-        slots = self.segments.size if self.segments is not None else self.nslots
+        854 ms.) Fewer than POINTS_CHUNK_MIN points fill too little of a vector to pay
+        for the chunk's layout (and a chunk's loop stops only once all its points have
+        settled, kernels/settling.py): one at a time then."""
+        if slots is None:
+            slots = self.segments.size if self.segments is not None else self.nslots
         if K is not None:
             slots = slots * (1 + K) // 2
-        return 1 if B == 1 else chunk_size(slots, least=1)
+        chunk = 1 if B == 1 else chunk_size(slots, least=1)
+        return chunk if chunk >= POINTS_CHUNK_MIN else 1
 
     def _each_chunk(self, B, chunk, workers, slots, lanes, dtype, work):
         """``work(V, W, p0, C)`` for the chunks of B points, spread over ``workers``

@@ -71,6 +71,10 @@ SETTLE_BEFORE_MAX = 20000
 # seconds between a call's looks for code compiling beside the calls (a look costs ~30
 # us: the cache's paths and marks; the epidemic's interpreted call ~55 us)
 LOOK_EVERY = 0.02
+# points a chunk of a compiled loop body needs, or its points run one at a time (vmap of an
+# adaptive solve, 2 points a chunk: 325 us a point, every point running all 300 attempts;
+# one at a time, each stopping once settled: ~100 us)
+POINTS_CHUNK_MIN = 4
 GENERATED_SLICE = 64             # points per thread, at least, in generated kernels
 GENERATED_SCRATCH_BYTES = 4 << 20   # states a thread keeps for a generated reverse sweep
 # an elementwise operand that is a gather is read at its sources in up to this many
