@@ -155,7 +155,7 @@ class Segments:
         """Values and (with ``jac``) each output's gradient at points p0 .. p0 + C - 1,
         V and G of ``size * C``."""
         lean, one, extra = self.lean, C == 1, (() if C == 1 else (C,))
-        forward, reverse, _, _ = lean.loop_kernels[0 if one else 1]
+        forward, reverse = lean.loop_kernels[0 if one else 1][:2]
         delta = self.delta
         carried = self._carried_at(C)
         saved = np.empty((len(self.bounds), carried.size), V.dtype)

@@ -645,7 +645,7 @@ def _initial_step(f, t, y, k1, order, rtol, atol):
 def _interpolated(out, times, t, t_new, h, y, y_new, ks, k_end, accept, dense):
     """The outputs at the times inside this step (t, t_new], where it is accepted: the
     method's continuous extension, or cubic Hermite."""
-    inside = _mask(times > t) * _mask(times <= t_new) * accept
+    inside = ops.where(times > t, ops.where(times <= t_new, accept, 0.0), 0.0)
     positive = ops.where(h > 0, h, 1.0)           # (a step of 0 after the end: no 1/0)
     theta = ops.clip((times - t) / positive, 0.0, 1.0)   # (an output outside the step
                                                          #  reads none of it)

@@ -18,11 +18,9 @@ from .kernels.loops import GROUPS as LOOP_GROUPS
 from .kernels.instruction_format import I_N, I_OP, I_OUT, may_read, read_runs
 from .kernels.loops import constant_table, find_loop, loop_kernels, loop_source
 from .kernels.program import (LOWERED, forward_range, forward_range_points, live_sets,
-                              load_chunk, load_tangent_chunk, lower, reached_by_any,
-                              reverse_range, reverse_range_points, run_points,
+                              load_tangent_chunk, lower, reached_by_any, run_points,
                               run_points_parallel, run_tangents, run_tangents_parallel,
-                              seed_adjoints, store_adjoints, store_tangents, store_values,
-                              tangent_range, tangent_range_points)
+                              store_tangents, tangent_range, tangent_range_points)
 from .sparsity import colour_seeds, column_colours, dependency_pattern
 from .thread_state import here
 from .checkpointing import NotCheckpointable, Segments
@@ -254,12 +252,12 @@ class LeanProgram:
             slots = segments.size if segments is not None else self.nslots
             chunk = self._most_points(B, slots=slots)
             workers = 1 if B == 1 else min(for_numba(), (B + chunk - 1) // chunk)
+            if segments is None:
+                self._run_loop(X, chunk, workers, values, jac, jacobian, live, compiled)
+                return values, (jac if jacobian else None)
 
             def work(V, G, p0, C):
-                if segments is not None:
-                    segments.run(X, p0, C, V, G, values, jac if jacobian else None, live)
-                else:
-                    self._loop_chunk(X, p0, C, V, G, values, jac, live, compiled)
+                segments.run(X, p0, C, V, G, values, jac if jacobian else None, live)
             self._each_chunk(B, chunk, workers, slots, (1, 1), X.dtype, work)
             return values, (jac if jacobian else None)
         args = (self.instr, self.pool, self.divisor, live, self.const_slots,
@@ -668,57 +666,32 @@ class LeanProgram:
         """The slot where the loop's table of per-repetition constants starts (0: none)."""
         return 0 if self.loop_table is None else self.loop_table[0]
 
-    def _loop_chunk(self, X, p0, C, V, G, values, jac, live, compiled):
-        """Points p0 .. p0 + C - 1 (a short last chunk repeats its last point): the
-        interpreter before and after the loop, its compiled body in between, both ways.
-        The compiled body keeps only the values that cross repetitions; an output whose
-        reverse sweep does not reach every instruction of the body (one that multiplies
-        by a zero adjoint could make nan) is swept by the interpreter, which needs every
-        value: then the loop's forward is interpreted too."""
+    def _run_loop(self, X, chunk, workers, values, jac, jacobian, live, compiled):
+        """The points in chunks of ``chunk`` by the body's own driver (``run`` of its
+        module, kernels/loops.py: the interpreter before and after the loop, the body
+        between, both ways, for every chunk in one call), each of ``workers`` threads
+        taking every workers-th chunk with scratch of its own."""
         start, period, repeats, delta = self.loop
-        end, count = start + period * repeats, self.instr.shape[0]
-        one = C == 1
-        forward, reverse, clear, _ = self.loop_kernels[0 if one else 1]
-        tb = self._table_base()
-        first_slot, last_slot = self.loop_slots
-        load_chunk(V, C, self.const_slots, self.const_vals, self.in_slots, X, p0)
-        code = (self.instr, self.pool, self.divisor)
-        extra = () if one else (C,)
+        one = chunk == 1
+        run = self.loop_kernels[0 if one else 1][4]
+        B = X.shape[0]
+        chunks = (B + chunk - 1) // chunk
+        args = (self.instr, self.pool, self.divisor, live, self.const_slots, self.const_vals,
+                self.in_slots, self.out_slots, np.ascontiguousarray(X), values, jac,
+                jacobian, np.array(compiled, np.bool_))
+        tail = (start, start + period * repeats, delta, repeats, self._table_base(),
+                *self.loop_slots) + (() if one else (chunk,))
+        n = self.nslots * chunk
+        if workers == 1:
+            scratch = _scratch(2 * n, X.dtype)
+            run(*args, 0, chunks, 1, scratch[:n], scratch[n:2 * n], *tail)
+            return
 
-        def interpret(q0, q1):
-            if one:
-                forward_range(*code, V, q0, q1)
-            else:
-                forward_range_points(*code, V, C, q0, q1)
-
-        def sweep(o, q0, q1):
-            if one:
-                reverse_range(*code, live[o], V, G, q0, q1)
-            else:
-                reverse_range_points(*code, live[o], V, G, C, q0, q1)
-        interpret(0, start)
-        ran = repeats
-        if all(compiled):
-            ran = forward(V, delta, 0, repeats, 0, tb, 1, *extra)   # (settling: fewer)
-        else:
-            interpret(start, end)
-        interpret(end, count)
-        store_values(V, C, self.out_slots, values, p0)
-        for o in range(len(compiled)):
-            if compiled[o]:                    # (the loop's temporaries have no adjoint)
-                # (a settled loop's copies are swept at the last two repetitions' places)
-                clear(G, delta, 0, min(ran, repeats - 2), 0, tb, *extra)
-                clear(G, delta, repeats - 2, repeats, 0, tb, *extra)
-                seed_adjoints(G, C, first_slot, last_slot, self.out_slots[o])
-            else:
-                seed_adjoints(G, C, self.nslots, self.nslots, self.out_slots[o])
-            sweep(o, end, count)
-            if compiled[o]:
-                reverse(V, G, delta, 0, repeats, 0, tb, ran, *extra)
-            else:
-                sweep(o, start, end)
-            sweep(o, 0, start)
-            store_adjoints(G, C, self.in_slots, jac, p0, o)
+        def thread(w):
+            run(*args, w, chunks, workers, np.empty(n, X.dtype), np.empty(n, X.dtype), *tail)
+        with concurrent.futures.ThreadPoolExecutor(workers) as pool:
+            for done in [pool.submit(thread, w) for w in range(workers)]:
+                done.result()
 
     def _unswept(self):
         """Per instruction of the loop's first repetition: whether no output's reverse

@@ -13,6 +13,7 @@ from hypothesis import strategies as st
 import autotape as at
 import autotape.func as F
 from autotape.kernels import fusion
+from autotape.integrate import solve_ivp
 from autotape.opcodes import EXP, NEG, POW, SIN
 from programs import broadcast_where
 
@@ -269,3 +270,21 @@ def test_random_stencils_and_rolls_keep_the_interpreters_bits(loop_bodies, model
     x = np.array([0.3, 0.9])
     c, plain, points, got, lean = _compiled_and_plain(model, x)
     _same_bits(plain, points, got)
+
+
+def _dense_output(p):
+    """An adaptive solve with outputs at 5 times: per attempt each stage feeds a product
+    per coefficient of the dense output's polynomial (integrate._extension), so the
+    stage's adjoint takes several deferred terms, of which the first (in the sweep's
+    order) assigns."""
+    sol = solve_ivp(lambda t, y, k: -k * y, (0.0, 1.0), np.array([1.0, 2.0]),
+                    t_eval=np.linspace(0.0, 1.0, 5), args=(p,), rtol=1e-6, atol=1e-9,
+                    max_steps=40)
+    return (sol.y ** 2).sum()
+
+
+def test_a_deferred_first_term_assigns_after_the_loop(loop_bodies, fused):
+    c, plain, points, got, lean = _compiled_and_plain(_dense_output, np.array([1.3]))
+    _same_bits(plain, points, got)
+    reverse = lean.loop_code[1].split("def reverse(")[1].split("\ndef ")[0]
+    assert re.search(r"GT\[\d+ \+ k\] = W\[", reverse) or not fused

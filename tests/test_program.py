@@ -402,6 +402,41 @@ def test_a_body_sweeps_without_what_no_output_reaches(loop_bodies, poisoned):
     # programs sweep only what passes something back: docs/torch.md)
 
 
+@pytest.mark.parametrize("chunk, threads", [(1, 1), (1, 2), (4, 1), (4, 2)])
+def test_the_body_runs_a_threads_points_in_one_call(chunk, threads, loop_bodies, poisoned,
+                                                   monkeypatch):
+    """vmap of a program with a compiled body: each thread's points (one at a time, or in
+    chunks, a short last one included) in one call of the body's driver (kernels/loops.py
+    ``run``: no Python per point), bit for bit the interpreter's answers, an output the
+    body may not sweep included."""
+    prog = importlib.import_module("autotape.program")
+    monkeypatch.setattr(prog, "chunk_size", lambda nslots, least=4: chunk)
+    monkeypatch.setattr(prog, "for_numba", lambda: threads)
+    x = np.array([0.5, 0.1])
+    c = at.compile(_with_dead_work, x)
+    points = x * np.linspace(0.8, 1.2, 9)[:, None]
+    for p in points[:4]:
+        c.jacobian(p)                                         # (compiles the body)
+    plain = at.compile(_with_dead_work, x)
+    _on_interpreter(plain)
+    singles = [plain.jacobian(p) for p in points]
+    F.vmap(c.jacobian)(points)                                # (compiles a chunk's body)
+    lean = c._lean("value", [x]).lean
+    assert lean.loop_kernels is not None
+    assert not all(lean._loop_reached_by(lean.live))         # (the dead work's output)
+    calls = []
+    kernels = lean.loop_kernels[0 if chunk == 1 else 1]
+    driver = kernels[4]
+    monkeypatch.setattr(lean, "loop_kernels", tuple(
+        group if group is not kernels else group[:4] + (
+            lambda *a: calls.append(a[13]) or driver(*a),) for group in lean.loop_kernels))
+    first, second = F.vmap(c.jacobian)(points)
+    assert sorted(calls) == list(range(threads))              # (chunk0: one per thread)
+    for k, (f, s) in enumerate(singles):
+        np.testing.assert_array_equal(first.numpy()[k], f.numpy())
+        np.testing.assert_array_equal(second.numpy()[k], s.numpy())
+
+
 def _wide_heat(d):
     """A program of 3.6M slots (2000 cells, 300 steps): chunks of points would not fit."""
     u = np.sin(np.linspace(0.0, np.pi, 2000)) * d[0]

@@ -279,14 +279,11 @@ def fused_reverse(body, group, values, backward, recomputed, later, scratch, poi
             elif owner is not None:
                 start(owner)
                 lines.append(f"{indent}a{owner} = {ROUNDED}(a{owner} + ({expr}))")
-            elif target in targets:
-                if how != "+=":
-                    raise AssertionError("autotape internal error: a deferred adjoint "
-                                         "term that assigns")
+            elif target in targets:             # (a first write that assigns, "=",
                 w = f"({scratch[0]} + k) * C + j" if points else f"{scratch[0]} + k"
-                scratch[0] += n
-                lines.append(f"{indent}W[{w}] = {expr}")
-                flush.append(f"{target} += W[{w}]")
+                scratch[0] += n                 # stays first: every later term on its
+                lines.append(f"{indent}W[{w}] = {expr}")     # elements is deferred too,
+                flush.append(f"{target} {how} W[{w}]")      # flushed in the sweep's order)
             else:
                 lines.append(f"{indent}{target} {how} {expr}")
         if flush:

@@ -673,7 +673,7 @@ def _block(loops, statements, before=(), after=()):
 # a broadcast operand's adjoint, added to at every element: ``GT[1145] += gx`` (one
 # point) or ``GT[(1145) * C + j] += gx`` (a chunk); and a deferred term's flush
 _BROADCAST_ADD = re.compile(r"^(\s*)((?:GT|Go|G)\[(?:\(\d+\) \* C \+ j|\d+)\]) \+= (.*)$")
-_FLUSH = re.compile(r"^(.*) \+= W\[\(?(\d+) \+ k")
+_FLUSH = re.compile(r"^(.*) \+?= W\[\(?(\d+) \+ k")   # (a first write assigns: fusion.py)
 
 
 def _lane_sum_lines(target, w, n, points):
@@ -712,8 +712,9 @@ def _broadcast_lanes(loops, lines, scratch, points):
 
 def _flush(loops, lines, points):
     """A fused run's deferred terms of one member added after the run's loop
-    (``target += W[...]`` lines): the strided ones element by element, then the
-    broadcast ones' lane sums (over fewer than LANES_MIN cells: in the loop too)."""
+    (``target += W[...]`` lines, or ``=`` for a first write): the strided ones element
+    by element, then the broadcast ones' lane sums (over fewer than LANES_MIN cells: in
+    the loop too; a broadcast term assigns only over one cell, _first_writes_assign)."""
     n = int(loops[0][len("for k in range("):-2])
     strided, after = [], []
     for line in lines:
@@ -1051,7 +1052,9 @@ import numpy as np
 
 from autotape.kernels.elementwise import (binary_partial_x, binary_partial_y, binary_value,
                                           tangent_times, times, unary_partial, unary_value)
-from autotape.kernels.program import lane_sum
+from autotape.kernels.program import (forward_range, forward_range_points, lane_sum,
+                                      load_chunk, reverse_range, reverse_range_points,
+                                      seed_adjoints, store_adjoints, store_values)
 from autotape.kernels.settling import (another_pass, copy_settled, keep_adjoints,
                                        move_adjoints, settled)
 
@@ -1105,6 +1108,50 @@ def reverse{suffix}(V, G, delta, first, repeats, shift, tb, ran{points}):
     W = np.empty({buffered}{times_c})               # (deferred adjoint terms: fusion.py)
     {hoisted}
     {reverse_loop}
+
+
+@numba.njit(cache=True, error_model="numpy", nogil=True)
+def run{suffix}(instr, pool, divisor, live, const_slots, const_vals, in_slots, out_slots, X,
+         values, jac, jacobian, compiled, chunk0, chunks, step, V, G, start, end, delta,
+         repeats, tb, first_slot, last_slot{points}):
+    """Values (and, with ``jacobian``, Jacobian rows) at the chunks chunk0, chunk0 +
+    step, ... < chunks of X's points{of_c}: the interpreter before and after
+    the loop, this body in between, both ways; an output whose sweep the body may not
+    run (``compiled`` false: program.py's ``_loop_reached``) is swept by the interpreter
+    over the loop too, which then runs the loop's forward. One call for a thread's
+    points: no Python between them."""
+    count = instr.shape[0]
+    zero, one = np.int64(0), np.int64(1)   # (not literals: numba would compile the callees
+    every = True                           # again for literal arguments)
+    for o in range(compiled.size):
+        every = every and compiled[o]
+    for chunk in range(chunk0, chunks, step):
+        p0 = chunk{times_c}
+        load_chunk(V, {c}, const_slots, const_vals, in_slots, X, p0)
+        {forward_range}(instr, pool, divisor, V,{c_arg} zero, start)
+        ran = repeats
+        if every:
+            ran = forward{suffix}(V, delta, zero, repeats, zero, tb, one{points})
+        else:
+            {forward_range}(instr, pool, divisor, V,{c_arg} start, end)
+        {forward_range}(instr, pool, divisor, V,{c_arg} end, count)
+        store_values(V, {c}, out_slots, values, p0)
+        if not jacobian:
+            continue
+        for o in range(out_slots.size):
+            if compiled[o]:            # (a settled loop's copies: swept at the last two
+                clear{suffix}(G, delta, zero, min(ran, repeats - 2), zero, tb{points})   # places)
+                clear{suffix}(G, delta, repeats - 2, repeats, zero, tb{points})
+                seed_adjoints(G, {c}, first_slot, last_slot, out_slots[o])
+            else:
+                seed_adjoints(G, {c}, zero, zero, out_slots[o])     # (all of G zeroed)
+            {reverse_range}(instr, pool, divisor, live[o], V, G,{c_arg} end, count)
+            if compiled[o]:
+                reverse{suffix}(V, G, delta, zero, repeats, zero, tb, ran{points})
+            else:
+                {reverse_range}(instr, pool, divisor, live[o], V, G,{c_arg} start, end)
+            {reverse_range}(instr, pool, divisor, live[o], V, G,{c_arg} zero, start)
+            store_adjoints(G, {c}, in_slots, jac, p0, o)
 '''
 
 
@@ -1176,6 +1223,11 @@ def _functions(body, points):
     join = "\n        ".join
     hoisted = "\n    ".join(hoisted) or "pass"
     return _FUNCTIONS.replace("{settle}", settle).replace(
+        "{forward_range}", "forward_range_points" if points else "forward_range").replace(
+        "{reverse_range}", "reverse_range_points" if points else "reverse_range").replace(
+        "{c_arg}", " C," if points else "").replace("{c}", "C" if points else "one").replace(
+        "{of_c}", " (C points each; a short last chunk repeats its last point)" if points
+        else " (one point each)").replace(
         "{tangent_settle}", tangent_settle).replace("{reverse_loop}", reverse_loop).replace(
         "{tangent_hoisted}", "\n    ".join(tangent_hoisted) or "pass") \
         .replace("{tangent}", join(tangent)).replace("{suffix}", "_points" if points else "").replace(
@@ -1188,13 +1240,14 @@ def _functions(body, points):
 
 _lock = threading.Lock()
 
-KERNEL_NAMES = ("forward", "reverse", "clear", "tangent")
+KERNEL_NAMES = ("forward", "reverse", "clear", "tangent", "run")
 _ARGUMENTS = {"forward": "V i i i i i i", "reverse": "V V i i i i i i", "clear": "V i i i i i",
-              "tangent": "V V i i i i i i"}
+              "tangent": "V V i i i i i i",
+              "run": "I2 I1 F1 U2 I1 F1 I1 I1 X2 X2 X3 b B1 i i i V V i i i i i i i"}
 # what a call needs, compiled together: a gradient at one point, or at a chunk of points;
 # forward mode at one point, or at a chunk
-GROUPS = {"reverse": ("forward", "reverse", "clear"),
-          "reverse_points": ("forward_points", "reverse_points", "clear_points"),
+GROUPS = {"reverse": ("forward", "reverse", "clear", "run"),
+          "reverse_points": ("forward_points", "reverse_points", "clear_points", "run_points"),
           "tangent": ("tangent",), "tangent_points": ("tangent_points",)}
 
 
@@ -1203,7 +1256,10 @@ def signatures(dtype):
     ...: one point, then C points) for values of ``dtype``: a tuple of numba types, as a
     call's arguments give them (numba's disk cache is keyed on what ``compile`` gets:
     a string there would be another key)."""
-    types = {"V": numba.from_dtype(np.dtype(dtype))[::1], "i": numba.int64}
+    x = numba.from_dtype(np.dtype(dtype))
+    types = {"V": x[::1], "i": numba.int64, "b": numba.boolean, "X2": x[:, ::1],
+             "X3": x[:, :, ::1], "I1": numba.int64[::1], "I2": numba.int64[:, ::1],
+             "F1": numba.float64[::1], "U2": numba.uint8[:, ::1], "B1": numba.boolean[::1]}
     sigs = {}
     for name in KERNEL_NAMES:
         args = tuple(types[a] for a in _ARGUMENTS[name].split())
@@ -1301,8 +1357,8 @@ _HELPER = "from autotape.kernels.loops import compile_file\ncompile_file(*sys.ar
 
 
 def loop_kernels(key, source, dtype, group, wait=True, what="a loop"):
-    """The kernels of a body (loop_source's): ((forward, reverse, clear, tangent), (the
-    same for C points)), once those of ``group`` (GROUPS) are ready, compiled once per
+    """The kernels of a body (loop_source's): ((forward, reverse, clear, tangent, run),
+    (the same for C points)), once those of ``group`` (GROUPS) are ready, compiled once per
     distinct body and kept on disk. On disk already, they load at once. Otherwise, with
     ``wait=False`` and background compiling on (kernels/background.py), a helper
     process compiles them while the caller goes on without them (None) until a later
