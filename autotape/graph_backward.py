@@ -175,8 +175,6 @@ def run(outputs, seeds, retain, inputs=None, record=True):
                     c = rule(OPS, g, r, k)
                     if c is not None:              # (a custom op's None: no gradient)
                         _add(adj, tape.id, operand, sum_to(c, tape.shape(operand)))
-            if numbers is not None:
-                numbers.flush()
             if not retain:
                 tape.released[visited] = 1
                 if tape.owner is here():       # (only the recording thread closes it)
@@ -189,7 +187,8 @@ class _Numbers:
     (its operands 0-d too) takes the compiled sweep's partials (kernels/elementwise.py,
     plain functions in Python) on floats, and a 0-d element read out of an array
     (``x[i]``) adds its adjoint into a numpy array kept for the operand, ``pending``,
-    until the walk reaches that row. Through tensors and their rules each such row
+    until the walk reaches that row (it always does: an operand is an earlier row, and
+    one below the walk's floor takes the rules). Through tensors and their rules each such row
     cost ~6 us; a cold cache's first calls of a scalar model sweep tens of thousands
     of them (docs/first-run.md). Other rows, and rows with hooks, take the rules."""
 
@@ -246,11 +245,6 @@ class _Numbers:
         acc = self.pending.pop(i)
         t = new_leaf(acc.reshape(self.tape.shape(i)), self.tape.shape(i), F64)
         return t if g is None else as_tensor_adjoint(g) + t
-
-    def flush(self):
-        """Pending adjoints of rows the walk stopped above, into ``adj``."""
-        for i in list(self.pending):
-            self.adj[(self.tape.id, i)] = self.merge(i, self.adj.get((self.tape.id, i)))
 
 
 def _partials(op, kind, g, x, y, z):

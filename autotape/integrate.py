@@ -659,8 +659,8 @@ def _interpolated(out, times, t, t_new, h, y, y_new, ks, k_end, accept, dense):
 def _extension(dense, ks, theta):
     """sum_i k_i weight_i(theta) for each output time's theta, rows (times, states): one
     polynomial in theta whose coefficients combine the stages once per step, evaluated by
-    Horner's rule (a third of the ops of weighing every stage at every time: the dense
-    output is most of an adaptive step's work)."""
+    Horner's rule (half the ops of weighing every stage at every time: 824 against 1714
+    element operations an attempt of Dopri5 with 11 output times and 2 states)."""
     coefficients = [_total([row[j] * k for row, k in zip(dense, ks) if row[j] != 0.0])
                     for j in range(len(dense[0]))]
     th = broadcast_to(theta[:, None], theta.shape + ks[0].shape)     # (once, not per term)
