@@ -26,7 +26,8 @@ The op math is the op table's (kernels/elementwise.py: ``unary_value``, ``times`
 ``tangent_times``...), called with the opcode a literal, so each call folds to one
 op's code; the arithmetic is the interpreter's, in the same order: on the CPU the
 answers are the interpreter's bit for bit, on a GPU up to its libm (a few ulps in sin,
-exp...). Each output's reverse sweep visits only the instructions it reaches, as the
+exp...), except a zero's sign: an adjoint's first term assigns where the interpreter
+adds it to 0.0 (``first_terms_assign``). Each output's reverse sweep visits only the instructions it reaches, as the
 interpreter's live sets do (an unreached one would multiply its zero adjoint by an inf
 partial into nan).
 
@@ -40,6 +41,7 @@ first launch, CPU modules beside the calls (``cpu_module``, kernels/background.p
 import hashlib
 import math
 import os
+import re
 import sys
 import threading
 
@@ -747,7 +749,9 @@ def reverse_source(plan, target="cuda"):
         if with_jac:
             for o in range(lean.out_slots.size):
                 code.add(f"# output {o}")
+                start = len(code.lines)
                 _reverse_for_output(code, plan, o, live[o], stride, target)
+                code.lines[start:] = first_terms_assign(code.lines[start:])
             parts.append(_kernel("run_reverse", "X, tab, values, jac, CK, SG", code, target))
             if target == "cpu" and lean.out_slots.size == 1:
                 ck, sg = (max(1, s) for s in plan.scratch(target))
@@ -758,6 +762,41 @@ def reverse_source(plan, target="cuda"):
         else:
             parts.append(_kernel("run_values", "X, tab, values", code, target))
     return keyed(HEADERS[target] + "".join(parts))
+
+
+_ZEROED = re.compile(r"^(\s*)(\w+) = 0\.0$")
+_ADDED = re.compile(r"^(\s*)(\w+) \+= (.*)$")
+_NAME = re.compile(r"[A-Za-z_]\w*")
+
+
+def first_terms_assign(lines):
+    """The reverse sweep's lines, where an adjoint's first term assigns rather than adds
+    to the 0.0 it started at: ``g = 0.0 ... g += t`` becomes ``g = t`` where no line
+    between reads g and the two are in one block (an add less on the sweep's chain of
+    dependences: the epidemic's kernel 4.5 -> 4.0 us). The sum then differs from the
+    interpreter's only in a zero's sign (0.0 + -0.0 is 0.0, a -0.0 assigned stays), as
+    the loop bodies' first writes do (kernels/loops.py).
+
+    >>> first_terms_assign(["ga = 0.0", "gb = 0.0", "gb += ga * x", "ga += y", "ga += z"])
+    ['ga = 0.0', 'gb = ga * x', 'ga += y', 'ga += z']
+    """
+    out, pending, levels = list(lines), {}, {}   # zeroed name -> (its line, indent);
+    for i, line in enumerate(lines):             # indent -> the names zeroed there
+        indent = len(line) - len(line.lstrip())
+        for d in [d for d in levels if d > indent]:
+            for name in levels.pop(d):          # (its block closed: a loop runs it again)
+                pending.pop(name, None)
+        added = _ADDED.match(line)
+        for name in set(_NAME.findall(line)) & pending.keys():
+            zero, d = pending.pop(name)
+            if added and added.group(2) == name and d == indent and \
+                    name not in _NAME.findall(added.group(3)):
+                out[zero], out[i] = None, f"{added.group(1)}{name} = {added.group(3)}"
+        zeroed = _ZEROED.match(line)
+        if zeroed:
+            pending[zeroed.group(2)] = (i, indent)
+            levels.setdefault(indent, []).append(zeroed.group(2))
+    return [line for line in out if line is not None]
 
 
 def tangent_source(plan, lanes, target="cuda"):

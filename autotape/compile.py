@@ -205,6 +205,7 @@ def _recording_again(method):
         try:
             return method(self, *args, **kwargs)
         except eager_calls.RecordAgain:
+            self._forget_point()
             self._programs = {k: p for k, p in self._programs.items() if not p.pending}
             return method(self, *args, **kwargs)
     return call
@@ -237,7 +238,7 @@ class Compiled:
         self.checkpoint = checkpoint
         self.traces = 0
         self._programs = {}
-        self._one_point = None                 # (key, program) of value_and_grad's last
+        self._one_point = None                 # (key, program, one scalar output): the last
         self._guard_failures = 0
         self._lean("value", call_arguments(example_args, example=True))
 
@@ -301,16 +302,16 @@ class Compiled:
     @_recording_again
     def __call__(self, *args):
         """f(*args), from the replayed tape (Tensors in f's output structure)."""
-        p = self._ready_at(args)
-        if p is not None:
+        fast = self._ready_at(args)
+        if fast is not None:
+            p = fast[1]
             values = p.lean.values_at(args[0])
             if values is not None:
                 return p.rebuild(lean_values(p.outputs, values[0]))
         args = call_arguments(args)
         p = self._lean("value", args, one_point=True)
         if p is not None:
-            if len(args) == 1 and args[0].dtype == F64 and not p.pending:
-                self._one_point = (recording_key("value", args), p)
+            self._remember_point(args, p)
             values, _ = p.lean.run(joined(args)[None])
             return p.rebuild(lean_values(p.outputs, values[0]))
         p, tape = self._at("value", args, checked=True)
@@ -322,10 +323,9 @@ class Compiled:
     def value_and_grad(self, *args):
         """``(f(*args), gradient)`` for a scalar f; the gradient has the structure of
         the arguments (one Tensor, or a tuple for several)."""
-        p = self._ready_at(args)
-        if p is not None and p.outputs[0][2] == () and len(p.outputs) == 1 and \
-                p.outputs[0][0] == "row":
-            found = p.lean.gradient_at(args[0])
+        fast = self._ready_at(args)
+        if fast is not None and fast[2]:
+            found = fast[1].lean.gradient_at(args[0])
             if found is not None:
                 shape = args[0].shape
                 return new_leaf(found[0], (), F64), \
@@ -338,8 +338,7 @@ class Compiled:
         p = self._lean("value", args, one_point=True)
         if p is not None:
             out = scalar_output(p, "value_and_grad")
-            if len(args) == 1 and args[0].dtype == F64 and not p.pending:
-                self._one_point = (recording_key("value", args), p)
+            self._remember_point(args, p)
             values, jac = p.lean.run(joined(args)[None], jacobian=True)
             (value,), (grads,) = (lean_values(p.outputs, values[0]),
                                   lean_jacobian(p, p.outputs, jac[0]))
@@ -353,18 +352,31 @@ class Compiled:
         finally:
             p.release(tape)
 
+    def _remember_point(self, args, p):
+        """Keep the program a call at one float64 array ran, for ``_ready_at``."""
+        if len(args) == 1 and args[0].dtype == F64 and not p.pending:
+            self._one_point = (recording_key("value", args), p, len(p.outputs) == 1 and
+                               p.outputs[0][0] == "row" and p.outputs[0][2] == ())
+
+    def _forget_point(self):
+        """Drop ``_remember_point``'s program: its recording is about to be replaced (a
+        call on another thread that read it first finishes with it, as if it came
+        first)."""
+        self._one_point = None
+
     def _ready_at(self, args):
-        """The program the last call at one point ran, where ``args`` is one float64
-        array of its shape (C order) and what the program read as constants is unchanged:
-        a small model's call then goes straight to its kernel (~5 us less); else None."""
+        """``_remember_point``'s (key, program, one scalar output) of the last call at one
+        point, where ``args`` is one float64 array of its shape (C order) and what the
+        program read as constants is unchanged: a small model's call then goes straight
+        to its kernel (~5 us less); else None."""
         fast = self._one_point
         if fast is None or len(args) != 1:
             return None
-        a, (key, p) = args[0], fast
-        if type(a) is np.ndarray and a.dtype == F64 and a.shape == key[1] and \
-                a.flags.c_contiguous and self._programs.get(key) is p and not p.pending and \
-                p.lean is not None and (not p.captured or unchanged(p.captured)):
-            return p
+        a, (key, p, _) = args[0], fast
+        if type(a) is np.ndarray and a.dtype is F64 and a.shape == key[1] and \
+                a.flags.c_contiguous and not p.pending and p.lean is not None and \
+                (not p.captured or unchanged(p.captured)):
+            return fast
         return None
 
     def grad(self, *args):
@@ -629,6 +641,7 @@ class Compiled:
         key = recording_key(kind, args)
         p = self._program(key)
         if p is None:
+            self._forget_point()
             p = self._programs[key] = self._record(kind, args)
         if p.pending and (not eager or eager_calls.ready(p.tape_path, p.calls)):
             self._lower(p, kind, eager)
@@ -655,6 +668,7 @@ class Compiled:
                 raise
             p.release(tape)
             self._guard_failed(failed)
+        self._forget_point()
         p = self._programs[key] = self._record(kind, args)
         if p.pending:
             self._lower(p, kind)
@@ -666,6 +680,7 @@ class Compiled:
         f would read now, whatever recordings came before)."""
         p = self._programs.get(key)
         if p is not None and p.captured and not unchanged(p.captured):
+            self._forget_point()
             self._programs.pop(key, None)
             return None
         return p

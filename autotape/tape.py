@@ -43,8 +43,8 @@ from .kernels.staging import address_of, bits_equal, decode_rows
 from .kernels.sweep import families_of
 from .opcodes import CONST, IMPORT, LEAF
 from .tape_format import NO_ROW, OP, ROW_WIDTH, SHAPE, VLOC, array_index, operand_list
-from .tuning import (FLUSH_ROWS, HARD_ROWS_FACTOR, MAX_ARRAY_BYTES, MAX_ROWS,
-                     PYTHON_READ_MAX, ROWS_OF_THE_LARGEST)
+from .tuning import (BYTES_COMPARE_MAX, FLUSH_ROWS, HARD_ROWS_FACTOR, MAX_ARRAY_BYTES,
+                     MAX_ROWS, PYTHON_READ_MAX, ROWS_OF_THE_LARGEST)
 
 
 _tape_ids = itertools.count()
@@ -489,7 +489,10 @@ def same_bits(value, v):
     -0.0 differ, a NaN equals only a NaN of the same payload)."""
     if type(v) is not np.ndarray or v.dtype != np.float64 or not v.flags.c_contiguous:
         v = np.ascontiguousarray(v, np.float64)
-    return value.shape == v.shape and bits_equal(value, v)
+    if value.shape != v.shape:
+        return False
+    return value.tobytes() == v.tobytes() if value.size <= BYTES_COMPARE_MAX else \
+        bits_equal(value, v)
 
 
 def close_open_tape():

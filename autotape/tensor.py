@@ -481,7 +481,7 @@ def _unpickled(value, requires_grad):
 def new_leaf(value, shape, dtype):
     """A tensor that does not require grad (and is a leaf)."""
     t = _new(Tensor)
-    if dtype.kind == "f" and shape == ():
+    if shape == () and dtype.kind == "f":
         value = float(value)
     t._value, t._shape, t._dtype = value, shape, dtype
     t._tape, t._row, t._requires_grad, t._cache = None, -1, False, None

@@ -44,7 +44,8 @@ from .kernels.sweep import (ALL_FAMILIES, ELEMENTWISE, REDUCE, VARIANTS, linalg_
 from .linalg import det, inv
 from .ops.elementwise import exp, sigmoid, sin, tanh, where
 from .parallel import get_num_threads, set_num_threads, usable_cores
-from .tuning import BACKGROUND_MIN_CORES, FUSE_MIN
+from .tape import same_bits
+from .tuning import BACKGROUND_MIN_CORES, BYTES_COMPARE_MAX, FUSE_MIN
 
 __all__ = ["warmup"]
 
@@ -74,6 +75,8 @@ def _compiled():
     f = compile_(lambda x: (sin(x) * x * weights).sum() + x[0] * x[1], np.ones(3))
     f.grad(np.ones(3))                       # each call, bit for bit)
     f(np.ones(3))
+    large = np.ones(BYTES_COMPARE_MAX + 1)     # (a large one's check is a kernel's)
+    same_bits(large, large.copy())
     # what a program with a loop finds before writing its body's code (program.py)
     reached_by_any(np.zeros((0, WIDTH), np.int64), np.zeros(0, np.int64), 1,
                    np.zeros(0, np.int64))

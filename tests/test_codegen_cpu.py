@@ -297,3 +297,34 @@ def test_a_one_element_output_keeps_its_shape_at_one_point():
     assert v.shape == (1,) and g.shape == (1, 2) and c(x).shape == (1,)   # (as before)
     np.testing.assert_allclose(g.numpy()[0], at.func.grad(lambda p: f(p).sum())(x).numpy(),
                                rtol=1e-13)
+
+
+def test_a_first_term_assigns_only_where_nothing_read_the_zero():
+    lines = ["ga = 0.0", "gb = 0.0", "gc = 0.0", "gd = 0.0",
+             "for t in range(3):",                  # a loop adds to gb every repetition
+             "    gb += ga",
+             "    ge = 0.0",
+             "    ge += gb * 2.0",                  # in the loop's own block: assigns
+             "if x != 0:",
+             "    gc += 1.0",                       # in a branch: adds
+             "gc += 2.0",
+             "gd += gd * 2.0",                      # reads itself: adds
+             "ga += 1.0"]                           # read (by gb) before: adds
+    assert codegen.first_terms_assign(lines) == [
+        "ga = 0.0", "gb = 0.0", "gc = 0.0", "gd = 0.0", "for t in range(3):",
+        "    gb += ga", "    ge = gb * 2.0", "if x != 0:", "    gc += 1.0", "gc += 2.0",
+        "gd += gd * 2.0", "ga += 1.0"]
+    closed = ["for t in range(2):", "    gf = 0.0", "for s in range(2):", "    gf += 1.0"]
+    assert codegen.first_terms_assign(closed) == closed     # (another block)
+
+
+def test_the_generated_sweep_assigns_first_terms():
+    c = at.compile(loss_in_the_loop(at), THETA)
+    lean = _lean(c, THETA)
+    _, source = codegen.reverse_source(codegen.plan(lean), "cpu")
+    sweep = source[source.index("def run_reverse"):]
+    assigned = [line.strip() for line in sweep.splitlines()
+                if line.strip().startswith("gs") and " = " in line]
+    assert any(not line.endswith(" = 0.0") for line in assigned)  # a carried adjoint's
+    assert any(line.endswith(" = 0.0") for line in assigned)      # first term; (one first
+                                                                  # added in a branch)
