@@ -66,6 +66,11 @@ WARN_AFTER_RECORDINGS = 8        # recordings forced by guards before the warnin
 LOOP_WIDE_MIN = 1 << 15
 KEEP_LIVE_BYTES = 16 << 20       # reach marks (outputs x instructions) kept between calls
 KEEP_PROGRAM_SCRATCH_BYTES = 64 << 20   # a thread's scratch for one-thread runs
+# runs: a loop body's gather or scatter whose index array repeats a pattern of at most
+# this many runs (of consecutive or repeated elements) is written as plain loops over
+# them (kernels/index_runs.py): the 2-D reaction-diffusion's reverse, its two rolls'
+# gathers and scatters by index array ~545 us of 1380
+INDEX_PATTERN_MAX = 4
 # A loop's body is compiled (a few seconds, beside the calls; then cached on disk) once a
 # program has run this many times: a function called once needs no compiler.
 COMPILE_LOOP_AFTER = 2

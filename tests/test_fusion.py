@@ -250,7 +250,9 @@ def test_gathers_from_the_last_step_join_a_run(loop_bodies, dtype):
     forward, reverse = (_function(lean.loop_code[1], k) for k in ("forward", "reverse"))
     assert re.search(r"\bz\d+ = V\.dtype\.type\(Vo\[S\d+\[k\]\]\)", forward)
     assert "# GATHER" not in forward                     # (none left unfused)
-    assert re.search(r"Go\[S\d+\[k\]\] \+= W\[\d+ \+ k\]", reverse)
+    assert re.search(r"Go\[S\d+\[k\]\] \+= W\[\d+ \+ k\]", reverse)   # (pick's)
+    # the rolls' scatters over runs of consecutive cells (kernels/index_runs.py)
+    assert re.search(r"Go\[\((?:kr \* \d+ \+ )?\d+ \+ k\)\] \+= W\[\d+ \+ \(", reverse)
     _same_bits(plain, points, got)
     many = np.stack(points)                                  # (the chunk-of-points code)
     np.testing.assert_array_equal(F.vmap(c.grad)(many).numpy(),

@@ -33,6 +33,7 @@ from . import background
 from .cache import cache_dir, generated_file, import_generated
 from .elementwise import passes_nothing
 from .fusion import deferred, fused_forward, fused_groups, fused_reverse
+from .index_runs import affine_loops
 from .instruction_format import (CALL, COPY, GATHER, I_A, I_B, I_C, I_N, I_OP, I_OUT,
                                  I_SA, I_SB, I_SC, KIND_NAMES, OPERAND_COLUMNS, SCATTER_ADD,
                                  WIDTH, adjoint_columns, pool_reads, pooled, read_runs, stride)
@@ -1287,9 +1288,10 @@ def loop_source(instr, loop, constants, read_after, table=None, pool=None, divis
     start, period, repeats, delta = loop
     body = _Body(instr, start, period, repeats, delta, set(int(c) for c in constants),
                  set(int(r) for r in read_after), table, pool, divisor, unswept, active)
-    functions = _functions(body, False) + _functions(body, True)
+    functions = affine_loops(_functions(body, False) + _functions(body, True), body.arrays)
     arrays = "".join(f"{name} = np.array({values}, np.int64)\n"
-                     for name, values in sorted(body.arrays.items()))
+                     for name, values in sorted(body.arrays.items())
+                     if re.search(rf"\b{name}\b", functions))
     source = _HEADER + arrays + functions
     return hashlib.sha256(source.encode()).hexdigest()[:24], source
 

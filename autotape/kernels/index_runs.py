@@ -1,0 +1,114 @@
+"""A gather's or scatter's index array as loops over runs of consecutive (or repeated)
+elements: the generated loop bodies (loops.py) read a roll, a concatenation, a tile or a
+repeat through a module-level index array, ``T[k] = Vo[S11[k]]``, an indexed load per
+element that LLVM cannot vectorize. Most such arrays are runs that repeat with fixed
+strides: a 2-D roll along its last axis is, row after row, one element wrapped around
+then 31 in order. ``affine_loops`` writes such a loop as a loop over the pattern's
+repetitions and, inside, one plain loop per run (contiguous loads and stores),
+
+    for kr in range(32):
+        for k in range(1):
+            T[1024 + (kr * 32 + 0 + k)] = Vo[(kr * 32 + 9254 + k)]
+        for k in range(31):
+            T[1024 + (kr * 32 + 1 + k)] = Vo[(kr * 32 + 9223 + k)]
+
+visiting the elements in the same order (a scatter's terms reach each element in the
+order they did: the same bits).
+"""
+import re
+
+from ..tuning import INDEX_PATTERN_MAX
+
+_HEADER = re.compile(r"^(\s*)for k in range\((\d+)\):$")
+_INDEXED = re.compile(r"\b([A-Z]\d+)\[k\]")
+_K = re.compile(r"\bk\b")
+
+
+def index_runs(index):
+    """[(k0, s0, length, step)]: ``index`` cut into maximal runs of step 1 (consecutive)
+    or 0 (repeated), in order; a lone element is a run of length 1, step 1.
+
+    >>> index_runs([3, 0, 1, 2, 5, 5, 5])
+    [(0, 3, 1, 1), (1, 0, 3, 1), (4, 5, 3, 0)]
+    """
+    out, n, k = [], len(index), 0
+    while k < n:
+        step = index[k + 1] - index[k] if k + 1 < n else 1
+        if step not in (0, 1):
+            step = 1
+        end = k + 1
+        while end < n and index[end] - index[end - 1] == step:
+            end += 1
+        out.append((k, int(index[k]), end - k, int(step)))
+        k = end
+    return out
+
+
+def index_pattern(index):
+    """(repeats, strides, runs): the runs of ``index`` as ``runs`` (at most
+    INDEX_PATTERN_MAX of them) repeated ``repeats`` times, the i-th repetition's shifted
+    by ``strides`` = (dk, ds) i; or None where no such pattern covers it.
+
+    >>> index_pattern([1, 2, 0, 4, 5, 3])       # a roll along the last axis of (2, 3)
+    (2, (3, 3), [(0, 1, 2, 1), (2, 0, 1, 1)])
+    """
+    runs = index_runs(index)
+    for m in range(1, INDEX_PATTERN_MAX + 1):
+        if len(runs) % m:
+            continue
+        repeats = len(runs) // m
+        dk, ds = (runs[m][0] - runs[0][0], runs[m][1] - runs[0][1]) if repeats > 1 \
+            else (0, 0)
+        if all(runs[i * m + j] == (k0 + i * dk, s0 + i * ds, length, step)
+               for i in range(repeats) for j, (k0, s0, length, step) in enumerate(runs[:m])):
+            return repeats, (dk, ds), runs[:m]
+    return None
+
+
+def affine_loops(source, arrays):
+    """``source`` with each loop ``for k in range(n):`` that indexes one array of
+    ``arrays`` (name -> its values) as ``NAME[k]`` and nothing else by k written over
+    the array's runs (``index_pattern``); other loops as they are."""
+    lines, out, i = source.split("\n"), [], 0
+    patterns = {}
+    while i < len(lines):
+        header = _HEADER.match(lines[i])
+        end = i + 1
+        if header:
+            depth = len(header.group(1))
+            while end < len(lines) and (not lines[end].strip() or
+                                        len(lines[end]) - len(lines[end].lstrip()) > depth):
+                end += 1
+            block = lines[i + 1:end]
+            names = {m.group(1) for line in block for m in _INDEXED.finditer(line)}
+            if len(names) == 1 and next(iter(names)) in arrays:
+                name = next(iter(names))
+                if name not in patterns:
+                    values = arrays[name]
+                    patterns[name] = index_pattern(values) if len(values) == int(
+                        header.group(2)) else None
+                if patterns[name] is not None:
+                    out += _written(header.group(1), block, name, patterns[name])
+                    i = end
+                    continue
+        out.append(lines[i])
+        i += 1
+    return "\n".join(out)
+
+
+def _written(indent, block, name, pattern):
+    """The block's lines over the pattern's runs (see the module's docstring)."""
+    repeats, (dk, ds), runs = pattern
+    out, inner = [], indent
+    if repeats > 1:
+        out.append(f"{indent}for kr in range({repeats}):")
+        inner = indent + "    "
+    for k0, s0, length, step in runs:
+        at = f"kr * {dk} + {k0}" if repeats > 1 else f"{k0}"
+        source = (f"kr * {ds} + {s0}" if repeats > 1 else f"{s0}") + (" + __k__" if step else "")
+        out.append(f"{inner}for k in range({length}):")
+        for line in block:
+            line = line.replace(f"{name}[k]", f"({source})")
+            line = _K.sub(f"({at} + k)", line).replace("__k__", "k")
+            out.append(inner + line[len(indent):])
+    return out

@@ -1,0 +1,74 @@
+"""Index arrays as runs (kernels/index_runs.py): the patterns of rolls, tiles, repeats
+and concatenations, and the rewritten loops visiting the same elements in the same
+order as the index array did."""
+import numpy as np
+import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
+
+from autotape.kernels.index_runs import affine_loops, index_pattern, index_runs
+
+
+def _expanded(pattern):
+    repeats, (dk, ds), runs = pattern
+    out = {}
+    for i in range(repeats):
+        for k0, s0, length, step in runs:
+            for k in range(length):
+                out[i * dk + k0 + k] = i * ds + s0 + step * k
+    return [out[k] for k in range(len(out))]
+
+
+@pytest.mark.parametrize("index", [
+    np.roll(np.arange(32).reshape(4, 8), 1, 1).ravel(),     # a 2-D roll, last axis
+    np.roll(np.arange(32).reshape(4, 8), -3, 0).ravel(),    # first axis
+    np.tile(np.arange(5), 6),                               # a broadcast operand
+    np.repeat(np.arange(6), 5),                             # the other side of a pair
+    np.concatenate([[0], np.arange(1, 9), [8]]),            # an edge kept by concatenate
+    np.arange(7)])
+def test_patterns_of_rolls_tiles_repeats_and_edges(index):
+    pattern = index_pattern(list(index))
+    assert pattern is not None and len(pattern[2]) <= 4
+    assert _expanded(pattern) == list(index)
+
+
+def test_no_pattern_for_scattered_indices():
+    assert index_pattern([3, 1, 1, 4, 0, 5] * 6) is None      # five runs a period
+    assert index_runs([5, 5, 6, 9]) == [(0, 5, 2, 0), (2, 6, 1, 1), (3, 9, 1, 1)]
+
+
+@settings(max_examples=60, deadline=None)
+@given(st.lists(st.integers(0, 12), min_size=1, max_size=40))
+def test_a_found_pattern_expands_to_the_index(index):
+    pattern = index_pattern(index)
+    if pattern is not None:
+        assert _expanded(pattern) == index
+
+
+def _run(source, arrays, n):
+    """Run the loop ``source`` (over k < n) with numpy arrays; return what it wrote."""
+    scope = {name: np.array(v) for name, v in arrays.items()}
+    scope.update(T=np.zeros(n), Vo=np.arange(100.0) * 1.5, Go=np.zeros(100),
+                 W=np.arange(n) + 0.25, order=[])
+    exec(source, scope)
+    return scope["T"], scope["Go"], scope["order"]
+
+
+def test_rewritten_loops_visit_the_same_elements_in_the_same_order():
+    index = list(np.roll(np.arange(24).reshape(3, 8), 2, 1).ravel() + 40)
+    source = "\n".join([
+        "for k in range(24):",
+        "    T[3 + k - 3] = Vo[S4[k]]  # GATHER",
+        "for k in range(24):",
+        "    Go[S4[k]] += W[0 + k]",
+        "    order.append(S4[k])",
+        "for k in range(24):",
+        "    T[k] += Vo[S4[k]] * M4[k]"])       # (two arrays by k: left as it is)
+    arrays = {"S4": index, "M4": [1] * 24}
+    rewritten = affine_loops(source, arrays)
+    assert rewritten.count("for kr in range(3):") == 2 and "S4[k]" in rewritten
+    assert "M4[k]" in rewritten and rewritten.count("S4[k]") == 1
+    want, got = _run(source, arrays, 24), _run(rewritten, arrays, 24)
+    np.testing.assert_array_equal(got[0], want[0])
+    np.testing.assert_array_equal(got[1], want[1])
+    assert got[2] == want[2]
