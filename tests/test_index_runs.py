@@ -55,20 +55,28 @@ def _run(source, arrays, n):
 
 
 def test_rewritten_loops_visit_the_same_elements_in_the_same_order():
-    index = list(np.roll(np.arange(24).reshape(3, 8), 2, 1).ravel() + 40)
+    index = list(np.roll(np.arange(48).reshape(3, 16), 2, 1).ravel() + 40)
     source = "\n".join([
-        "for k in range(24):",
+        "for k in range(48):",
         "    T[3 + k - 3] = Vo[S4[k]]  # GATHER",
-        "for k in range(24):",
+        "for k in range(48):",
         "    Go[S4[k]] += W[0 + k]",
         "    order.append(S4[k])",
-        "for k in range(24):",
+        "for k in range(48):",
         "    T[k] += Vo[S4[k]] * M4[k]"])       # (two arrays by k: left as it is)
-    arrays = {"S4": index, "M4": [1] * 24}
+    arrays = {"S4": index, "M4": [1] * 48}
     rewritten = affine_loops(source, arrays)
     assert rewritten.count("for kr in range(3):") == 2 and "S4[k]" in rewritten
     assert "M4[k]" in rewritten and rewritten.count("S4[k]") == 1
-    want, got = _run(source, arrays, 24), _run(rewritten, arrays, 24)
+    want, got = _run(source, arrays, 48), _run(rewritten, arrays, 48)
     np.testing.assert_array_equal(got[0], want[0])
     np.testing.assert_array_equal(got[1], want[1])
     assert got[2] == want[2]
+
+
+def test_short_runs_keep_their_index_array():
+    # a 2 x 2 broadcast's pieces: nested loops of two cost numba's compiler more than
+    # the indexed loads they save (INDEX_RUN_MEAN_MIN)
+    source = "for k in range(4):\n    T[k] = T[S9[k]]  # GATHER"
+    assert affine_loops(source, {"S9": [8, 8, 9, 9]}) == source
+    assert index_pattern([8, 8, 9, 9]) is not None

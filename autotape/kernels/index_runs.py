@@ -17,7 +17,7 @@ order they did: the same bits).
 """
 import re
 
-from ..tuning import INDEX_PATTERN_MAX
+from ..tuning import INDEX_PATTERN_MAX, INDEX_RUN_MEAN_MIN
 
 _HEADER = re.compile(r"^(\s*)for k in range\((\d+)\):$")
 _INDEXED = re.compile(r"\b([A-Z]\d+)\[k\]")
@@ -44,15 +44,18 @@ def index_runs(index):
     return out
 
 
-def index_pattern(index):
+def index_pattern(index, mean_min=1):
     """(repeats, strides, runs): the runs of ``index`` as ``runs`` (at most
     INDEX_PATTERN_MAX of them) repeated ``repeats`` times, the i-th repetition's shifted
-    by ``strides`` = (dk, ds) i; or None where no such pattern covers it.
+    by ``strides`` = (dk, ds) i; or None where no such pattern covers it, or its runs
+    are shorter than ``mean_min`` on average.
 
     >>> index_pattern([1, 2, 0, 4, 5, 3])       # a roll along the last axis of (2, 3)
     (2, (3, 3), [(0, 1, 2, 1), (2, 0, 1, 1)])
     """
     runs = index_runs(index)
+    if len(index) < mean_min * len(runs):
+        return None
     for m in range(1, INDEX_PATTERN_MAX + 1):
         if len(runs) % m:
             continue
@@ -68,7 +71,8 @@ def index_pattern(index):
 def affine_loops(source, arrays):
     """``source`` with each loop ``for k in range(n):`` that indexes one array of
     ``arrays`` (name -> its values) as ``NAME[k]`` and nothing else by k written over
-    the array's runs (``index_pattern``); other loops as they are."""
+    the array's runs (``index_pattern``) where they average INDEX_RUN_MEAN_MIN elements
+    or more; other loops as they are."""
     lines, out, i = source.split("\n"), [], 0
     patterns = {}
     while i < len(lines):
@@ -85,8 +89,8 @@ def affine_loops(source, arrays):
                 name = next(iter(names))
                 if name not in patterns:
                     values = arrays[name]
-                    patterns[name] = index_pattern(values) if len(values) == int(
-                        header.group(2)) else None
+                    patterns[name] = index_pattern(values, INDEX_RUN_MEAN_MIN) if len(
+                        values) == int(header.group(2)) else None
                 if patterns[name] is not None:
                     out += _written(header.group(1), block, name, patterns[name])
                     i = end
