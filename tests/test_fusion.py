@@ -218,14 +218,14 @@ ROLLS = st.lists(st.tuples(SHIFTS, st.sampled_from([0, 1]),
                            st.sampled_from(["add", "mul", "inner"])), min_size=1, max_size=4)
 
 
-def _rolls_model(rolls, steps=30):
+def _rolls_model(rolls, steps=30, grid=GRID):
     """A 2-D step of np.roll terms (gathers from the last step's grid; "inner": of a
     value of this step, which stays unfused), a fancy-indexed cell pattern with repeats
     (a gather whose sources repeat) and a parameter."""
-    pick = np.array([3, 1, 1, 4, 0, 5] * GRID)
+    pick = np.array([3, 1, 1, 4, 0, 5] * grid * (grid // 6))
 
     def f(p):
-        axis = np.linspace(-1.0, 1.0, GRID)
+        axis = np.linspace(-1.0, 1.0, grid)
         u = np.exp(-axis[:, None] ** 2 - 2.0 * axis[None, :] ** 2).astype(p.dtype)
         for _ in range(steps):
             acc = -4.0 * u
@@ -233,7 +233,7 @@ def _rolls_model(rolls, steps=30):
                 r = np.roll(u, shift, axis_)
                 acc = acc + r if kind == "add" else acc + 0.1 * r * u if kind == "mul" \
                     else acc + 0.1 * np.roll(acc, shift, axis_)
-            flat = u.reshape(-1)[pick].reshape(GRID, GRID)
+            flat = u.reshape(-1)[pick].reshape(grid, grid)
             u = u + 0.05 * (p[0] * acc + p[1] * u * (1.0 - flat))
         return (u * u).mean()
     return f
@@ -250,9 +250,7 @@ def test_gathers_from_the_last_step_join_a_run(loop_bodies, dtype):
     forward, reverse = (_function(lean.loop_code[1], k) for k in ("forward", "reverse"))
     assert re.search(r"\bz\d+ = V\.dtype\.type\(Vo\[S\d+\[k\]\]\)", forward)
     assert "# GATHER" not in forward                     # (none left unfused)
-    assert re.search(r"Go\[S\d+\[k\]\] \+= W\[\d+ \+ k\]", reverse)   # (pick's)
-    # the rolls' scatters over runs of consecutive cells (kernels/index_runs.py)
-    assert re.search(r"Go\[\((?:kr \* \d+ \+ )?\d+ \+ k\)\] \+= W\[\d+ \+ \(", reverse)
+    assert re.search(r"Go\[S\d+\[k\]\] \+= W\[\d+ \+ k\]", reverse)
     _same_bits(plain, points, got)
     many = np.stack(points)                                  # (the chunk-of-points code)
     np.testing.assert_array_equal(F.vmap(c.grad)(many).numpy(),
@@ -261,6 +259,21 @@ def test_gathers_from_the_last_step_join_a_run(loop_bodies, dtype):
     np.testing.assert_allclose(got[0][0].numpy(), _rolls_model(
         [(1, 0, "add"), (-1, 0, "add"), (1, 1, "add"), (-1, 1, "mul")])(eager).numpy(),
         rtol=1e-5 if dtype == np.float32 else 1e-13)
+
+
+def test_the_rolls_of_a_larger_grid_scatter_over_runs(loop_bodies):
+    # on an 18 x 18 grid a roll's runs (17 cells in order, one wrapped) average over
+    # INDEX_RUN_MEAN_MIN: its gathers and scatters are plain loops over them
+    # (kernels/index_runs.py), pick's stays an index array; the interpreter's bits
+    x = np.array([0.3, 0.9])
+    c, plain, points, got, lean = _compiled_and_plain(
+        _rolls_model([(1, 0, "add"), (-1, 1, "mul"), (1, 1, "add")], steps=20, grid=18), x)
+    reverse = _function(lean.loop_code[1], "reverse")
+    assert re.search(r"Go\[\((?:kr \* \d+ \+ )?\d+ \+ k\)\] \+= W\[\d+ \+ \(", reverse)
+    assert re.search(r"Go\[S\d+\[k\]\] \+= W\[\d+ \+ k\]", reverse)       # (pick's)
+    _same_bits(plain, points, got)
+    np.testing.assert_array_equal(F.vmap(c.grad)(np.stack(points)).numpy(),
+                                  np.stack([g.numpy() for _, g in got]))
 
 
 @settings(max_examples=16, deadline=None,
