@@ -71,8 +71,9 @@ KEEP_PROGRAM_SCRATCH_BYTES = 64 << 20   # a thread's scratch for one-thread runs
 # them (kernels/index_runs.py): the 2-D reaction-diffusion's reverse, its two rolls'
 # gathers and scatters by index array ~545 us of 1380
 INDEX_PATTERN_MAX = 4
-# elements: ... and whose runs average this many or more (a stiff solve's 2 x 2 pieces,
-# written as nested loops of two, kept numba compiling its body for over 15 minutes)
+# elements: ... and whose runs average this many or more: shorter ones (a stiff solve's
+# 2 x 2 pieces) save no indexed load worth a loop's nesting, in bodies numba already
+# takes minutes to compile (the Rodas4 test's chunk driver: over 13 minutes, either way)
 INDEX_RUN_MEAN_MIN = 8
 # A loop's body is compiled (a few seconds, beside the calls; then cached on disk) once a
 # program has run this many times: a function called once needs no compiler.

@@ -75,8 +75,8 @@ def test_rewritten_loops_visit_the_same_elements_in_the_same_order():
 
 
 def test_short_runs_keep_their_index_array():
-    # a 2 x 2 broadcast's pieces: nested loops of two cost numba's compiler more than
-    # the indexed loads they save (INDEX_RUN_MEAN_MIN)
+    # a 2 x 2 broadcast's pieces: nested loops of two save no indexed load worth their
+    # nesting (INDEX_RUN_MEAN_MIN)
     source = "for k in range(4):\n    T[k] = T[S9[k]]  # GATHER"
     assert affine_loops(source, {"S9": [8, 8, 9, 9]}) == source
     assert index_pattern([8, 8, 9, 9]) is not None
