@@ -238,7 +238,8 @@ class Compiled:
         self.checkpoint = checkpoint
         self.traces = 0
         self._programs = {}
-        self._one_point = None                 # (key, program, one scalar output): the last
+        self._one_point = None                 # (key, program, one scalar output) of the
+        #                                        last call at one point (_remember_point)
         self._guard_failures = 0
         self._lean("value", call_arguments(example_args, example=True))
 
