@@ -686,11 +686,11 @@ import numpy as np
 _RUN_ONE = '''
 
 @numba.njit(cache=True, error_model="numpy", nogil=True)
-def run_one(x, tab{buf_arg}):
-    values = np.empty((1, 1))
-    jac = np.empty((1, 1, x.size)){alloc}
-    run_reverse(x.reshape(1, x.size), tab, values, jac, buf[:{ck}], buf[{ck}:{end}])
-    return values[0, 0], jac.reshape(x.size)
+def run_one(x, tab, grad{buf_arg}):
+    values = np.empty((1, 1)){alloc}
+    run_reverse(x.reshape(1, x.size), tab, values, grad.reshape(1, 1, x.size), buf[:{ck}],
+                buf[{ck}:{end}])
+    return values[0, 0]
 '''
 
 # a kernel's head: one CUDA thread per point, or (CPU) a loop over the points
@@ -710,8 +710,8 @@ def _kernel(name, args, code, target):
 def reverse_source(plan, target="cuda"):
     """(key, source): the module with ``run_values(X, tab, values)`` and
     ``run_reverse(X, tab, values, jac, CK, SG)``, the latter a Jacobian row per output
-    by reverse sweeps (and, on the CPU for one output, ``run_one(x, tab, buf)``: the
-    value and the gradient at one point); ``target`` "cuda" (a thread per point, the state checkpointed
+    by reverse sweeps (and, on the CPU for one output, ``run_one(x, tab, grad, buf)``:
+    the value at one point, its gradient written into ``grad``); ``target`` "cuda" (a thread per point, the state checkpointed
     every ``plan.stride`` repetitions) or "cpu" (numba.njit, a loop over the points;
     every repetition's state kept: memory is cheap there and recomputing is not). CK
     and SG hold ``plan.scratch(target)`` doubles a point."""
@@ -851,7 +851,7 @@ def cpu_signatures():
         return numba.types.Array(f64, n, "C")
     return {"run_values": (array(2), array(2), array(2)),
             "run_reverse": (array(2), array(2), array(2), array(3), array(1), array(1)),
-            "run_one": (array(1), array(2), array(1)),          # (or without buf)
+            "run_one": (array(1), array(2), array(1), array(1)),   # (or without buf)
             "run_tangent": (array(2), array(2), array(2), array(2), array(3))}
 
 

@@ -37,7 +37,7 @@ from .program import LeanProgram, loop_of
 from .tape import close_open_tape, open_tape
 from .complex_numbers import ComplexTensor
 from .complex_numbers.tensor import real_view
-from .tensor import F32, F64, Tensor, is_complex_data, new_leaf
+from .tensor import F32, F64, Tensor, float_leaf, is_complex_data, new_leaf
 from .batched import (METHOD_KINDS, forward_jacobian, gpu_run, lean_jacobian, lean_jacobian_at,
                       lean_values, mapped_method, point_count, stacked)
 from .pickling import lean_state, pickled, unpickled_program
@@ -326,11 +326,12 @@ class Compiled:
         the arguments (one Tensor, or a tuple for several)."""
         fast = self._ready_at(args)
         if fast is not None and fast[2]:
-            found = fast[1].lean.gradient_at(args[0])
-            if found is not None:
-                shape = args[0].shape
-                return new_leaf(found[0], (), F64), \
-                    new_leaf(found[1] if len(shape) == 1 else found[1].reshape(shape), shape, F64)
+            a = args[0]
+            grad = np.empty(a.shape)
+            value = fast[1].lean.gradient_at(a, grad) if a.ndim == 1 else \
+                fast[1].lean.gradient_at(a.reshape(a.size), grad.reshape(a.size))
+            if value is not None:
+                return float_leaf(value), new_leaf(grad, a.shape, F64)
         return self._value_and_grad(args)
 
     @_recording_again

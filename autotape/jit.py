@@ -52,7 +52,7 @@ from .kernels.active import ActiveArray, ActiveType
 from .kernels.instruction_format import I_A, I_B, I_C, I_N, I_OP, I_OUT, I_SA, I_SB, WIDTH
 from .opcodes import CONST, SOURCE_LAST
 from .program import LeanProgram, loop_of
-from .tensor import F64, Tensor, new_leaf
+from .tensor import F64, Tensor, float_leaf, new_leaf
 from .thread_state import here
 from .tuning import KEEP_PROGRAMS, KEEP_TAPE_BYTES, PYTHON_SWEEP_MAX, START_ROWS
 
@@ -191,10 +191,10 @@ class Jit:
             if type(a) is np.ndarray and a.dtype == F64 and a.flags.c_contiguous:
                 program = self._programs.get((a.shape,))
                 if program and program[1] == () and eager_calls.ready():
-                    found = program[0].gradient_at(a)
-                    if found is not None:
-                        return new_leaf(found[0], (), F64), \
-                            new_leaf(found[1].reshape(a.shape), a.shape, F64)
+                    grad = np.empty(a.shape)
+                    value = program[0].gradient_at(a.reshape(a.size), grad.reshape(a.size))
+                    if value is not None:
+                        return float_leaf(value), new_leaf(grad, a.shape, F64)
         values, jac, shape, arrays = self._evaluate(args, True)
         if values.size != 1:
             raise RuntimeError(f"at.jit: grad needs {self.name} to return a scalar, but it "
@@ -273,9 +273,11 @@ class Jit:
         program = self._programs.get(key)
         if program and eager_calls.ready():    # (else its kernels compile beside)
             lean, shape = program
-            found = lean.gradient_at(wrt[0]) if jacobian and len(wrt) == 1 else None
-            if found is not None:              # (the generated kernel straight away)
-                return np.array([found[0]]), found[1][None], shape, wrt
+            if jacobian and len(wrt) == 1:     # (the generated kernel straight away)
+                grad = np.empty((1, wrt[0].size))
+                value = lean.gradient_at(wrt[0].reshape(wrt[0].size), grad[0])
+                if value is not None:
+                    return np.array([value]), grad, shape, wrt
             X = np.concatenate([a.reshape(-1) for a in wrt])[None] if len(wrt) > 1 \
                 else wrt[0].reshape(1, -1)
             values, jac = lean.run(X, jacobian=jacobian)

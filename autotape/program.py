@@ -435,19 +435,20 @@ class LeanProgram:
         kept[0].run_values(x.reshape(1, x.size), kept[1], values)
         return values
 
-    def gradient_at(self, x):
-        """(value, d value / d input as a flat array) of a one-output program at one
-        point x, as ``values_at``, in one call of the generated code (~1 us of Python
-        beside the kernel, where ``run`` takes ~5); None where that does not run it."""
+    def gradient_at(self, x, grad):
+        """The value of a one-output program at one point x (its inputs' float64
+        elements: one contiguous vector), its gradient written into ``grad`` (as many
+        float64 elements, contiguous), in one call of the generated code (~1 us of Python
+        beside the kernel, where ``run`` takes ~5); None where that does not run it. The
+        caller makes ``grad``: numba's boxing of an array it returns costs ~0.7 us."""
         kept = self._one_point()
         if kept is None or kept[4] is None:
             return None
         _, tab, ck, sg, run_one = kept
-        flat = x if x.ndim == 1 else x.reshape(x.size)
         if ck + sg <= OWN_SCRATCH_MAX:
-            return run_one(flat, tab)
-        return run_one(flat, tab, _scratch(ck + sg, FLOAT64))  # (the thread's: fresh pages
-                                                               # cost more)
+            return run_one(x, tab, grad)
+        return run_one(x, tab, grad, _scratch(ck + sg, FLOAT64))  # (the thread's: fresh
+                                                                  # pages cost more)
 
     def _table(self):
         return codegen.plan(self).table

@@ -489,6 +489,16 @@ def new_leaf(value, shape, dtype):
     return t
 
 
+def float_leaf(value):
+    """``new_leaf(value, (), F64)`` for a Python float (a compiled kernel's result),
+    without its checks: a small model's call makes one per call."""
+    t = _new(Tensor)
+    t._value, t._shape, t._dtype = value, (), F64
+    t._tape, t._row, t._requires_grad, t._cache = None, -1, False, None
+    t._view_of = t._views = None
+    return t
+
+
 def new_result(value, shape, dtype, tape, row):
     t = _new(Tensor)
     t._value, t._shape, t._dtype = value, shape, dtype

@@ -266,7 +266,7 @@ def test_a_call_at_one_point_goes_straight_to_the_generated_kernel(monkeypatch, 
     kept = lean._one_point()
     assert kept is not None and kept[4] is not None
     own = kept[2] + kept[3] <= OWN_SCRATCH_MAX
-    assert own == (days == 120) and kept[4].py_func.__code__.co_argcount == (2 if own else 3)
+    assert own == (days == 120) and kept[4].py_func.__code__.co_argcount == (3 if own else 4)
     ran = []
     monkeypatch.setattr(type(lean), "run", lambda *a, **k: ran.append(1) or (_ for _ in ()).throw(
         AssertionError("the batch path")))
