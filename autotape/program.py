@@ -27,7 +27,8 @@ from .checkpointing import NotCheckpointable, Segments
 from .tuning import (COMPILE_LOOP_AFTER, COMPRESS_MAX_INSTRUCTIONS, COMPRESS_MIN_INPUTS,
                      GENERATED_SCRATCH_BYTES, GENERATED_SLICE,
                      KEEP_LIVE_BYTES, KEEP_PROGRAM_SCRATCH_BYTES, LOOK_EVERY, MAX_LANES,
-                     OWN_SCRATCH_MAX, POINTS_CHUNK_MIN, SETTLE_BEFORE_MAX)
+                     OWN_SCRATCH_MAX, POINTS_BODY_MAX, POINTS_CHUNK_MIN,
+                     SETTLE_BEFORE_MAX)
 
 
 GENERATED_ENV = "AUTOTAPE_GENERATED"   # =0: programs run without codegen.py's kernels
@@ -593,7 +594,11 @@ class LeanProgram:
         a time 152 ms for gradients, 517 ms for forward mode; in chunks of 4, 318 and
         854 ms.) Fewer than POINTS_CHUNK_MIN points fill too little of a vector to pay
         for the chunk's layout (and a chunk's loop stops only once all its points have
-        settled, kernels/settling.py): one at a time then."""
+        settled, kernels/settling.py): one at a time then; so too for a body of more
+        than POINTS_BODY_MAX instructions a repetition (its chunk kernels would take
+        numba many minutes to compile)."""
+        if self.loop is not None and self.loop[1] > POINTS_BODY_MAX:
+            return 1
         if slots is None:
             slots = self.segments.size if self.segments is not None else self.nslots
         if K is not None:

@@ -88,6 +88,13 @@ LOOK_EVERY = 0.02
 # adaptive solve, 2 points a chunk: 325 us a point, every point running all 300 attempts;
 # one at a time, each stopping once settled: ~100 us)
 POINTS_CHUNK_MIN = 4
+# instructions a repetition, at most, of a loop body whose points go through it in chunks;
+# a larger body's points go one at a time, and its chunk-of-points kernels are never
+# compiled: numba took 151 s for a Rodas4 body's (372 instructions) chunk forward against
+# 23 s for its one-point forward, and its chunk driver over 13 minutes. The zoo's bodies
+# have up to 56; the adaptive solvers' 270 and more (they settle at their own attempts,
+# which a chunk waits for: one at a time suits them anyway)
+POINTS_BODY_MAX = 128
 GENERATED_SLICE = 64             # points per thread, at least, in generated kernels
 GENERATED_SCRATCH_BYTES = 4 << 20   # states a thread keeps for a generated reverse sweep
 # an elementwise operand that is a gather is read at its sources in up to this many

@@ -225,6 +225,10 @@ def test_rodas4_compiled_once_lean_and_mapped_over_points():
             assert float(value) == pytest.approx(float(eager_value), rel=1e-10)
             np.testing.assert_allclose(grad.numpy(), eager_grad.numpy(), rtol=1e-8)
             np.testing.assert_allclose(grads.numpy()[k], grad.numpy(), rtol=1e-9)
+    # a step of 372 instructions: its points go one at a time (chunk-of-points kernels
+    # of a body that long took numba over 13 minutes to compile)
+    lean = c._lean("value", [p0]).lean
+    assert {group for _, group in lean.loop_ready} == {"reverse"}
 
 
 def test_rodas4_compiled_factorisation_of_three_states_equals_lapacks():

@@ -13,6 +13,7 @@ import autotape as at
 import autotape.func as F
 from autotape import opcodes
 from autotape.kernels.loops import _broadcast_lanes
+from autotape.tuning import POINTS_BODY_MAX
 from test_op_table import SAMPLES, _recorded_ops
 
 # the ops the lean program leaves to the tape's interpreting kernels
@@ -462,6 +463,33 @@ def test_a_program_too_wide_for_chunks_maps_one_point_at_a_time(loop_bodies):
         np.testing.assert_array_equal(grads.numpy()[k], c.grad(p).numpy())
         np.testing.assert_array_equal(jacs.numpy()[k], c.jacfwd(p).numpy())
     np.testing.assert_allclose(grads.numpy(), jacs.numpy(), rtol=1e-11)
+
+
+# a repetition of ~200 scalar instructions in no repeating order (a solver's step): 4 ops
+# drawn at random, each two instructions
+_STEP_OPS = [(lambda y, a: y * a + 0.25), (lambda y, a: at.sin(y) - a),
+             (lambda y, a: y - a * y), (lambda y, a: at.cos(y * a))]
+_LONG_STEP = [_STEP_OPS[k] for k in np.random.default_rng(3).integers(0, 4, 100)]
+
+
+def _long_body(p):
+    y = p[0]
+    for _ in range(12):
+        for op in _LONG_STEP:
+            y = op(y, p[1])
+    return y
+
+
+def test_a_body_too_long_for_chunks_maps_one_point_at_a_time():
+    # numba takes minutes for a long body's chunk-of-points kernels (a Rodas4 step's):
+    # its points go through the one-point body; a short body's go in chunks
+    x = np.array([0.3, 0.9])
+    lean = at.compile(_long_body, x)._lean("value", [x]).lean
+    assert lean.loop is not None and lean.loop[1] > POINTS_BODY_MAX
+    assert lean._most_points(64) == 1 and lean._most_points(64, 2) == 1
+    theta = np.array([1.0, 0.3, 9.8, 0.1])
+    short = at.compile(_long_pendulum, theta)._lean("value", [theta]).lean
+    assert short.loop[1] <= POINTS_BODY_MAX and short._most_points(64) >= 4
 
 
 def test_a_loop_survives_pickling():
