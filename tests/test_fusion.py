@@ -107,6 +107,10 @@ def test_a_stencil_run_is_one_loop_with_deferred_terms(loop_bodies, dtype):
     assert re.search(r"\bz\d+ = V\.dtype\.type\(", reverse)      # values as locals
     assert re.search(r"\ba\d+ = ", reverse)                        # adjoints as locals
     assert len(re.findall(r"\bW\[\d+ \+ k\] = ", reverse)) >= 2    # deferred terms
+    # added back with the boundary pieces' terms in one pass over u's cells
+    # (kernels/cell_adds.py); a chunk's code keeps its loops
+    assert "for cell in range(" in reverse
+    assert "for cell in range(" not in _function(lean.loop_code[1], "reverse_points")
     _same_bits(plain, points, got)
     many = np.stack(points)                                  # (the chunk-of-points code)
     np.testing.assert_array_equal(F.vmap(c.grad)(many).numpy(),

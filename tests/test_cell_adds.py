@@ -1,0 +1,147 @@
+"""kernels/cell_adds.py: runs of adds into one array at shifted cells written as one pass
+over its cells, each cell's terms in the run's order (the same bits), run under Python."""
+import types
+
+import numpy as np
+import pytest
+from hypothesis import given, settings, strategies as st
+
+from autotape.kernels.cell_adds import cell_order
+
+BURGERS = """\
+for k in range(126):
+    GT[2 + k] += W[254 + k]
+for k in range(126):
+    GT[1 + k] += W[380 + k]
+gx, gy = f64(GT[381]), -f64(GT[381])
+GT[127] += gx
+GT[126] += gy
+for k in range(126):
+    GT[2 + k] += W[506 + k]
+    GT[0 + k] += W[632 + k]
+gx, gy = f64(GT[128]), -f64(GT[128])
+GT[1] += gx
+GT[0] += gy
+for k in range(128):
+    gx, gy = f64(GT[0 + k]), f64(GT[0 + k])
+    Go[1372 + k] += gx
+    Go[1501 + k] += gy""".split("\n")
+
+
+def _run(lines, dtype=np.float64, seed=0):
+    rng = np.random.default_rng(seed)
+    V = np.zeros(1, dtype)
+    arrays = {"GT": rng.standard_normal(800).astype(dtype),
+              "Go": rng.standard_normal(1700).astype(dtype),
+              "W": rng.standard_normal(800) * 10.0 ** rng.integers(-8, 8, 800)}
+    names = dict(arrays, V=V, f64=np.float64)
+    exec("\n".join(lines), names)
+    return {k: names[k] for k in arrays}
+
+
+def _same(a, b):
+    for k in a:
+        np.testing.assert_array_equal(a[k], b[k])
+
+
+@pytest.mark.parametrize("dtype", [np.float64, np.float32])
+def test_a_stencils_adjoint_adds_become_one_pass_with_the_same_bits(dtype):
+    new = cell_order(BURGERS)
+    headers = [line for line in new if line.startswith("for ")]
+    # GT's three loops and four boundary adds: one pass (cells 2-125 in a loop, the
+    # boundary cells each their own lines); the last loop writes Go at disjoint cells
+    assert headers == ["for cell in range(2, 126):", "for k in range(128):"]
+    _same(_run(BURGERS, dtype), _run(new, dtype))
+
+
+class _Terms:
+    """W whose element i is the tuple (i,): adds concatenate, so a cell ends up holding
+    the indices of its terms in the order it received them."""
+    def __getitem__(self, i):
+        return (i,)
+
+
+def _orders(lines):
+    G = np.empty(16, object)
+    G[:] = [() for _ in range(16)]
+    identity = types.SimpleNamespace(type=lambda x: x)
+    exec("\n".join(lines), {"G": G, "W": _Terms(), "V": types.SimpleNamespace(dtype=identity),
+                            "f64": lambda x: x})
+    return list(G)
+
+
+def test_each_cell_gets_its_terms_in_the_runs_order():
+    # within a loop, the statement whose iteration reaches a cell first adds first
+    lines = ["for k in range(4):", "    G[1 + k] += W[k]", "    G[0 + k] += W[10 + k]",
+             "G[2] += W[20]", "for k in range(3):", "    G[0 + k] += W[30 + k]"]
+    new = cell_order(lines)
+    assert new != lines and _orders(new) == _orders(lines)
+    assert _orders(lines)[2] == (1, 12, 20, 32)
+
+
+@pytest.mark.parametrize("lines", [
+    # a term reads a cell the run writes
+    ["for k in range(4):", "    GT[1 + k] += W[k]", "for k in range(4):",
+     "    GT[0 + k] += GT[2]"],
+    # a term reads the array at cells moving with k
+    ["for k in range(4):", "    GT[1 + k] += W[k]", "for k in range(4):",
+     "    GT[0 + k] += GT[100 + k]"],
+    # a local the run would drop is read after it
+    ["for k in range(4):", "    GT[1 + k] += W[k]", "gx = W[7]", "GT[0] += gx",
+     "Go[0] += gx"],
+    # no cell receives two terms
+    ["for k in range(4):", "    GT[0 + k] += W[k]", "    GT[4 + k] += W[10 + k]"],
+    # a loop within the loop
+    ["for k in range(4):", "    for j in range(2):", "        GT[1 + k] += W[k]",
+     "for k in range(4):", "    GT[0 + k] += W[9 + k]"],
+    # Go is a view of G
+    ["for k in range(4):", "    Go[1 + k] += W[k]", "for k in range(4):",
+     "    Go[0 + k] += G[3]"],
+    # scalar adds only
+    ["GT[0] += W[1]", "GT[0] += W[2]"],
+])
+def test_runs_it_cannot_reorder_are_left_alone(lines):
+    assert cell_order(lines) == lines
+
+
+def test_a_local_read_again_at_the_next_repetition_keeps_the_run():
+    # gx is read at the top of the sweep's next repetition before it is assigned
+    lines = ["Go[0] += gx", "for k in range(4):", "    GT[1 + k] += W[k]", "gx = W[7]",
+             "GT[2] += gx"]
+    assert cell_order(lines) == lines
+
+
+def test_a_loops_locals_are_not_read_outside_it():
+    lines = ["for k in range(4):", "    gx = W[k]", "    GT[1 + k] += gx",
+             "GT[2] += gx"]                       # (gx: the loop's last value)
+    assert cell_order(lines) == lines
+
+
+_ITEM = st.one_of(
+    st.tuples(st.just("loop"), st.integers(1, 6),
+              st.lists(st.tuples(st.integers(0, 8), st.integers(0, 60),
+                                 st.sampled_from(["+=", "="])), min_size=1, max_size=3)),
+    st.tuples(st.just("line"), st.integers(0, 14), st.integers(0, 60),
+              st.sampled_from(["+=", "="])),
+    st.tuples(st.just("pair"), st.integers(0, 14), st.integers(0, 14), st.integers(0, 60)))
+
+
+def _lines(items):
+    out = []
+    for item in items:
+        if item[0] == "loop":
+            out.append(f"for k in range({item[1]}):")
+            out += [f"    GT[{a} + k] {how} W[{w} + k]" for a, w, how in item[2]]
+        elif item[0] == "line":
+            out.append(f"GT[{item[1]}] {item[3]} W[{item[2]}]")
+        else:
+            out += [f"gx, gy = f64(W[{item[3]}]), -f64(GT[{700 + item[3]}])",
+                    f"GT[{item[1]}] += gx", f"GT[{item[2]}] += gy"]
+    return out
+
+
+@settings(max_examples=300, deadline=None)
+@given(st.lists(_ITEM, min_size=1, max_size=6), st.sampled_from([np.float64, np.float32]))
+def test_random_runs_give_the_same_bits(items, dtype):
+    lines = _lines(items) + ["Go[0] += W[1]"]
+    _same(_run(lines, dtype, seed=len(lines)), _run(cell_order(lines), dtype, seed=len(lines)))
