@@ -6,7 +6,8 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from autotape.kernels.index_runs import affine_loops, index_pattern, index_runs
+from autotape.kernels.index_runs import (affine_loops, index_pattern, index_runs,
+                                         joint_pattern, joint_runs)
 
 
 def _expanded(pattern):
@@ -63,11 +64,14 @@ def test_rewritten_loops_visit_the_same_elements_in_the_same_order():
         "    Go[S4[k]] += W[0 + k]",
         "    order.append(S4[k])",
         "for k in range(48):",
-        "    T[k] += Vo[S4[k]] * M4[k]"])       # (two arrays by k: left as it is)
-    arrays = {"S4": index, "M4": [1] * 48}
+        "    T[k] += Vo[S4[k]] * M4[k]",        # (two arrays by k: their joint runs)
+        "for k in range(48):",
+        "    T[k] += Vo[S4[k]] * R4[k]"])       # (R4 has no pattern: left as it is)
+    arrays = {"S4": index, "M4": [1] * 48,
+              "R4": list(np.random.default_rng(1).permutation(48))}
     rewritten = affine_loops(source, arrays)
-    assert rewritten.count("for kr in range(3):") == 2 and "S4[k]" in rewritten
-    assert "M4[k]" in rewritten and rewritten.count("S4[k]") == 1
+    assert rewritten.count("for kr in range(3):") == 3 and rewritten.count("S4[k]") == 1
+    assert "M4[k]" not in rewritten and "R4[k]" in rewritten
     want, got = _run(source, arrays, 48), _run(rewritten, arrays, 48)
     np.testing.assert_array_equal(got[0], want[0])
     np.testing.assert_array_equal(got[1], want[1])
@@ -80,3 +84,34 @@ def test_short_runs_keep_their_index_array():
     source = "for k in range(4):\n    T[k] = T[S9[k]]  # GATHER"
     assert affine_loops(source, {"S9": [8, 8, 9, 9]}) == source
     assert index_pattern([8, 8, 9, 9]) is not None
+
+
+def test_two_rolls_along_the_last_axis_share_runs_of_three():
+    # a 2-D Laplacian's rolls by +1 and -1 along the last axis, read in one loop: cut
+    # where either wraps, each row is one cell, 30 in order, one cell
+    grid = np.arange(64 * 32).reshape(64, 32)
+    left, right = (list(np.roll(grid, s, 1).ravel()) for s in (1, -1))
+    repeats, (dk, ds), runs = joint_pattern([left, right], 8)
+    assert repeats == 64 and dk == 32 and ds == (32, 32)
+    assert [n for _, _, n, _ in runs] == [1, 30, 1]
+    source = "for k in range(2048):\n    T[k] = Vo[S1[k]] - 2.0 * Vo[S2[k]]"
+    arrays = {"S1": left, "S2": right}
+    rewritten = affine_loops(source, arrays)
+    assert "S1[k]" not in rewritten and "S2[k]" not in rewritten
+    scope = {"Vo": np.random.default_rng(0).standard_normal(2048)}
+    got, want = dict(scope, T=np.zeros(2048)), dict(scope, T=np.zeros(2048), **{
+        k: np.array(v) for k, v in arrays.items()})
+    exec(rewritten, got)
+    exec(source, want)
+    np.testing.assert_array_equal(got["T"], want["T"])
+
+
+@settings(max_examples=60, deadline=None)
+@given(st.lists(st.tuples(st.integers(0, 6), st.integers(0, 6)), min_size=1, max_size=40))
+def test_joint_runs_cover_every_arrays_elements(pairs):
+    a, b = [p[0] for p in pairs], [p[1] for p in pairs]
+    got = {}
+    for k0, s0, n, step in joint_runs([a, b]):
+        for k in range(n):
+            got[k0 + k] = tuple(s + t * k for s, t in zip(s0, step))
+    assert [got[k] for k in range(len(pairs))] == pairs

@@ -53,25 +53,60 @@ def index_pattern(index, mean_min=1):
     >>> index_pattern([1, 2, 0, 4, 5, 3])       # a roll along the last axis of (2, 3)
     (2, (3, 3), [(0, 1, 2, 1), (2, 0, 1, 1)])
     """
-    runs = index_runs(index)
-    if len(index) < mean_min * len(runs):
+    found = joint_pattern([index], mean_min)
+    if found is None:
+        return None
+    repeats, (dk, (ds,)), runs = found
+    return repeats, (dk, ds), [(k0, s0, n, step) for k0, (s0,), n, (step,) in runs]
+
+
+def joint_runs(indices):
+    """[(k0, (s0, ...), length, (step, ...))]: equally long index arrays cut where any
+    of them starts a run (index_runs), each array's start and step in each piece.
+
+    >>> joint_runs([[1, 2, 0], [5, 5, 5]])
+    [(0, (1, 5), 2, (1, 0)), (2, (0, 5), 1, (1, 0))]
+    """
+    each = [index_runs(index) for index in indices]
+    cuts = sorted({k0 for runs in each for k0, _, _, _ in runs} | {len(indices[0])})
+    out, at = [], [0] * len(each)
+    for k0, k1 in zip(cuts, cuts[1:]):
+        starts, steps = [], []
+        for a, runs in enumerate(each):
+            while runs[at[a]][0] + runs[at[a]][2] <= k0:
+                at[a] += 1
+            r0, s0, _, step = runs[at[a]]
+            starts.append(s0 + step * (k0 - r0))
+            steps.append(step)
+        out.append((k0, tuple(starts), k1 - k0, tuple(steps)))
+    return out
+
+
+def joint_pattern(indices, mean_min=1):
+    """index_pattern of several equally long index arrays read by one loop:
+    (repeats, (dk, (ds, ...)), runs of joint_runs) with a stride per array; None where
+    no pattern of at most INDEX_PATTERN_MAX runs covers them all."""
+    n, runs = len(indices[0]), joint_runs(indices)
+    if n < mean_min * len(runs):
         return None
     for m in range(1, INDEX_PATTERN_MAX + 1):
         if len(runs) % m:
             continue
         repeats = len(runs) // m
-        dk, ds = (runs[m][0] - runs[0][0], runs[m][1] - runs[0][1]) if repeats > 1 \
-            else (0, 0)
-        if all(runs[i * m + j] == (k0 + i * dk, s0 + i * ds, length, step)
+        dk, ds = (runs[m][0] - runs[0][0], tuple(b - a for a, b in zip(runs[0][1],
+                                                                       runs[m][1]))) \
+            if repeats > 1 else (0, (0,) * len(indices))
+        if all(runs[i * m + j] == (k0 + i * dk, tuple(s + i * d for s, d in zip(s0, ds)),
+                                   length, step)
                for i in range(repeats) for j, (k0, s0, length, step) in enumerate(runs[:m])):
             return repeats, (dk, ds), runs[:m]
     return None
 
 
 def affine_loops(source, arrays):
-    """``source`` with each loop ``for k in range(n):`` that indexes one array of
-    ``arrays`` (name -> its values) as ``NAME[k]`` and nothing else by k written over
-    the array's runs (``index_pattern``) where they average INDEX_RUN_MEAN_MIN elements
+    """``source`` with each loop ``for k in range(n):`` that indexes arrays of
+    ``arrays`` (name -> its values) as ``NAME[k]``, and nothing else by k, written over
+    their joint runs (``joint_pattern``) where they average INDEX_RUN_MEAN_MIN elements
     or more; other loops as they are."""
     lines, out, i = source.split("\n"), [], 0
     patterns = {}
@@ -84,15 +119,15 @@ def affine_loops(source, arrays):
                                         len(lines[end]) - len(lines[end].lstrip()) > depth):
                 end += 1
             block = lines[i + 1:end]
-            names = {m.group(1) for line in block for m in _INDEXED.finditer(line)}
-            if len(names) == 1 and next(iter(names)) in arrays:
-                name = next(iter(names))
-                if name not in patterns:
-                    values = arrays[name]
-                    patterns[name] = index_pattern(values, INDEX_RUN_MEAN_MIN) if len(
-                        values) == int(header.group(2)) else None
-                if patterns[name] is not None:
-                    out += _written(header.group(1), block, name, patterns[name])
+            names = tuple(sorted({m.group(1) for line in block
+                                  for m in _INDEXED.finditer(line)}))
+            if names and all(name in arrays for name in names):
+                if names not in patterns:
+                    values = [arrays[name] for name in names]
+                    patterns[names] = joint_pattern(values, INDEX_RUN_MEAN_MIN) if all(
+                        len(v) == int(header.group(2)) for v in values) else None
+                if patterns[names] is not None:
+                    out += _written(header.group(1), block, names, patterns[names])
                     i = end
                     continue
         out.append(lines[i])
@@ -100,7 +135,7 @@ def affine_loops(source, arrays):
     return "\n".join(out)
 
 
-def _written(indent, block, name, pattern):
+def _written(indent, block, names, pattern):
     """The block's lines over the pattern's runs (see the module's docstring)."""
     repeats, (dk, ds), runs = pattern
     out, inner = [], indent
@@ -109,10 +144,12 @@ def _written(indent, block, name, pattern):
         inner = indent + "    "
     for k0, s0, length, step in runs:
         at = f"kr * {dk} + {k0}" if repeats > 1 else f"{k0}"
-        source = (f"kr * {ds} + {s0}" if repeats > 1 else f"{s0}") + (" + __k__" if step else "")
         out.append(f"{inner}for k in range({length}):")
         for line in block:
-            line = line.replace(f"{name}[k]", f"({source})")
+            for name, s, d, moving in zip(names, s0, ds, step):
+                source = (f"kr * {d} + {s}" if repeats > 1 else f"{s}") + \
+                    (" + __k__" if moving else "")
+                line = line.replace(f"{name}[k]", f"({source})")
             line = _K.sub(f"({at} + k)", line).replace("__k__", "k")
             out.append(inner + line[len(indent):])
     return out
