@@ -328,8 +328,7 @@ class Compiled:
         if fast is not None and fast[2]:
             a = args[0]
             grad = np.empty(a.shape)
-            value = fast[1].lean.gradient_at(a, grad) if a.ndim == 1 else \
-                fast[1].lean.gradient_at(a.reshape(a.size), grad.reshape(a.size))
+            value = fast[1].lean.gradient_at(a, grad)
             if value is not None:
                 return float_leaf(value), new_leaf(grad, a.shape, F64)
         return self._value_and_grad(args)

@@ -192,7 +192,7 @@ class Jit:
                 program = self._programs.get((a.shape,))
                 if program and program[1] == () and eager_calls.ready():
                     grad = np.empty(a.shape)
-                    value = program[0].gradient_at(a.reshape(a.size), grad.reshape(a.size))
+                    value = program[0].gradient_at(a, grad)
                     if value is not None:
                         return float_leaf(value), new_leaf(grad, a.shape, F64)
         values, jac, shape, arrays = self._evaluate(args, True)
@@ -275,7 +275,7 @@ class Jit:
             lean, shape = program
             if jacobian and len(wrt) == 1:     # (the generated kernel straight away)
                 grad = np.empty((1, wrt[0].size))
-                value = lean.gradient_at(wrt[0].reshape(wrt[0].size), grad[0])
+                value = lean.gradient_at(wrt[0], grad[0])
                 if value is not None:
                     return np.array([value]), grad, shape, wrt
             X = np.concatenate([a.reshape(-1) for a in wrt])[None] if len(wrt) > 1 \

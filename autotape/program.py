@@ -438,14 +438,17 @@ class LeanProgram:
 
     def gradient_at(self, x, grad):
         """The value of a one-output program at one point x (its inputs' float64
-        elements: one contiguous vector), its gradient written into ``grad`` (as many
-        float64 elements, contiguous), in one call of the generated code (~1 us of Python
-        beside the kernel, where ``run`` takes ~5); None where that does not run it. The
-        caller makes ``grad``: numba's boxing of an array it returns costs ~0.7 us."""
+        elements, contiguous), its gradient written into ``grad`` (as many float64
+        elements, contiguous, any shape), in one call of the generated code (~1 us of
+        Python beside the kernel, where ``run`` takes ~5); None where that does not run
+        it. The caller makes ``grad``: numba's boxing of an array it returns costs
+        ~0.7 us."""
         kept = self._one_point()
         if kept is None or kept[4] is None:
             return None
         _, tab, ck, sg, run_one = kept
+        if x.ndim != 1:
+            x, grad = x.reshape(x.size), grad.reshape(grad.size)    # (views)
         if ck + sg <= OWN_SCRATCH_MAX:
             return run_one(x, tab, grad)
         return run_one(x, tab, grad, _scratch(ck + sg, FLOAT64))  # (the thread's: fresh

@@ -111,6 +111,12 @@ def test_a_local_read_again_at_the_next_repetition_keeps_the_run():
     assert cell_order(lines) == lines
 
 
+def test_a_local_read_before_its_assignment_keeps_the_run():
+    lines = ["for k in range(4):", "    GT[1 + k] += gx", "    gx = W[k]",
+             "for k in range(4):", "    GT[0 + k] += W[9 + k]"]
+    assert cell_order(lines) == lines
+
+
 def test_a_loops_locals_are_not_read_outside_it():
     lines = ["for k in range(4):", "    gx = W[k]", "    GT[1 + k] += gx",
              "GT[2] += gx"]                       # (gx: the loop's last value)

@@ -38,7 +38,10 @@ def _split(expressions):
     """Top-level comma-separated expressions: ``f64(a[1]), -f64(b)`` -> two."""
     out, depth, start = [], 0, 0
     for i, ch in enumerate(expressions):
-        depth += ch in "([" and 1 or (ch in ")]" and -1 or 0)
+        if ch in "([":
+            depth += 1
+        elif ch in ")]":
+            depth -= 1
         if ch == "," and depth == 0:
             out.append(expressions[start:i].strip())
             start = i + 1
@@ -226,8 +229,11 @@ def cell_order(lines):
             if n is not None:               # (the loop's locals hold its last
                 for name in assigned:       # iteration's values after it)
                     defined.pop(name, None)
-            shadowed = set().union(*(names for _, _, names in items)) - set(defined)
-            if any(set(_NAME.findall(t)) & shadowed for _, _, t in adds):
+            # a local the run assigns is substituted into every term that reads it; one
+            # left by name (read before its assignment, or a loop's value read after the
+            # loop) would read what the dropped assignments no longer write
+            dropped = assigned.union(*(names for _, _, names in items))
+            if any(set(_NAME.findall(t)) & dropped for _, _, t in adds):
                 break
             target = target_found
             items.append((n, adds, assigned))
