@@ -8,8 +8,11 @@ thread each) on this machine.
 
 The cluster is started, the program scattered and the loop bodies compiled in the
 workers before timing (warm-up rounds); what is timed is what a user waits for per
-ensemble: building the graph (one point evaluated locally for the result shapes),
-scheduling 16 chunk tasks, the chunks, and bringing 5 x 10^5 floats back.
+ensemble: building the graph (the results' layout is kept from the first ensemble),
+scheduling the chunk tasks (16, or 4: two a worker), the chunks, and bringing the
+results back. The workers' statistical profiler is off (``distributed.worker.profile
+.enabled``): sampling every task's stack each 10 ms cost the chunks 10-30% here, where
+the cluster's processes share two cores.
 """
 import numba
 import numpy as np
@@ -23,7 +26,7 @@ da = pytest.importorskip("dask.array")
 distributed = pytest.importorskip("distributed")
 import autotape.dask as atd  # noqa: E402
 
-CHUNKS = 16
+PROFILER_OFF = {"distributed.worker.profile.enabled": False}
 # model -> (points, group): the unforced pendulum, and the driven one (forcing from the
 # loop index: a per-repetition constant table in its loop body; issue #27's 20,000 points)
 MODELS = {"pendulum": (100_000, "dask: 10^5 pendulums (200 steps), loss + gradient each"),
@@ -60,14 +63,16 @@ def test_one_process_one_thread(benchmark, ensemble):
         numba.set_num_threads(saved)
 
 
+@pytest.mark.parametrize("chunks", [16, 4])
 @pytest.mark.parametrize("workers", [1, 2])
-def test_local_cluster(benchmark, ensemble, workers):
+def test_local_cluster(benchmark, ensemble, workers, chunks):
     c, thetas, group = ensemble
     want = c.map_points("value_and_grad", (thetas,))
-    with distributed.LocalCluster(n_workers=workers, threads_per_worker=1, processes=True,
-                                  dashboard_address=None) as cluster, \
+    with dask.config.set(PROFILER_OFF), \
+            distributed.LocalCluster(n_workers=workers, threads_per_worker=1,
+                                     processes=True, dashboard_address=None) as cluster, \
             distributed.Client(cluster):
-        points = da.from_array(thetas, chunks=(thetas.shape[0] // CHUNKS, 4))
+        points = da.from_array(thetas, chunks=(thetas.shape[0] // chunks, 4))
 
         def run():
             return dask.compute(*atd.map_points(c.value_and_grad, points))
@@ -75,7 +80,7 @@ def test_local_cluster(benchmark, ensemble, workers):
         np.testing.assert_array_equal(got[0], want[0].numpy())
         np.testing.assert_array_equal(got[1], want[1].numpy())
         benchmark.group = group
-        benchmark.name = f"local_cluster_{workers}_workers"
+        benchmark.name = f"local_cluster_{workers}_workers_{chunks}_chunks"
         benchmark.pedantic(run, rounds=5, warmup_rounds=2)
 
 
@@ -89,10 +94,11 @@ def test_local_cluster_floor(benchmark, workers):
     """The same 20,000 x 4 points in 16 chunks, each chunk's task only copying its block:
     what scheduling, transfers and the cluster's own processes cost per ensemble."""
     thetas = W.thetas(MODELS["driven"][0])
-    with distributed.LocalCluster(n_workers=workers, threads_per_worker=1, processes=True,
-                                  dashboard_address=None) as cluster, \
+    with dask.config.set(PROFILER_OFF), \
+            distributed.LocalCluster(n_workers=workers, threads_per_worker=1,
+                                     processes=True, dashboard_address=None) as cluster, \
             distributed.Client(cluster):
-        points = da.from_array(thetas, chunks=(thetas.shape[0] // CHUNKS, 4))
+        points = da.from_array(thetas, chunks=(thetas.shape[0] // 16, 4))
         benchmark.name = f"floor_{workers}_workers"
         benchmark.pedantic(lambda: dask.compute(points.map_blocks(_times_one)), rounds=5,
                            warmup_rounds=2)

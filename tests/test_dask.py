@@ -148,3 +148,29 @@ def test_bad_input_is_named(compiled):
         atd.map_points(compiled, da.from_array(np.array([["a"] * 4])))
     with pytest.raises(ValueError, match="threads_per_chunk"):
         atd.map_points(compiled, da.ones((4, 4)), threads_per_chunk=0)
+
+
+def test_results_whose_shape_depends_on_the_point_raise_not_miscut():
+    """The graph is laid out from one point's results (kept for later ensembles); a
+    chunk whose results have other shapes would be cut at the wrong columns."""
+    def f(x):
+        if x[0] > 0:                     # (a guard: other points record f again)
+            return x * 2.0
+        return x[:1] * 3.0
+    c = at.compile(f, np.ones(3))
+    points = np.ones((4, 3))
+    with dask.config.set(scheduler="sync"):
+        assert atd.map_points(c, da.from_array(points, chunks=2)).compute().shape == (4, 3)
+        points[2:, 0] = -1.0             # (the second chunk's results have shape (1,))
+        with pytest.raises(RuntimeError, match="must not depend on the point"):
+            atd.map_points(c, da.from_array(points, chunks=2)).compute()
+
+
+def test_later_ensembles_reuse_the_layout_without_computing_a_point(compiled):
+    points = da.from_array(thetas(8), chunks=4)
+    with dask.config.set(scheduler="sync"):
+        atd.map_points(compiled.value_and_grad, points)
+    computed = []
+    with dask.config.set(scheduler=lambda dsk, keys, **kw: computed.append(keys)):
+        values, grads = atd.map_points(compiled.value_and_grad, points)
+    assert computed == [] and values.shape == (8,) and grads.shape == (8, 4)
