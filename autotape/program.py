@@ -99,7 +99,7 @@ class LeanProgram:
                  "in_slots", "out_slots", "nslots", "loop", "loop_kernels", "loop_slots",
                  "loop_table", "loop_code", "loop_ready", "loop_unswept", "loop_wanted",
                  "what", "calls", "segments", "reached", "user_calls", "driver", "codegen",
-                 "next_look", "made_by", "compressed")
+                 "next_look", "made_by", "compressed", "loop_point")
 
     @classmethod
     def lower(cls, tape, in_rows, out_rows, loops=True, why=None):
@@ -133,6 +133,7 @@ class LeanProgram:
         p = cls.__new__(cls)
         p.user_calls, p.driver, p.codegen, p.made_by = user_calls, None, None, None
         p.compressed = None                 # (compression(): found at its first use)
+        p.loop_point = None                 # (_loop_point(): made at its first use)
         p.instr, p.pool, p.divisor, p.nslots = instr, pool, divisor, nslots
         p.const_slots, p.const_vals = const_slots, const_vals
         p.in_slots, p.out_slots = in_slots, out_slots
@@ -206,7 +207,8 @@ class LeanProgram:
         state = {name: getattr(self, name) for name in self.__slots__
                  if name not in ("loop_kernels", "calls", "segments", "reached", "driver",
                                  "codegen", "loop_code", "loop_ready", "loop_unswept",
-                                 "loop_wanted", "next_look", "made_by", "compressed")}
+                                 "loop_wanted", "next_look", "made_by", "compressed",
+                                 "loop_point")}
         state["budget"] = self.segments.budget if self.segments is not None else False
         return state
 
@@ -216,7 +218,7 @@ class LeanProgram:
             setattr(self, name, value)
         self.loop_kernels = self.segments = self.reached = self.driver = None
         self.codegen = self.loop_code = self.loop_ready = self.made_by = None
-        self.compressed = None
+        self.compressed = self.loop_point = None
         self.loop_unswept, self.loop_wanted = None, set()
         self.calls, self.next_look = 0, 0.0
         if budget is not False:
@@ -445,7 +447,7 @@ class LeanProgram:
         ~0.7 us."""
         kept = self._one_point()
         if kept is None or kept[4] is None:
-            return None
+            return self._loop_gradient_at(x, grad) if kept is None else None
         _, tab, ck, sg, run_one = kept
         if x.ndim != 1:
             x, grad = x.reshape(x.size), grad.reshape(grad.size)    # (views)
@@ -453,6 +455,46 @@ class LeanProgram:
             return run_one(x, tab, grad)
         return run_one(x, tab, grad, _scratch(ck + sg, FLOAT64))  # (the thread's: fresh
                                                                   # pages cost more)
+
+    def _loop_gradient_at(self, x, grad):
+        """gradient_at by the loop body's driver (kernels/loops.py ``run``), once it is
+        compiled: what it takes besides the point and its results made once
+        (``_loop_point``); through ``run`` the arguments, the result arrays and the
+        checks cost ~25 us of Python a call (Burgers' 300 steps: ~250 us of kernel)."""
+        point = self._loop_point()
+        if point is None:
+            return None
+        kernel, head, tail, n = point
+        values = np.empty((1, 1))
+        scratch = _scratch(2 * n, FLOAT64)
+        kernel(*head, x.reshape(1, x.size), values, grad.reshape(1, 1, grad.size),
+               *tail[0], scratch[:n], scratch[n:2 * n], *tail[1])
+        return values[0, 0]
+
+    def _loop_point(self):
+        """(the body's driver, its arguments before the point, those after the results,
+        the slots) for ``_loop_gradient_at``: a one-output float64 program whose loop
+        body runs its calls at one point and is compiled (as ``run`` finds it), with its
+        reach marks kept; else None (``run`` then takes the call)."""
+        point = self.loop_point
+        if point is not None:
+            return point
+        ready = self.loop_ready
+        if ready is None or (FLOAT64, "reverse") not in ready or self.segments is not None \
+                or self.user_calls is not None or self.out_slots.size != 1 or \
+                self._generating(FLOAT64):
+            return None
+        live = self.live
+        if live is None:
+            return None                   # (kept by run() when small enough)
+        start, period, repeats, delta = self.loop
+        head = (self.instr, self.pool, self.divisor, live, self.const_slots,
+                self.const_vals, self.in_slots, self.out_slots)
+        tail = ((True, np.array(self._loop_reached_by(live), np.bool_), 0, 1, 1),
+                (start, start + period * repeats, delta, repeats, self._table_base(),
+                 *self.loop_slots))
+        point = self.loop_point = (self.loop_kernels[0][4], head, tail, self.nslots)
+        return point
 
     def _table(self):
         return codegen.plan(self).table
