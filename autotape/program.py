@@ -429,12 +429,13 @@ class LeanProgram:
     def values_at(self, x):
         """The output values (1, outputs) at one point x (its inputs' float64 elements,
         contiguous) by the generated code straight away (a small model's call: ~1 us of
-        Python beside its kernel, where ``run`` takes ~3); None where that code is not
-        compiled (yet) or does not run this program."""
+        Python beside its kernel, where ``run`` takes ~3), or by the compiled loop
+        body's driver (``_loop_point``); None where neither is compiled (yet) or runs
+        this program."""
         kept = self._one_point()
-        if kept is None:
-            return None
         values = np.empty((1, self.out_slots.size))
+        if kept is None:
+            return values if self._loop_at(x, values, None) else None
         kept[0].run_values(x.reshape(1, x.size), kept[1], values)
         return values
 
@@ -442,12 +443,16 @@ class LeanProgram:
         """The value of a one-output program at one point x (its inputs' float64
         elements, contiguous), its gradient written into ``grad`` (as many float64
         elements, contiguous, any shape), in one call of the generated code (~1 us of
-        Python beside the kernel, where ``run`` takes ~5); None where that does not run
-        it. The caller makes ``grad``: numba's boxing of an array it returns costs
-        ~0.7 us."""
+        Python beside the kernel, where ``run`` takes ~5) or of the compiled loop body's
+        driver (``_loop_point``); None where that does not run it. The caller makes
+        ``grad``: numba's boxing of an array it returns costs ~0.7 us."""
         kept = self._one_point()
-        if kept is None or kept[4] is None:
-            return self._loop_gradient_at(x, grad) if kept is None else None
+        if kept is None:
+            value = np.empty((1, 1))
+            return value[0, 0] if self.out_slots.size == 1 and \
+                self._loop_at(x, value, grad) else None
+        if kept[4] is None:
+            return None
         _, tab, ck, sg, run_one = kept
         if x.ndim != 1:
             x, grad = x.reshape(x.size), grad.reshape(grad.size)    # (views)
@@ -456,44 +461,49 @@ class LeanProgram:
         return run_one(x, tab, grad, _scratch(ck + sg, FLOAT64))  # (the thread's: fresh
                                                                   # pages cost more)
 
-    def _loop_gradient_at(self, x, grad):
-        """gradient_at by the loop body's driver (kernels/loops.py ``run``), once it is
-        compiled: what it takes besides the point and its results made once
-        (``_loop_point``); through ``run`` the arguments, the result arrays and the
-        checks cost ~25 us of Python a call (Burgers' 300 steps: ~250 us of kernel)."""
-        point = self._loop_point()
+    def _loop_at(self, x, values, grad):
+        """Values (and, with ``grad``, the one output's gradient) at one point by the
+        loop body's driver (kernels/loops.py ``run``) once it is compiled, its other
+        arguments made once (``_loop_point``): through ``run`` they and the checks cost
+        ~25 us of Python a call (Burgers' 300 steps: ~250 us of kernel). False where
+        the body does not run this call yet."""
+        point = self._loop_point(grad is not None)
         if point is None:
-            return None
-        kernel, head, tail, n = point
-        values = np.empty((1, 1))
+            return False
+        kernel, head, middle, tail = point
+        n = self.nslots
         scratch = _scratch(2 * n, FLOAT64)
-        kernel(*head, x.reshape(1, x.size), values, grad.reshape(1, 1, grad.size),
-               *tail[0], scratch[:n], scratch[n:2 * n], *tail[1])
-        return values[0, 0]
+        kernel(*head, x.reshape(1, x.size), values,
+               grad.reshape(1, 1, grad.size) if grad is not None else middle[0],
+               *middle[1:], scratch[:n], scratch[n:2 * n], *tail)
+        return True
 
-    def _loop_point(self):
-        """(the body's driver, its arguments before the point, those after the results,
-        the slots) for ``_loop_gradient_at``: a one-output float64 program whose loop
-        body runs its calls at one point and is compiled (as ``run`` finds it), with its
-        reach marks kept; else None (``run`` then takes the call)."""
-        point = self.loop_point
-        if point is not None:
-            return point
+    def _loop_point(self, jacobian):
+        """(the body's driver, its arguments before the point, between the results and
+        the scratch (for values only: the empty Jacobian first), after the scratch) for
+        ``_loop_at``: where this program's loop body runs its calls at one point and is
+        compiled, as ``run`` finds them (float64, no segments, no users' ops, not taken
+        by codegen; for gradients its reach marks kept); else None: ``run`` takes it."""
+        kept = self.loop_point
+        if kept is not None and jacobian in kept:
+            return kept[jacobian]
         ready = self.loop_ready
         if ready is None or (FLOAT64, "reverse") not in ready or self.segments is not None \
-                or self.user_calls is not None or self.out_slots.size != 1 or \
-                self._generating(FLOAT64):
+                or self.user_calls is not None or self._generating(FLOAT64):
             return None
-        live = self.live
+        live = self.live if jacobian else np.zeros((0, 0), np.uint8)
         if live is None:
             return None                   # (kept by run() when small enough)
         start, period, repeats, delta = self.loop
         head = (self.instr, self.pool, self.divisor, live, self.const_slots,
                 self.const_vals, self.in_slots, self.out_slots)
-        tail = ((True, np.array(self._loop_reached_by(live), np.bool_), 0, 1, 1),
-                (start, start + period * repeats, delta, repeats, self._table_base(),
-                 *self.loop_slots))
-        point = self.loop_point = (self.loop_kernels[0][4], head, tail, self.nslots)
+        compiled = np.array(self._loop_reached_by(live) if jacobian else [], np.bool_)
+        middle = ((), True, compiled, 0, 1, 1) if jacobian else \
+            (np.empty((0, 0, 0)), False, compiled, 0, 1, 1)
+        tail = (start, start + period * repeats, delta, repeats, self._table_base(),
+                *self.loop_slots)
+        point = (self.loop_kernels[0][4], head, middle, tail)
+        self.loop_point = {**(kept or {}), jacobian: point}
         return point
 
     def _table(self):

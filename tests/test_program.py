@@ -467,34 +467,32 @@ def test_a_program_too_wide_for_chunks_maps_one_point_at_a_time(loop_bodies):
 
 
 
-def test_a_loop_bodys_gradient_at_one_point_goes_straight_to_its_driver(loop_bodies):
-    # once the body is compiled, value_and_grad at one point calls the body's driver
-    # with arguments made once (~25 us of Python less a call): run()'s bits, at every
-    # point, from several threads at once
+def test_a_loop_bodys_calls_at_one_point_go_straight_to_its_driver(loop_bodies):
+    # once the body is compiled, value_and_grad and the value at one point call the
+    # body's driver with arguments made once (~25 us of Python less a call): run()'s
+    # bits, at every point, from several threads at once
     x = np.array([1.0, 0.3, 9.8, 0.1])
     c = at.compile(_long_pendulum, x)
     for _ in range(5):
         c.value_and_grad(x)
     c.wait_compiled()
     lean = c._lean("value", [x]).lean
-    assert lean._loop_point() is not None
+    assert lean._loop_point(True) is not None and lean._loop_point(False) is not None
     points = x * np.random.default_rng(2).uniform(0.8, 1.2, (12, 4))
-
-    def through_run(p):
-        values, jac = lean.run(p[None], jacobian=True)
-        return values[0, 0], jac[0, 0]
 
     def straight(p):
         value, grad = c.value_and_grad(p)
-        return float(value), grad.numpy()
+        return float(value), grad.numpy(), float(c(p))
     with concurrent.futures.ThreadPoolExecutor(3) as pool:
         got = list(pool.map(straight, points))
-    for p, (value, grad) in zip(points, got):
-        want_value, want_grad = through_run(p)
-        assert value == want_value and np.array_equal(grad, want_grad)
+    for p, (value, grad, alone) in zip(points, got):
+        values, jac = lean.run(p[None], jacobian=True)
+        assert value == alone == values[0, 0] and np.array_equal(grad, jac[0, 0])
+        assert lean.run(p[None])[0][0, 0] == alone
     # not for a program whose loop body is not compiled (yet)
     fresh = at.compile(_long_pendulum, x)._lean("value", [x]).lean
-    assert fresh._loop_point() is None and fresh.gradient_at(x, np.empty(4)) is None
+    assert fresh._loop_point(True) is None and fresh.gradient_at(x, np.empty(4)) is None
+    assert fresh.values_at(x) is None
 
 # a repetition of ~200 scalar instructions in no repeating order (a solver's step): 4 ops
 # drawn at random, each two instructions
