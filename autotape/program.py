@@ -445,7 +445,11 @@ class LeanProgram:
         elements, contiguous, any shape), in one call of the generated code (~1 us of
         Python beside the kernel, where ``run`` takes ~5) or of the compiled loop body's
         driver (``_loop_point``); None where that does not run it. The caller makes
-        ``grad``: numba's boxing of an array it returns costs ~0.7 us."""
+        ``grad``: numba's boxing of an array it returns costs ~0.7 us. A ``grad`` that
+        is not C-contiguous gives None (its reshape would be a copy, the gradient
+        written into that copy and lost)."""
+        if not grad.flags.c_contiguous:
+            return None
         kept = self._one_point()
         if kept is None:
             value = np.empty((1, 1))

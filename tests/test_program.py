@@ -493,6 +493,9 @@ def test_a_loop_bodys_calls_at_one_point_go_straight_to_its_driver(loop_bodies):
     fresh = at.compile(_long_pendulum, x)._lean("value", [x]).lean
     assert fresh._loop_point(True) is None and fresh.gradient_at(x, np.empty(4)) is None
     assert fresh.values_at(x) is None
+    # a gradient array the kernel cannot write in place is refused, not written to a copy
+    strided = np.empty(8)[::2]
+    assert lean.gradient_at(x, strided) is None
 
 # a repetition of ~200 scalar instructions in no repeating order (a solver's step): 4 ops
 # drawn at random, each two instructions
