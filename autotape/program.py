@@ -3,6 +3,7 @@ then evaluated at one point or at B points at once, on every core. compile.py us
 for every recording it can lower (``at.compile``, ``autotape.func.vmap``)."""
 import concurrent.futures
 import os
+import threading
 import time
 
 import numpy as np
@@ -34,6 +35,7 @@ from .tuning import (COMPILE_LOOP_AFTER, COMPRESS_MAX_INSTRUCTIONS, COMPRESS_MIN
 GENERATED_ENV = "AUTOTAPE_GENERATED"   # =0: programs run without codegen.py's kernels
 FLOAT64 = np.dtype(np.float64)
 POISON_SCRATCH = False       # tests set it: scratch starts as nan, not as the last call's
+_SOURCE_LOCK = threading.Lock()       # (LeanProgram._loop_code)
 
 
 def loop_of(f):
@@ -583,19 +585,54 @@ class LeanProgram:
         self.next_look = time.monotonic() + LOOK_EVERY
 
     def _compile_loop(self, dtype, group, wait):
-        if self.loop_code is None:              # (two threads may both write it: equal)
-            end = self.loop[0] + self.loop[1] * self.loop[2]
-            self.loop_code = loop_source(self.instr, self.loop, self.const_slots,
-                                         self._read_after(end), self.loop_table,
-                                         self.pool, self.divisor,
-                                         self.loop[0] + np.nonzero(self._unswept())[0],
-                                         self._active_before_loop())
-        kernels = loop_kernels(*self.loop_code, dtype, group, wait=wait, what=self.what)
+        code = self._loop_code(dtype, group, wait)
+        if code is None:
+            return False
+        kernels = loop_kernels(*code, dtype, group, wait=wait, what=self.what)
         if kernels is None:
             return False
         self.loop_kernels = kernels
         self.loop_ready = (self.loop_ready or frozenset()) | {(dtype, group)}
         return True
+
+    def _loop_code(self, dtype, group, wait):
+        """The loop body's (key, source) (kernels/loops.loop_source), written once per
+        program; unless ``wait``, on a thread beside the calls (Gray-Scott's 24 x 24 step:
+        ~0.2 s of Python, which stalled the call that asked for it), which then starts
+        the body's compile (or loads it from disk): None until the source is written.
+        (A daemon: a program that ends meanwhile does not wait for it.)"""
+        code = self.loop_code
+        if code is None:
+            written = concurrent.futures.Future()
+            with _SOURCE_LOCK:
+                if self.loop_code is None:
+                    self.loop_code = written
+                code = self.loop_code
+
+            def write():
+                try:
+                    written.set_result(self._loop_source(dtype, group, wait))
+                except BaseException as error:      # (raised by the call that takes
+                    written.set_exception(error)    # the result)
+            if code is written and wait:
+                write()
+            elif code is written:
+                threading.Thread(target=write, name="autotape-source", daemon=True).start()
+        if isinstance(code, concurrent.futures.Future):
+            if not wait and not code.done():
+                return None
+            self.loop_code = code = code.result()
+        return code
+
+    def _loop_source(self, dtype, group, wait):
+        end = self.loop[0] + self.loop[1] * self.loop[2]
+        code = loop_source(self.instr, self.loop, self.const_slots, self._read_after(end),
+                           self.loop_table, self.pool, self.divisor,
+                           self.loop[0] + np.nonzero(self._unswept())[0],
+                           self._active_before_loop())
+        if not wait:
+            loop_kernels(*code, dtype, group, wait=False, what=self.what)
+        return code
 
     def _active_before_loop(self):
         """Per slot, whether its value depends on the inputs, marked for the

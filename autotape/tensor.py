@@ -277,7 +277,7 @@ class Tensor(Traced):
         torch refuses it, because the result would silently leave the graph. ``.numpy()``
         and ``.detach()`` say so explicitly."""
         if self.requires_grad:
-            raise RuntimeError(REQUIRES_GRAD_NUMPY_MSG)
+            raise RuntimeError(NUMPY_ARRAY_OF_GRAD_MSG)
         a = self.numpy()
         if dtype is not None and a.dtype != dtype:
             return a.astype(dtype)
@@ -454,6 +454,13 @@ NON_LEAF_GRAD_MSG = (
 LEAF_INPLACE_MSG = "a leaf Variable that requires grad is being used in an in-place operation."
 REQUIRES_GRAD_NUMPY_MSG = ("Can't call numpy() on Tensor that requires grad. Use "
                            "tensor.detach().numpy() instead.")
+# numpy's implicit conversion (np.array([t0, t1]) in a model's step): torch's words, then
+# why detaching is no fix there
+NUMPY_ARRAY_OF_GRAD_MSG = REQUIRES_GRAD_NUMPY_MSG + (
+    " (np.array, np.asarray or storing into a numpy array, as in np.array([t0, t1]), "
+    "would lose the gradient, detached or not. Build the array with autotape ops: "
+    "np.stack([t0, t1]) or np.concatenate, which autotape records, or x = at.zeros(n) "
+    "and x[i] = t on a Tensor.)")
 LEAF_VIEW_INPLACE_MSG = ("a view of a leaf Variable that requires grad is being used in an "
                       "in-place operation.")
 NONLEAF_NO_GRAD_INPLACE_MSG = (

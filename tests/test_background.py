@@ -10,6 +10,7 @@ import os
 import subprocess
 import sys
 import textwrap
+import threading
 import time
 
 import numpy as np
@@ -17,6 +18,7 @@ import pytest
 
 import autotape as at
 import autotape.func as F
+import autotape.program as program
 from autotape.kernels import background, loops
 
 BODY_OPS = ("sin", "tanh", "cos")
@@ -56,6 +58,13 @@ def _lean(c):
     return c._programs[next(iter(c._programs))].lean
 
 
+def _source_written(lean):
+    """Wait for the thread writing the body's source, which then starts its helper."""
+    code = lean.loop_code
+    if code is not None and not isinstance(code, tuple):
+        code.result(timeout=60)
+
+
 def _interpreted(model):
     plain = at.compile(model, THETA)
     _lean(plain).loop = None
@@ -78,6 +87,7 @@ def test_calls_run_the_interpreter_until_the_body_compiled_beside_them_is_ready(
     assert lean.loop_kernels is None                         # (the helper takes seconds)
     for (v, g), (wv, wg) in zip(got, want):                  # the interpreter's: bit for bit
         assert v.item() == wv.item() and g.numpy().tolist() == wg.numpy().tolist()
+    _source_written(lean)
     err = capfd.readouterr().err
     assert err.count("compiling the loop in model (test_background.py, line") == 1
     assert "beside the calls" in err
@@ -102,6 +112,35 @@ def test_calls_run_the_interpreter_until_the_body_compiled_beside_them_is_ready(
     np.testing.assert_allclose(F.vmap(c.grad)(points).numpy(),
                                F.vmap(plain.grad)(points).numpy(), rtol=1e-12)
     assert "compiling the loop" not in capfd.readouterr().err   # loaded, never said again
+
+
+def test_the_bodys_source_is_written_beside_the_calls(monkeypatch):
+    """Writing a body's source is Python (Gray-Scott's 24 x 24 step: ~0.2 s): a thread
+    writes it while the calls go on interpreting, the call that asked included."""
+    monkeypatch.setenv(background.ENABLED_ENV, "1")
+    release, writers = threading.Event(), []
+
+    def slow_source(*args):
+        writers.append(threading.current_thread().name)
+        assert release.wait(60)
+        return loops.loop_source(*args)
+    monkeypatch.setattr(program, "loop_source", slow_source)
+    model = _model(_seed())
+    c, plain = at.compile(model, THETA), _interpreted(model)
+    lean = _lean(c)
+    for s in (1.0, 1.1, 0.9, 1.2):                  # (the 2nd asks for it: held back)
+        v, g = c.value_and_grad(THETA * s)
+        wv, wg = plain.value_and_grad(THETA * s)
+        assert v.item() == wv.item() and g.numpy().tolist() == wg.numpy().tolist()
+    assert writers and writers[0].startswith("autotape-source")
+    assert lean.loop_kernels is None and not isinstance(lean.loop_code, tuple)
+    release.set()
+    c.wait_compiled()
+    assert isinstance(lean.loop_code, tuple) and len(writers) == 1
+    assert lean.loop_ready == {(np.dtype(np.float64), "reverse")}
+    v, g = c.value_and_grad(THETA)
+    np.testing.assert_allclose(g.numpy(), plain.value_and_grad(THETA)[1].numpy(),
+                               rtol=1e-13)
 
 
 _SECOND_PROCESS = textwrap.dedent("""
@@ -168,10 +207,11 @@ _EXITING = textwrap.dedent("""
     import autotape as at
     from autotape.kernels import background
     sys.path.insert(0, {tests!r})
-    from test_background import _model, THETA
+    from test_background import _model, _lean, _source_written, THETA
     c = at.compile(_model({seed}), THETA)
     c.grad(THETA)
     c.grad(THETA)
+    _source_written(_lean(c))
     print(*[j.process.pid for j in background._jobs.values() if j.process is not None])
 """)
 

@@ -190,6 +190,24 @@ def test_numpy_never_converts_a_tensor_that_requires_grad_silently():
     assert np.asarray(at.grad((x * x).sum(), x)[0]).tolist() == [2.0, 4.0]
 
 
+def test_np_array_of_tensors_in_a_compiled_step_says_what_records_instead():
+    """A model's ``np.array([dx, dy])``: torch's words, then that detaching loses the
+    gradient too and what builds the array instead; that way gives the same gradient."""
+    def rhs(p, np_array):
+        return np_array([p[0] * p[1], -p[2] * p[0]])
+
+    def f(p, np_array=np.array):
+        y = rhs(p, np_array)
+        return (y * y).sum()
+    p = np.array([1.0, 2.0, 3.0])
+    with pytest.raises(RuntimeError, match="Can't call numpy\\(\\) on Tensor that "
+                       "requires grad.*detached or not.*np.stack"):
+        at.compile(f, p)
+    value, grad = at.compile(lambda q: f(q, np.stack), p).value_and_grad(p)
+    assert float(value) == 13.0
+    assert grad.tolist() == [26.0, 4.0, 6.0]
+
+
 def test_in_place_on_non_leaf_under_no_grad_is_refused():
     x = at.ones(2, requires_grad=True)
     y = x * 2
