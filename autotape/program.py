@@ -608,16 +608,17 @@ class LeanProgram:
                 if self.loop_code is None:
                     self.loop_code = written
                 code = self.loop_code
-
-            def write():
-                try:
-                    written.set_result(self._loop_source(dtype, group, wait))
-                except BaseException as error:      # (raised by the call that takes
-                    written.set_exception(error)    # the result)
-            if code is written and wait:
-                write()
-            elif code is written:
-                threading.Thread(target=write, name="autotape-source", daemon=True).start()
+            if code is written:
+                def write():
+                    try:
+                        written.set_result(self._loop_source(dtype, group, wait))
+                    except BaseException as error:      # (raised by the call that
+                        written.set_exception(error)    # takes the result)
+                if wait:
+                    write()
+                else:
+                    threading.Thread(target=write, name="autotape-source",
+                                     daemon=True).start()
         if isinstance(code, concurrent.futures.Future):
             if not wait and not code.done():
                 return None

@@ -118,10 +118,11 @@ def test_the_bodys_source_is_written_beside_the_calls(monkeypatch):
     """Writing a body's source is Python (Gray-Scott's 24 x 24 step: ~0.2 s): a thread
     writes it while the calls go on interpreting, the call that asked included."""
     monkeypatch.setenv(background.ENABLED_ENV, "1")
-    release, writers = threading.Event(), []
+    started, release, writers = threading.Event(), threading.Event(), []
 
     def slow_source(*args):
         writers.append(threading.current_thread().name)
+        started.set()
         assert release.wait(60)
         return loops.loop_source(*args)
     monkeypatch.setattr(program, "loop_source", slow_source)
@@ -132,7 +133,7 @@ def test_the_bodys_source_is_written_beside_the_calls(monkeypatch):
         v, g = c.value_and_grad(THETA * s)
         wv, wg = plain.value_and_grad(THETA * s)
         assert v.item() == wv.item() and g.numpy().tolist() == wg.numpy().tolist()
-    assert writers and writers[0].startswith("autotape-source")
+    assert started.wait(60) and writers[0].startswith("autotape-source")
     assert lean.loop_kernels is None and not isinstance(lean.loop_code, tuple)
     release.set()
     c.wait_compiled()
