@@ -602,8 +602,12 @@ class LeanProgram:
         the body's compile (or loads it from disk): None until the source is written.
         (A daemon: a program that ends meanwhile does not wait for it.)"""
         code = self.loop_code
-        if code is None:
+        if isinstance(code, concurrent.futures.Future) and not code.done() and \
+                code.pid != os.getpid():
+            self.loop_code = code = None        # (a forked child: the parent's writing
+        if code is None:                        # thread does not exist here)
             written = concurrent.futures.Future()
+            written.pid = os.getpid()
             with _SOURCE_LOCK:
                 if self.loop_code is None:
                     self.loop_code = written

@@ -7,6 +7,7 @@ program.
 Each test compiles a body of its own, drawn at random (so that it is not on disk yet:
 the suite otherwise runs with AUTOTAPE_BACKGROUND_COMPILE=0, see conftest.py)."""
 import os
+import signal
 import subprocess
 import sys
 import textwrap
@@ -135,6 +136,16 @@ def test_the_bodys_source_is_written_beside_the_calls(monkeypatch):
         assert v.item() == wv.item() and g.numpy().tolist() == wg.numpy().tolist()
     assert started.wait(60) and writers[0].startswith("autotape-source")
     assert lean.loop_kernels is None and not isinstance(lean.loop_code, tuple)
+    pid = os.fork()                 # a child forked meanwhile has no writing thread:
+    if pid == 0:                    # it writes the source itself, never waits forever
+        try:
+            signal.alarm(60)
+            release.set()
+            code = lean._loop_code(np.dtype(np.float64), "reverse", True)
+            os._exit(0 if isinstance(code, tuple) and len(writers) == 2 else 1)
+        finally:
+            os._exit(2)
+    assert os.waitpid(pid, 0)[1] == 0
     release.set()
     c.wait_compiled()
     assert isinstance(lean.loop_code, tuple) and len(writers) == 1
