@@ -38,6 +38,16 @@ POISON_SCRATCH = False       # tests set it: scratch starts as nan, not as the l
 _SOURCE_LOCK = threading.Lock()       # (LeanProgram._loop_code)
 
 
+def _in_forked_child():
+    """A lock another thread of the parent held at a fork stays held in the child."""
+    global _SOURCE_LOCK
+    _SOURCE_LOCK = threading.Lock()
+
+
+if hasattr(os, "register_at_fork"):
+    os.register_at_fork(after_in_child=_in_forked_child)
+
+
 def loop_of(f):
     """What messages call the loop of the user's function f: "the loop in pendulum
     (model.py, line 12)"."""

@@ -155,6 +155,43 @@ def test_the_bodys_source_is_written_beside_the_calls(monkeypatch):
                                rtol=1e-13)
 
 
+def test_a_forked_child_has_its_own_helpers_and_free_locks():
+    """A child forked while another thread holds autotape's compile locks gets free
+    ones (the holder does not exist there), and the parent's helpers are not its own:
+    it neither waits for one nor stops one at its exit."""
+    key = "test: a helper of the parent"
+    job = background.Job("import time\ntime.sleep(120)\n", [], "a sleeping helper")
+    assert background._start(job)
+    background._jobs[key] = job
+    held, release = threading.Event(), threading.Event()
+
+    def hold():
+        with background._lock, loops._lock, program._SOURCE_LOCK:
+            held.set()
+            release.wait(60)
+    holder = threading.Thread(target=hold)
+    holder.start()
+    try:
+        assert held.wait(60)
+        pid = os.fork()
+        if pid == 0:
+            try:
+                signal.alarm(60)
+                with background._lock, loops._lock, program._SOURCE_LOCK:
+                    pass
+                mine = background.state(key) is None
+                background._stop_helpers()              # (what its exit runs)
+                os._exit(0 if mine else 1)
+            finally:
+                os._exit(2)
+        assert os.waitpid(pid, 0)[1] == 0
+        assert job.process.poll() is None and background.state(key) == background.RUNNING
+    finally:
+        release.set()
+        holder.join()
+        background.settled(key)
+
+
 _SECOND_PROCESS = textwrap.dedent("""
     import sys
     import numpy as np

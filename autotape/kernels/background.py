@@ -60,6 +60,20 @@ _queue = collections.deque()      # keys of queued jobs, oldest first
 _lock = threading.Lock()
 
 
+def _in_forked_child():
+    """A forked child has its own queue: the parent's helpers are not its children (it
+    could neither wait for one nor should its exit stop one), and a lock some other
+    thread of the parent held at the fork would stay held here forever."""
+    global _lock
+    _lock = threading.Lock()
+    _jobs.clear()
+    _queue.clear()
+
+
+if hasattr(os, "register_at_fork"):
+    os.register_at_fork(after_in_child=_in_forked_child)
+
+
 def submit(key, code, args, what):
     """Start compiling ``key`` beside the calls (queued behind a running helper) unless
     it already is; returns its state."""

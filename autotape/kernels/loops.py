@@ -1247,6 +1247,17 @@ def _functions(body, points):
 
 _lock = threading.Lock()
 
+
+def _in_forked_child():
+    """A lock another thread of the parent held at a fork stays held in the child: it
+    gets a new one."""
+    global _lock
+    _lock = threading.Lock()
+
+
+if hasattr(os, "register_at_fork"):
+    os.register_at_fork(after_in_child=_in_forked_child)
+
 KERNEL_NAMES = ("forward", "reverse", "clear", "tangent", "run")
 _ARGUMENTS = {"forward": "V i i i i i i", "reverse": "V V i i i i i i", "clear": "V i i i i i",
               "tangent": "V V i i i i i i",
