@@ -1,4 +1,4 @@
-"""The zoo (zoo.py): eight simulations written as scientists write them, value +
+"""The zoo (zoo.py): nine simulations written as scientists write them, value +
 gradient with ``at.compile`` beside ``jax.jit`` (the loop a ``lax.fori_loop``) and a
 numba forward-only run (the floor), each group one model; gradients checked against
 jax's. ``at.jit`` of the numba versions where it records them; the ensemble: 1024

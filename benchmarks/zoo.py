@@ -10,7 +10,8 @@ Each returns a scalar loss of its parameters ``p`` (``PARAMS[name]``). Together 
 cover what issue #27 lists: forcing from the loop index, forcing data indexed by step,
 a 2-D stencil with np.roll, slices and concatenate at the boundaries, a loss summed
 inside the loop, pairwise forces with broadcasting and sums over an axis, Newton
-iterations inside a step; the ensemble is test_zoo.py's vmap of one of them.
+iterations inside a step, small matmuls; the ensemble is test_zoo.py's vmap of one of
+them.
 """
 import math
 
@@ -391,6 +392,55 @@ def lorenz96_numba(p):
     return ((x - 8.0) ** 2).mean()
 
 
+# ---- 9. a neural ODE: small matmuls (a weight matrix of parameters) --------------------------
+
+UNITS, NODE_STEPS, NODE_H = 8, 300, 0.05
+NODE_START = np.linspace(-1.0, 1.0, UNITS)
+NODE_TARGET = np.cos(np.arange(NODE_STEPS)[:, None] * 0.02 + np.arange(UNITS)[None, :])
+
+
+def neural_ode(p):
+    """p: an UNITS x UNITS weight matrix and a bias; Euler steps of dx/dt = tanh(W x + b)
+    - x, the misfit to a target trajectory summed inside the loop."""
+    w, b = p[:UNITS * UNITS].reshape(UNITS, UNITS), p[UNITS * UNITS:]
+    x, loss = NODE_START, 0.0
+    for i in range(NODE_STEPS):
+        x = x + NODE_H * (np.tanh(w @ x + b) - x)
+        loss = loss + ((x - NODE_TARGET[i]) ** 2).sum()
+    return loss / NODE_STEPS
+
+
+def neural_ode_jax(jax):
+    jnp = jax.numpy
+
+    def f(p):
+        w, b = p[:UNITS * UNITS].reshape(UNITS, UNITS), p[UNITS * UNITS:]
+
+        def body(i, carry):
+            x, loss = carry
+            x = x + NODE_H * (jnp.tanh(w @ x + b) - x)
+            return x, loss + ((x - jnp.asarray(NODE_TARGET)[i]) ** 2).sum()
+        _, loss = jax.lax.fori_loop(0, NODE_STEPS, body, (jnp.asarray(NODE_START), 0.0))
+        return loss / NODE_STEPS
+    return f
+
+
+@numba.njit(cache=True)
+def neural_ode_numba(p):
+    x, z = NODE_START.copy(), np.empty(UNITS)
+    loss = 0.0
+    for i in range(NODE_STEPS):
+        for r in range(UNITS):
+            s = 0.0
+            for c in range(UNITS):
+                s += p[r * UNITS + c] * x[c]
+            z[r] = np.tanh(s + p[UNITS * UNITS + r])
+        for r in range(UNITS):
+            x[r] += NODE_H * (z[r] - x[r])
+            loss += (x[r] - NODE_TARGET[i, r]) ** 2
+    return loss / NODE_STEPS
+
+
 PARAMS = {
     "driven_pendulum": np.array([0.3, 0.1, 1.0, 0.2]),
     "spring_chain": np.array([1.5, 0.2, 4.0]),
@@ -400,6 +450,8 @@ PARAMS = {
     "n_body": np.random.default_rng(0).uniform(-1.0, 1.0, 2 * BODIES),
     "implicit_euler": np.array([2.0, 1.0, 0.5]),
     "lorenz96": np.array([8.0, 1.0]),
+    "neural_ode": np.concatenate([np.random.default_rng(2).normal(0.0, 0.4, UNITS * UNITS),
+                                  np.linspace(-0.2, 0.2, UNITS)]),
 }
 MODELS = sorted(PARAMS)
 
