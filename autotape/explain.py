@@ -16,8 +16,8 @@ import sys
 import numpy as np
 
 from .kernels.loops import repetition
-from .tuning import MIN_COVERED, MIN_REPEATS
-from .opcodes import opcode_name
+from .tuning import BLAS_MIN_FLOPS, MIN_COVERED, MIN_REPEATS
+from .opcodes import MATMUL, opcode_name
 from .program import LeanProgram
 from .thread_state import here
 
@@ -52,8 +52,11 @@ def explain(compiled, args):
                              why=unsupported)
     if lean is None:
         row = unsupported[0]
+        why = f" (a product of {BLAS_MIN_FLOPS} multiply-adds or more runs through BLAS, " \
+            "whose rounding lean instructions would not repeat)" if tape.op(row) == MATMUL \
+            else ""
         say.append(f"Its {opcode_name(tape.op(row)).lower()} at {lines.of(tape, row)} has no "
-                   "lean form, so calls replay its tape (the interpreter of rows), and "
+                   f"lean form{why}, so calls replay its tape (the interpreter of rows), and "
                    "no loop is looked for.")
         return "\n".join(say)
     count = lean.instr.shape[0]

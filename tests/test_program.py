@@ -19,7 +19,7 @@ from test_op_table import SAMPLES, _recorded_ops
 
 # the ops the lean program leaves to the tape's interpreting kernels
 NOT_LOWERED = {opcodes.MAX, opcodes.MIN, opcodes.PROD, opcodes.CUMSUM, opcodes.CUMPROD,
-               opcodes.MATMUL, opcodes.INV, opcodes.SOLVE, opcodes.SLOGDET, opcodes.DET,
+               opcodes.INV, opcodes.SOLVE, opcodes.SLOGDET, opcodes.DET,
                opcodes.CHOLESKY, opcodes.EIGH, opcodes.SVD, opcodes.PINV}
 
 
@@ -105,7 +105,7 @@ def test_vmap_of_several_arguments_and_outputs():
 
 
 def test_vmap_of_a_recording_on_the_tape_path_and_of_plain_functions():
-    c = at.compile(lambda x: (x.reshape(2, 2) @ x.reshape(2, 2)).sum(), np.ones(4))
+    c = at.compile(lambda x: at.linalg.inv(x.reshape(2, 2) + 3 * np.eye(2)).sum(), np.ones(4))
     xs = np.arange(12.0).reshape(3, 4)
     np.testing.assert_array_equal(F.vmap(c.grad)(xs).numpy(),
                                   np.stack([c.grad(x).numpy() for x in xs]))
@@ -286,6 +286,17 @@ def _burgers(p):
     return (u * u).sum()
 
 
+_STATE_MATRIX = np.array([[0.9, 0.1, 0.0], [-0.2, 0.8, 0.1], [0.05, 0.0, 0.95]])
+
+
+def _state_space(p):
+    """A linear state-space model with a nonlinear read-out: a small matmul a step."""
+    x = p[:3]
+    for _ in range(60):
+        x = _STATE_MATRIX.astype(p.dtype) @ x + p[3] * np.tanh(x)
+    return (x * x).sum()
+
+
 def _with_dead_work(theta):
     """Two outputs; the body's sqrt(0) (derivative inf) reaches only the second."""
     x, other = theta[0], theta[1] * 0.0
@@ -313,7 +324,8 @@ def _on_interpreter(c):
     (_reaction_diffusion_2d, np.array([0.2, 0.5])),
     (_n_body, np.random.default_rng(0).normal(size=10)),
     (_burgers, np.array([0.5])),
-], ids=["pendulum", "driven", "heat", "2-D roll", "n-body", "burgers"])
+    (_state_space, np.array([1.0, -0.5, 0.3, 0.05])),
+], ids=["pendulum", "driven", "heat", "2-D roll", "n-body", "burgers", "matmul"])
 @pytest.mark.parametrize("dtype", [np.float64, np.float32])
 def test_compiled_loops_give_the_interpreters_answers(f, x, dtype, poisoned, loop_bodies):
     x = x.astype(dtype)
@@ -536,6 +548,75 @@ def test_a_loop_survives_pickling():
     np.testing.assert_array_equal(g.numpy(), c.grad(x).numpy())
 
 
+def _loop_matmul(a, b):
+    """numpy's matmul as the tape's replay computes a small one: per output element,
+    the products in the order of the inner index, summed from 0.0."""
+    a2 = a.reshape((1,) * (b.ndim - a.ndim) + a.shape) if a.ndim > 1 else a[None, :]
+    b2 = b.reshape((1,) * (a.ndim - b.ndim) + b.shape) if b.ndim > 1 else b[:, None]
+    batch = np.broadcast_shapes(a2.shape[:-2], b2.shape[:-2])
+    a2 = np.broadcast_to(a2, batch + a2.shape[-2:])
+    b2 = np.broadcast_to(b2, batch + b2.shape[-2:])
+    out = np.zeros(batch + (a2.shape[-2], b2.shape[-1]))
+    for t in np.ndindex(*batch):
+        for r in range(a2.shape[-2]):
+            for c in range(b2.shape[-1]):
+                s = 0.0
+                for p in range(a2.shape[-1]):
+                    s += a2[t + (r, p)] * b2[t + (p, c)]
+                out[t + (r, c)] = s
+    return out.reshape(np.matmul(a, b).shape)
+
+
+@pytest.mark.parametrize("sa, sb", [
+    ((4, 5), (5,)), ((5,), (5, 3)), ((3, 5), (5, 4)), ((7,), (7,)), ((2, 3, 4), (4,)),
+    ((2, 1, 3, 4), (3, 4, 2)), ((3, 1), (1, 4)), ((1, 4), (4, 1)), ((3, 0), (0, 2)),
+], ids=str)
+def test_a_small_matmul_is_lowered_with_the_replays_bits(sa, sb):
+    """A matmul below BLAS's size becomes products and a sum over the inner index in
+    the replay's order: the same bits as its loops, the gradient of every operand, the
+    forward-mode and batched runners alike."""
+    rng = np.random.default_rng(len(sa) * 10 + len(sb))
+    na = int(np.prod(sa))
+
+    def f(x):
+        a, b = x[:na].reshape(sa), x[na:].reshape(sb)
+        return (a @ b) * 2.0
+
+    x = rng.standard_normal(na + int(np.prod(sb)))
+    c = at.compile(f, x)
+    out = c(x).numpy()
+    assert all(p.lean is not None for p in c._programs.values())
+    np.testing.assert_array_equal(out, _loop_matmul(x[:na].reshape(sa), x[na:].reshape(sb))
+                                  * 2.0)
+    eager = at.tensor(x, requires_grad=True)
+    want = at.func.jacrev(f)(x).numpy()
+    np.testing.assert_allclose(c.jacobian(x).numpy(), want, rtol=1e-13, atol=1e-15)
+    np.testing.assert_allclose(c.jacfwd(x).numpy(), want, rtol=1e-13, atol=1e-15)
+    xs = x + 0.1 * rng.standard_normal((5, x.size))
+    batched = F.vmap(c)(xs).numpy()
+    for k in range(5):
+        np.testing.assert_array_equal(batched[k], c(xs[k]).numpy())
+    if out.size:
+        loss = at.compile(lambda x: (np.tanh(f(x)) ** 2).sum(), x)
+        np.testing.assert_allclose(loss.grad(x).numpy(),
+                                   at.grad((np.tanh(f(eager)) ** 2).sum(), eager)[0].numpy(),
+                                   rtol=1e-13, atol=1e-14)
+
+
+def test_a_matmul_of_blas_size_replays_its_tape_and_explain_says_why():
+    """From BLAS_MIN_FLOPS multiply-adds a block the replay calls BLAS, whose rounding
+    lean instructions would not repeat: that program stays on the tape."""
+    n = 16                                              # 16^3 = BLAS_MIN_FLOPS
+    x = np.random.default_rng(0).standard_normal(n * n)
+    c = at.compile(lambda x: (x.reshape(n, n) @ x.reshape(n, n)).sum(), x)
+    c(x)
+    assert all(p.lean is None for p in c._programs.values())
+    assert "multiply-adds" in c.explain(x)
+    small = at.compile(lambda x: (x.reshape(n, n) @ x.reshape(n, n)[:, :15]).sum(), x)
+    small(x)
+    assert all(p.lean is not None for p in small._programs.values())
+
+
 def test_no_loop_in_short_or_irregular_programs():
     c = at.compile(lambda x: (at.sin(x) * x).sum(), np.ones(3))
     assert c._programs[("value", (3,))].lean.loop is None
@@ -547,7 +628,8 @@ def test_no_loop_in_short_or_irregular_programs():
     (_heat, np.full(16, 0.4)),
     (_reaction_diffusion_2d, np.array([0.2, 0.5])),
     (_n_body, np.random.default_rng(0).normal(size=10)),
-], ids=["pendulum", "driven", "heat", "2-D roll", "n-body"])
+    (_state_space, np.array([1.0, -0.5, 0.3, 0.05])),
+], ids=["pendulum", "driven", "heat", "2-D roll", "n-body", "matmul"])
 def test_compiled_loops_at_many_points(f, x, poisoned, loop_bodies):
     """vmap through a compiled loop body (chunks of points, threads): the interpreter's
     answers, for every point of an uneven last chunk too."""

@@ -21,7 +21,7 @@ from ..tuning import BLAS_MIN_FLOPS, SPARSE_LANES_RATIO
 
 
 @register_jitable
-def _matmul_dims(ctx, i):
+def matmul_dims(ctx, i):
     """Operands, their shapes, the (n, k) @ (k, m) core and the broadcast batch (its
     shape and size) of a matmul row."""
     a, b = ctx.rows[i, A], ctx.rows[i, B]
@@ -40,7 +40,7 @@ def _matmul_dims(ctx, i):
 @register_jitable
 def matmul_vjp(ctx, i, which=3):
     """The VJP into operand a (``which & 1``) and b (``which & 2``)."""
-    a, b, sa, sb, n, k, m, batch, nb = _matmul_dims(ctx, i)
+    a, b, sa, sb, n, k, m, batch, nb = matmul_dims(ctx, i)
     if nb == 1 and sa.size <= 2 and sb.size <= 2:
         _matmul_block(ctx, i, a, b, n, k, m, 0, 0, 0, True, which)
         return
@@ -196,7 +196,7 @@ def _matmul_block(ctx, i, a, b, n, k, m, oa, ob, og, first, which):
 @register_jitable
 def matmul_forward(ctx, i):
     """Recompute a matmul row's value, block by block of the broadcast batch."""
-    a, b, sa, sb, n, k, m, batch, nb = _matmul_dims(ctx, i)
+    a, b, sa, sb, n, k, m, batch, nb = matmul_dims(ctx, i)
     z = value(ctx, i)
     if k == 0 or z.size == 0:
         z[:] = 0.0

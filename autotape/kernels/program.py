@@ -6,8 +6,10 @@ and turns each row into one instruction: an elementwise op reading its operands'
 with a stride of 1 or 0 (a broadcast operand first gathered into slots of its own), a
 GATHER (reshape, views, concatenation, take, index assignment: every output element is
 one input element, found by running the row's own forward on slot numbers), or a
-SCATTER_ADD (sum and mean reductions, the scatters). Rows it cannot express (max / min
-/ prod reductions, scans, linear algebra) leave the tape to the interpreting sweep.
+SCATTER_ADD (sum and mean reductions, the scatters); a small matmul is a MUL of its
+products and a SCATTER_ADD of them (``_emit_matmul``). Rows it cannot express (max /
+min / prod reductions, scans, a matmul BLAS computes, linear algebra) leave the tape to
+the interpreting sweep.
 
 Running (``run_points``): the values of B points live as ``V[slot][point]``, the point
 innermost, so each instruction is one contiguous loop over points. Points go in chunks
@@ -22,16 +24,17 @@ import numpy as np
 from numba import prange
 from numba.extending import register_jitable
 
-from ..opcodes import (ADD, BINARY_LAST, CONCAT, CUSTOM, DIV, MEAN, MUL, PUT_ADD, RESHAPE,
-                       SCATTER, SETITEM, SOURCE_LAST, STRIDED, SUB, SUM, TAKE, UNARY_LAST,
-                       WHERE)
+from ..opcodes import (ADD, BINARY_LAST, CONCAT, CUSTOM, DIV, MATMUL, MEAN, MUL, PUT_ADD,
+                       RESHAPE, SCATTER, SETITEM, SOURCE_LAST, STRIDED, SUB, SUM, TAKE,
+                       UNARY_LAST, WHERE)
 from ..tape_format import A, AUX, B, OP, VLOC, array_location, operand, operand_count, \
     where_condition
 from .cache import cached_njit, distinct
-from .context import operand_map, shape_of, size_of, sweep_context, value
+from .context import broadcast_map, operand_map, shape_of, size_of, sweep_context, value
 from .elementwise import (binary_partial_x, binary_partial_y, binary_value, passes_nothing,
                           selects, tangent_times, times, unary_partial, unary_value)
 from .indexing import indexing_forward, pattern_map
+from .linalg import matmul_dims
 from .instruction_format import (COPY, GATHER, I_A, I_B, I_C, I_N, I_OP, I_OUT, I_P,
                                  I_SA, I_SB, I_SC, SCATTER_ADD, WIDTH, as_instructions,
                                  encode_call, encode_copy, encode_elementwise, encode_gather,
@@ -39,7 +42,7 @@ from .instruction_format import (COPY, GATHER, I_A, I_B, I_C, I_N, I_OP, I_OUT, 
                                  mark_producers, operand_columns, operand_fields,
                                  operand_slot, operand_stride, producers, set_field_slot)
 from .reduce import kept_map
-from ..tuning import LANES, LANES_MIN, MAX_PIECES
+from ..tuning import BLAS_MIN_FLOPS, LANES, LANES_MIN, MAX_PIECES
 
 LOWERED, UNSUPPORTED = 0, 1
 
@@ -85,6 +88,9 @@ def lower(rows, ipool, shape_ndim, shape_start, shape_dims, shape_size, arena_ad
     for i in range(n):
         if needed[i] and rows[i, OP] > SOURCE_LAST:
             op, sz = rows[i, OP], size_of(real, i)
+            if op == MATMUL and _lowers_matmul(real, i, dgemm):   # its products, and
+                spread[i, 0] = ns                                   # operands gathered
+                ns += 3 * _products(real, i)
             if op <= BINARY_LAST or op == WHERE:
                 for t in range(3):
                     r = _elementwise_operand(rows, ipool, i, t)
@@ -178,6 +184,8 @@ def lower(rows, ipool, shape_ndim, shape_start, shape_dims, shape_size, arena_ad
                 dst = kept_map(real, i, a)
             encode_scatter_add(code, pool, out, sz, slot[a], dst)
             divisor.append(m / sz if op == MEAN else 1.0)
+        elif op == MATMUL and _lowers_matmul(real, i, dgemm):
+            _emit_matmul(code, pool, divisor, real, i, slot, spread[i, 0])
         elif op == CUSTOM and call_rows[i]:        # (the row itself in I_A)
             params = rows[i, AUX]                  # (custom_params: count, rows)
             slots = np.empty(ipool[params], np.int64)
@@ -334,6 +342,62 @@ def _emit_gather(code, pool, divisor, out, src):
                 start = k
         return
     encode_gather(code, pool, out, src)
+    divisor.append(1.0)
+
+
+@register_jitable
+def _lowers_matmul(ctx, i, dgemm):
+    """Whether a matmul row has a lean form: the replay computes its blocks by loops
+    (below BLAS_MIN_FLOPS multiply-adds a block, or without BLAS), whose order of
+    rounding the lean instructions repeat; BLAS's they would not."""
+    _, _, _, _, n, k, m, _, _ = matmul_dims(ctx, i)
+    return dgemm == 0 or n * k * m < BLAS_MIN_FLOPS
+
+
+@register_jitable
+def _products(ctx, i):
+    """How many products a matmul row's lowering forms: one per multiply-add."""
+    _, _, _, _, n, k, m, _, nb = matmul_dims(ctx, i)
+    return nb * n * k * m
+
+
+@register_jitable
+def _emit_matmul(code, pool, divisor, ctx, i, slot, at):
+    """A matrix product below BLAS's size as the tape's replay computes it
+    (linalg.matmul_forward's loops): each product of the batch's blocks formed by one MUL
+    (into the ``at`` slots), then summed into its output element from 0.0 in the order
+    of the inner index by one SCATTER_ADD; the same bits. The products run along the
+    inner index for a matrix times a vector, else along the output's rows; an operand
+    whose elements the products read in order is read in place, the other gathered
+    first (slots after the products'). Every runner of a lean program then runs it, and
+    the loop finder sees its parts."""
+    a, b, sa, sb, n, k, m, batch, nb = matmul_dims(ctx, i)
+    count = nb * n * k * m
+    ma = broadcast_map(sa[:max(sa.size - 2, 0)], batch)        # batch -> operand block
+    mb = broadcast_map(sb[:max(sb.size - 2, 0)], batch)
+    src = np.empty((2, count), np.int64)
+    dst = np.empty(count, np.int64)
+    e = 0
+    for t in range(nb):
+        for r in range(n):
+            for u in range(k * m):                  # (p) or (p, c), p the inner index
+                p, c = (u, 0) if m == 1 else (u // m, u % m)
+                src[0, e] = slot[a] + ma[t] * n * k + r * k + p
+                src[1, e] = slot[b] + mb[t] * k * m + p * m + c
+                dst[e] = t * n * m + r * m + c
+                e += 1
+    if count > 0:
+        where = np.empty(2, np.int64)
+        for t in range(2):
+            where[t] = src[t, 0]
+            for e in range(1, count):
+                if src[t, e] != src[t, e - 1] + 1:
+                    where[t] = at + count * (t + 1)
+                    _emit_gather(code, pool, divisor, where[t], src[t])
+                    break
+        encode_elementwise(code, MUL, at, count, where[0], where[1], -1, 1, 1, 0)
+        divisor.append(1.0)
+    encode_scatter_add(code, pool, slot[i], n * m * nb, at, dst)
     divisor.append(1.0)
 
 
