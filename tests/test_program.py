@@ -9,6 +9,8 @@ import types
 
 import numpy as np
 import pytest
+from hypothesis import HealthCheck, given, settings
+from hypothesis import strategies as st
 
 import autotape as at
 import autotape.func as F
@@ -601,6 +603,36 @@ def test_a_small_matmul_is_lowered_with_the_replays_bits(sa, sb):
         np.testing.assert_allclose(loss.grad(x).numpy(),
                                    at.grad((np.tanh(f(eager)) ** 2).sum(), eager)[0].numpy(),
                                    rtol=1e-13, atol=1e-14)
+
+
+@settings(max_examples=30, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+@given(st.data())
+def test_random_matmuls_are_lowered_with_the_replays_bits(data):
+    """Random 1-D, 2-D and batched operands, their batch axes broadcast: the compiled
+    value has the replay loops' bits and its gradient is eager's."""
+    n, k, m = (data.draw(st.integers(1, 4)) for _ in range(3))
+    batch = data.draw(st.lists(st.integers(1, 3), max_size=2))
+    sa = tuple(data.draw(st.sampled_from([1, d])) for d in batch) + (n, k) \
+        if data.draw(st.booleans()) else (k,)
+    sb = tuple(batch[len(batch) - data.draw(st.integers(0, len(batch))):]) + (k, m) \
+        if data.draw(st.booleans()) else (k,)
+    na = int(np.prod(sa))
+    x = np.random.default_rng(data.draw(st.integers(0, 99))).standard_normal(
+        na + int(np.prod(sb)))
+
+    def f(x):
+        return np.sin(x[:na].reshape(sa) @ x[na:].reshape(sb) * 1.0).sum()
+
+    def product(x):
+        return x[:na].reshape(sa) @ x[na:].reshape(sb) * 1.0
+
+    c = at.compile(product, x)
+    np.testing.assert_array_equal(c(x).numpy(), _loop_matmul(x[:na].reshape(sa),
+                                                             x[na:].reshape(sb)))
+    assert all(p.lean is not None for p in c._programs.values())
+    eager = at.tensor(x, requires_grad=True)
+    np.testing.assert_allclose(at.compile(f, x).grad(x).numpy(),
+                               at.grad(f(eager), eager)[0].numpy(), rtol=1e-12, atol=1e-14)
 
 
 def test_a_matmul_of_blas_size_replays_its_tape_and_explain_says_why():
