@@ -698,7 +698,8 @@ def test_a_copy_whose_function_cannot_be_imported_still_replays_its_recordings()
 @pytest.mark.parametrize("f, x", [
     (_reaction_diffusion_2d, np.array([0.2, 0.5])),
     (_n_body, np.random.default_rng(0).normal(size=10)),
-], ids=["2-D roll", "n-body"])
+    (_state_space, np.array([1.0, -0.5, 0.3, 0.05])),
+], ids=["2-D roll", "n-body", "matmul"])
 def test_loops_with_gathers_and_sums_in_segments(f, x):
     """A body with gathers and scatter-adds swept in checkpointed segments: the same
     bits as the whole compiled loop."""
