@@ -976,5 +976,5 @@ def _clear_error(name, error):
         place = f" at {file}:{line}"
     return TypeError(f"at.jit({name}): cannot record{place}: {explained}. Differentiable "
                      "values support arithmetic, comparisons, math / numpy scalar "
-                     "functions, and arrays from np.zeros / np.empty / np.ones indexed by "
-                     "integers and slices")
+                     "functions, arrays from np.zeros / np.empty / np.ones indexed by "
+                     "integers and slices, and @ / np.dot of 1-D and 2-D arrays")

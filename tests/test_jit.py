@@ -310,6 +310,54 @@ def test_array_expressions_match_finite_differences():
     assert value == pytest.approx(array_model(x0, k), rel=1e-13)
 
 
+_STATE = np.array([[0.9, 0.1, 0.0], [-0.2, 0.8, 0.1], [0.05, 0.0, 0.95]])
+
+
+@numba.njit
+def matmul_model(p):
+    """Matrix products in every form numpy spells them: @ and np.dot, matrix by vector,
+    vector by matrix, matrix by matrix, a transpose, a dot of two vectors."""
+    x = p[:3].copy()
+    for _ in range(60):
+        x = _STATE @ x + p[3] * np.tanh(x)
+    w = p[4:10].reshape(2, 3)
+    y = np.dot(w, x)
+    z = x @ w.T @ y.reshape(2, 1) + np.dot(y, w) @ np.ones((3, 1))
+    return (y * y).sum() + np.dot(x, x) + z[0] * 0.5 + (w @ w.T).sum()
+
+
+def _matmul_model_numpy(p):
+    x = p[:3]
+    for _ in range(60):
+        x = _STATE @ x + p[3] * np.tanh(x)
+    w = p[4:10].reshape(2, 3)
+    y = w @ x
+    z = x @ w.T @ y.reshape(2, 1) + (y @ w) @ np.ones((3, 1))
+    return (y * y).sum() + x @ x + z[0] * 0.5 + (w @ w.T).sum()
+
+
+def test_matrix_products_record_one_multiply_add_at_a_time():
+    """@ and np.dot of arrays of differentiable values (at most 2-D): the gradient of
+    the numpy model's, a loop found over the products, sizes checked."""
+    p = np.concatenate([[1.0, -0.5, 0.3, 0.05], np.linspace(-1.0, 1.0, 6)])
+    f = at.jit(matmul_model)
+    for _ in range(3):
+        value, g = f.value_and_grad(p)
+    eager = at.tensor(p, requires_grad=True)
+    want = _matmul_model_numpy(eager)
+    assert value.item() == pytest.approx(want.item(), rel=1e-13)
+    np.testing.assert_allclose(g.numpy(), at.grad(want, eager)[0].numpy(), rtol=1e-12)
+    np.testing.assert_allclose(g.numpy(), _fd_grad(matmul_model, p), rtol=1e-6, atol=1e-8)
+    program = next(iter(f._programs.values()))[0]
+    assert program.loop is not None and program.loop[2] >= 50
+
+    @numba.njit
+    def mismatched(p):
+        return (p[:4].reshape(2, 2) @ p[:3]).sum()
+    with pytest.raises(ValueError, match="inner sizes differ"):
+        at.jit(mismatched).grad(p)
+
+
 @numba.njit
 def _signed_zero(x):
     return math.atan2(0.0 * x[0], -0.0) + math.atan2(0.0 * x[0], 0.0) + x[0]

@@ -351,6 +351,11 @@ def _ndim(a):
     return lambda a: a.values.ndim
 
 
+@overload_attribute(ActiveArrayType, "T")
+def _transposed(a):
+    return lambda a: ActiveArray(a.values.T, a.rows.T, a.cell)
+
+
 @overload_method(ActiveArrayType, "copy")
 def _copy(a):
     return lambda a: ActiveArray(a.values.copy(), a.rows.copy(), a.cell.copy())
@@ -420,7 +425,7 @@ def _setitem(a, index, value):
 
 
 # ---- whole-array arithmetic on arrays of Actives ------------------------------------------
-# Elementwise ops, sums and 1-D dot products, one recorded op per element: what a model
+# Elementwise ops, sums and matrix products, one recorded op per element: what a model
 # written with array expressions (x = x + dt * v) records, the same rows its loop would.
 
 @numba.njit(inline="always")
@@ -577,22 +582,78 @@ def _mean(a):
     return lambda a: binary(DIV, _total(a), constant(float(a.values.size)))
 
 
-@overload(np.dot)
-def _dot(a, b):
+def _dims(t):
+    """The number of axes of an array of Actives or of floats."""
+    return t.field_dict["values"].ndim if _is_active_array(t) else t.ndim
+
+
+@numba.njit(inline="always")
+def _inner(x, y):
+    """sum_p x[p] y[p] of two 1-D arrays, summed from 0.0 in the order of p: the tape
+    replay's order for a matmul."""
+    s = constant(0.0)
+    for p in range(x.shape[0]):
+        s = binary(ADD, s, binary(MUL, _active_at(x, p), _active_at(y, p)))
+    return s
+
+
+def _product(a, b):
+    """a @ b (and np.dot) of 1-D or 2-D arrays, one of Actives: a MUL and an ADD per
+    multiply-add."""
     if not (_is_active_array(a) or _is_active_array(b)):
         return None
-    if not all(_is_active_array(t) or (isinstance(t, types.Array) and t.ndim == 1)
-               for t in (a, b)):
+    if not all(_is_active_array(t) or isinstance(t, types.Array) for t in (a, b)) or \
+            _dims(a) not in (1, 2) or _dims(b) not in (1, 2):
         return None
+    shapes = "at.jit: a matrix product of arrays whose inner sizes differ"
+    if _dims(a) == 1 and _dims(b) == 1:
+        def dot(a, b):
+            if a.shape[0] != b.shape[0]:
+                raise ValueError(shapes)
+            return _inner(a, b)
+        return dot
+    if _dims(a) == 2 and _dims(b) == 1:
+        def matrix_vector(a, b):
+            n, k = a.shape
+            if b.shape[0] != k:
+                raise ValueError(shapes)
+            out = _fresh((n,))
+            for r in range(n):
+                _put(out, r, _inner(a[r], b))
+            return out
+        return matrix_vector
+    if _dims(a) == 1:
+        def vector_matrix(a, b):
+            k, m = b.shape
+            if a.shape[0] != k:
+                raise ValueError(shapes)
+            out = _fresh((m,))
+            for c in range(m):
+                _put(out, c, _inner(a, b[:, c]))
+            return out
+        return vector_matrix
 
-    def dot(a, b):
-        if len(a) != len(b):
-            raise ValueError("at.jit: np.dot of arrays of different lengths")
-        s = constant(0.0)
-        for k in range(len(a)):
-            s = binary(ADD, s, binary(MUL, _active_at(a, k), _active_at(b, k)))
-        return s
-    return dot
+    def matrix_matrix(a, b):
+        n, k = a.shape
+        m = b.shape[1]
+        if b.shape[0] != k:
+            raise ValueError(shapes)
+        out = _fresh((n, m))
+        for r in range(n):
+            for c in range(m):
+                _put(out, (r, c), _inner(a[r], b[:, c]))
+        return out
+    return matrix_matrix
+
+
+@overload(np.dot)
+def _dot(a, b):
+    return _product(a, b)
+
+
+@overload(operator.matmul)
+def _matmul(a, b):
+    return _product(a, b)
 
 
 def _active_at(a, k):
