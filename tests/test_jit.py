@@ -358,6 +358,28 @@ def test_matrix_products_record_one_multiply_add_at_a_time():
         at.jit(mismatched).grad(p)
 
 
+_STATE4 = np.eye(4) * 0.9 + 0.02
+
+
+@numba.njit
+def _four_states(p):
+    x = p[:4].copy()
+    for _ in range(100):
+        x = _STATE4 @ x + p[4] * np.tanh(x)
+    return (x * x).sum()
+
+
+def test_a_step_with_a_run_of_like_ops_is_found_whole():
+    """Element by element, the step's four tanh in a row repeat with period 1: the loop
+    finder still looks at the multiples of that period (the step, 4 * 4 * 2 + 12
+    instructions), and finds it."""
+    p = np.array([1.0, -0.5, 0.3, 0.2, 0.05])
+    f = at.jit(_four_states)
+    f.grad(p)
+    program = next(iter(f._programs.values()))[0]
+    assert program.loop is not None and program.loop[1] == 44 and program.loop[2] >= 95
+
+
 @numba.njit
 def _signed_zero(x):
     return math.atan2(0.0 * x[0], -0.0) + math.atan2(0.0 * x[0], 0.0) + x[0]

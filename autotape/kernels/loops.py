@@ -155,8 +155,12 @@ def find_loop(instr, constant=None, pool=None):
         return None
     best = None
 
-    def known(period):        # (a multiple of a period found repeats the same stretch)
-        return best is not None and period % best[1] == 0
+    # A multiple of a period found repeats that period's stretch, but may repeat longer
+    # where the period's breaks off (at.jit's x = A @ x + ...: four tanh in a row repeat
+    # with period 1, the step with period 44): skipped only once the stretch found is
+    # most of the program.
+    def known(period):
+        return best is not None and period % best[1] == 0 and 2 * best[1] * best[2] >= count
     for at in ANCHORS:
         if best is not None and 2 * best[1] * best[2] >= count:
             break             # (over half the program: no stretch elsewhere is longer)
