@@ -51,6 +51,7 @@ from .kernels.cache import (cache_dir, code_of, compile_notice, generated_file, 
 from .kernels.active import ActiveArray, ActiveType
 from .kernels.instruction_format import I_A, I_B, I_C, I_N, I_OP, I_OUT, I_SA, I_SB, WIDTH
 from .opcodes import CONST, SOURCE_LAST
+from .reroll import reroll
 from .program import LeanProgram, loop_of
 from .tensor import F64, Tensor, float_leaf, new_leaf
 from .thread_state import here
@@ -516,8 +517,12 @@ def _recording_as_program(tape, total, out_rows, out_values):
         const_vals = np.append(const_vals, out_values[k])
         out_slots[k] = nslots
         nslots += 1
-    return LeanProgram.of(instr, np.zeros(1, np.int64), np.ones(q.size), np.arange(total),
-                          out_slots, nslots, const_slots, const_vals)
+    pool, in_slots = np.zeros(1, np.int64), np.arange(total)
+    rolled = reroll(instr, nslots, in_slots, const_slots, const_vals, out_slots)
+    if rolled is not None:                 # (cells written one by one, as arrays again)
+        instr, pool, nslots, const_slots, const_vals, out_slots = rolled
+    return LeanProgram.of(instr, pool, np.ones(instr.shape[0]), in_slots, out_slots, nslots,
+                          const_slots, const_vals)
 
 
 def _argument(a, k, name):

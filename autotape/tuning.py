@@ -118,6 +118,10 @@ MIN_COVERED = 256                # instructions a loop must cover to be worth co
 CANDIDATES = 64                  # periods tried
 MAX_PERIOD = 512                 # instructions in a body: longer ones (at.jit of array
                                  # code written element by element) take minutes to compile
+# at.jit's cells written one by one rolled back into array instructions (reroll.py):
+MIN_CELLS = 8                    # like groups of instructions a run needs
+MAX_GROUP = 256                  # instructions a group (one cell's) may hold
+PERIODS = 64                     # group sizes tried
 MIN_RUN = 2                      # instructions a fused run needs (benchmarks set it past
                                  # any body's length to time the unfused code beside)
 # Past these sizes a program runs on the interpreter kernel: numba's compile time grows

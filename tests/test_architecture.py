@@ -16,7 +16,7 @@ LAYERS = [
      "pytree"],
     ["kernels.*"],
     ["tape"],
-    ["parallel", "executor", "sparsity", "program", "checkpointing", "codegen", "gpu", "device_kernels"],
+    ["parallel", "executor", "sparsity", "reroll", "program", "checkpointing", "codegen", "gpu", "device_kernels"],
     ["tensor"],
     ["creation", "ops.*", "hooks"],
     ["functions.*", "linalg"],
