@@ -209,9 +209,14 @@ def _independent(made_by, start, group, end):
                 carried[q] = True
     if 2 * carried.sum() > group:
         return 0, None        # (a time step: its state carried, the loop finder's to find)
-    late = _carried(made_by, start, group, most, per_cell=True)[:, ~carried]
-    bad = np.nonzero(late.any(axis=1))[0]
-    return (int(bad[0]) if bad.size else most), ~carried
+    cells = MIN_CELLS
+    while cells < most:          # (twice as far each time: a run can span many steps)
+        cells = min(2 * cells, most)
+        late = _carried(made_by, start, group, cells, per_cell=True)[:, ~carried]
+        bad = np.nonzero(late.any(axis=1))[0]
+        if bad.size:
+            return int(bad[0]), ~carried
+    return most, ~carried
 
 
 def _carried(made_by, start, group, cells, per_cell=False):
