@@ -148,24 +148,26 @@ def _runs(instr, nslots):
         + np.minimum(back[1], MAX_GROUP + 1)
     claimed = sig < 0
     found = []
-    for group in _periods(key, claimed):
-        if group * MIN_CELLS > count:
-            break
-        like = (sig[:-group] == sig[group:]) & ~claimed[:-group] & ~claimed[group:]
-        for b in back:                  # the same operand inside the group, or any before
-            like &= np.minimum(b[:-group], group) == np.minimum(b[group:], group)
-        for lo, hi in _true_runs(like, (MIN_CELLS - 1) * group):
-            s, end = lo, hi + group     # rows lo .. hi + group - 1 repeat with this period
-            while end - s >= MIN_CELLS * group:
-                tries = [(_independent(made_by, s + phase, group, end), s + phase)
-                         for phase in range(group)]
-                (cells, rolled), start = max(
-                    tries, key=lambda t: t[0][0] * (t[0][1].sum() if t[0][0] else 0))
-                if cells < MIN_CELLS:
-                    break
-                found.append((start, group, cells, rolled))
-                claimed[start:start + group * cells] = True
-                s = start + group * cells
+    # runs whose every position rolls first, at any period: a matrix-vector product's
+    # rows (a multiply and an add a term) roll as rows, not as a run of products beside
+    # one long chain of adds
+    for partial in (False, True):
+        for group in _periods(key, claimed):
+            if group * MIN_CELLS > count:
+                break
+            like = (sig[:-group] == sig[group:]) & ~claimed[:-group] & ~claimed[group:]
+            for lo, hi in _true_runs(like, (MIN_CELLS - 1) * group):
+                s, end = lo, hi + group  # rows lo .. hi + group - 1 repeat with this period
+                while end - s >= MIN_CELLS * group:
+                    tries = [(_independent(made_by, s + phase, group, end, partial), s + phase)
+                             for phase in range(group)]
+                    (cells, rolled), start = max(
+                        tries, key=lambda t: t[0][0] * (t[0][1].sum() if t[0][0] else 0))
+                    if cells < MIN_CELLS:
+                        break
+                    found.append((start, group, cells, rolled))
+                    claimed[start:start + group * cells] = True
+                    s = start + group * cells
     return sorted(found, key=lambda run: run[0])
 
 
@@ -192,12 +194,13 @@ def _true_runs(mask, least):
     return list(zip(starts[keep].tolist(), ends[keep].tolist()))
 
 
-def _independent(made_by, start, group, end):
+def _independent(made_by, start, group, end, partial):
     """``(cells, rolled)``: how many groups from ``start`` (up to ``end``) roll, and the
     positions in a group that do: those reading no value an earlier group of the run
     computed, nor a position that does (a running sum's adds stay scalar, one a cell,
-    after the rolled positions). Which positions read earlier groups is seen in the
-    first MIN_CELLS groups; the run ends where a rolled position would read one."""
+    after the rolled positions; unless ``partial``, none may). Which positions read
+    earlier groups is seen in the first MIN_CELLS groups; the run ends where a rolled
+    position would read one."""
     most = (end - start) // group
     if most < MIN_CELLS:
         return 0, None
@@ -207,26 +210,40 @@ def _independent(made_by, start, group, end):
             back = p[start + q] - start
             if 0 <= back < q and carried[back]:
                 carried[q] = True
-    if 2 * carried.sum() > group:
+    if 2 * carried.sum() > group or (carried.any() and not partial):
         return 0, None        # (a time step: its state carried, the loop finder's to find)
-    cells = MIN_CELLS
+    cells = 0
     while cells < most:          # (twice as far each time: a run can span many steps)
-        cells = min(2 * cells, most)
-        late = _carried(made_by, start, group, cells, per_cell=True)[:, ~carried]
-        bad = np.nonzero(late.any(axis=1))[0]
-        if bad.size:
-            return int(bad[0]), ~carried
+        cells = min(max(2 * cells, MIN_CELLS), most)
+        bad = _first_unlike(made_by, start, group, cells, ~carried)
+        if bad < cells:
+            return bad, ~carried
     return most, ~carried
 
 
-def _carried(made_by, start, group, cells, per_cell=False):
-    """Per position in a group (or per cell and position): whether it reads a value an
-    earlier group from ``start`` computed."""
+def _first_unlike(made_by, start, group, cells, rolled):
+    """The first of ``cells`` groups from ``start`` where a rolled position reads an
+    earlier group's value, or reads its operands otherwise than the first group does
+    (from another position of its own group, or from before the run): else ``cells``."""
+    stop = start + cells * group
+    first = start + group * np.arange(cells)[:, None]
+    bad = np.zeros(cells, bool)
+    for p in made_by:
+        src = p[start:stop].reshape(cells, group)
+        inside = np.where(src >= first, src - first, -1)         # (a position of its own)
+        earlier = (src >= start) & (src < first)
+        bad |= (earlier | (inside != inside[0]))[:, rolled].any(axis=1)
+    hit = np.nonzero(bad)[0]
+    return int(hit[0]) if hit.size else cells
+
+
+def _carried(made_by, start, group, cells):
+    """Per position in a group: whether it reads a value an earlier one of ``cells``
+    groups from ``start`` computed."""
     stop = start + cells * group
     cell = (np.arange(start, stop) - start) // group
     carried = np.zeros(cells * group, bool)
     for p in made_by:
         q = p[start:stop]
         carried |= (q >= start) & ((q - start) // group < cell)
-    carried = carried.reshape(cells, group)
-    return carried if per_cell else carried.any(axis=0)
+    return carried.reshape(cells, group).any(axis=0)

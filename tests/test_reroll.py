@@ -75,6 +75,31 @@ def prefix_sums(p, x0):
     return out
 
 
+_A16 = np.eye(16) * 0.9 + np.sin(np.arange(256.0)).reshape(16, 16) * 0.02
+
+
+@numba.njit
+def state_space(p, x0):
+    x = x0.copy()
+    for _ in range(12):
+        x = _A16 @ x + p[0] * np.tanh(x)
+    return (x * x).sum() + p[1]
+
+
+@numba.njit
+def matvec_cells(p, x0):
+    x, n = x0.copy(), x0.size
+    y = np.empty(n)
+    for _ in range(12):
+        for i in range(n):
+            s = 0.0
+            for j in range(n):
+                s += _A16[i, j] * x[j]
+            y[i] = s + p[0] * np.tanh(x[i])
+        x, y = y, x
+    return (x * x).sum() + p[1]
+
+
 CASES = {
     "burgers": (burgers_cells, np.array([0.3, 1.1]),
                 (np.sin(np.linspace(0.0, 2.0 * np.pi, 24)), 12)),
@@ -82,6 +107,8 @@ CASES = {
     "grid": (grid_cells, np.array([0.2, 0.5]),
              (np.cos(np.arange(36.0)).reshape(6, 6) * 0.5 + 0.5, 6)),
     "prefix": (prefix_sums, np.array([0.7, 1.3]), (np.linspace(-1.0, 1.0, 20),)),
+    "state_space": (state_space, np.array([0.1, 0.0]), (np.linspace(-1.0, 1.0, 16),)),
+    "matvec": (matvec_cells, np.array([0.1, 0.0]), (np.linspace(-1.0, 1.0, 16),)),
 }
 
 
@@ -129,6 +156,19 @@ def test_a_time_loop_over_rolled_cells_is_found(monkeypatch):
     assert scalar.loop[2] <= 64              # long a body: the loop found is one step's cells
     rolled = out[True][2]                    # ... or 30 array ones, once rolled: the steps
     assert rolled.loop[2] >= 17 and rolled.loop[1] * rolled.loop[2] > 0.7 * len(rolled.instr)
+
+
+@pytest.mark.parametrize("name", ["state_space", "matvec"])
+def test_a_matrix_products_rows_roll_as_rows(monkeypatch, name):
+    """A row's multiply-adds (its sum carried from term to term) roll over the rows:
+    each term's multiply and add one array instruction over 16 rows, no add left
+    scalar in a step (a run of products beside one chain of 256 adds was 10x slower)."""
+    fn, p, data = CASES[name]
+    lean = _both(monkeypatch, fn, p, data)[True][2]
+    adds = lean.instr[lean.instr[:, I_OP] == ADD]
+    assert (adds[:, I_N] == 16).sum() >= 11 * 16           # (the first step reads data)
+    assert (adds[:, I_N] == 1).sum() < 20                  # the final sum's
+    assert lean.loop is not None and lean.loop[2] >= 8
 
 
 def test_a_recurrence_stays_scalar():
