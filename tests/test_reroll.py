@@ -75,6 +75,24 @@ def prefix_sums(p, x0):
     return out
 
 
+_FORCE = np.sin(np.arange(30) * 0.3)
+
+
+@numba.njit
+def forced_chain(p, x0):
+    x, n = x0.copy(), x0.size
+    a = np.empty(n)
+    for t in range(30):
+        for i in range(n):
+            left = x[i - 1] if i > 0 else x[i]
+            right = x[i + 1] if i < n - 1 else x[i]
+            a[i] = p[1] * (left + right - 2.0 * x[i]) - p[0] * x[i] + \
+                (_FORCE[t] if i == 0 else 0.0)
+        for i in range(n):
+            x[i] += 0.1 * a[i]
+    return (x * x).sum()
+
+
 _A16 = np.eye(16) * 0.9 + np.sin(np.arange(256.0)).reshape(16, 16) * 0.02
 
 
@@ -171,6 +189,24 @@ def test_a_matrix_products_rows_roll_as_rows(monkeypatch, name):
     assert lean.loop is not None and lean.loop[2] >= 8
 
 
+def test_a_forcing_term_in_one_cell_is_read_from_the_loops_table(monkeypatch):
+    """Cell 0 adds F[t], the others 0.0: the cells read a block of constants, one per
+    step, which the loop over steps reads from its table (a gather of them would differ
+    from step to step, and no loop would be found)."""
+    p, x0 = np.array([0.3, 0.8]), np.linspace(-1.0, 1.0, 12)
+    out = _both(monkeypatch, forced_chain, p, (x0,))
+    (v, g, lean), (v0, g0, _) = out[True], out[False]
+    assert v == v0
+    np.testing.assert_allclose(g, g0, rtol=1e-12)
+    assert lean.loop is not None and lean.loop[2] >= 25 and lean.loop_table is not None
+    f = at.jit(forced_chain, argnums=(0,))
+    f.value_and_grad(p, x0)
+    next(iter(f._programs.values()))[0].wait_compiled()     # (the loop body compiled)
+    v1, g1 = f.value_and_grad(p, x0)
+    assert v1.item() == v
+    np.testing.assert_allclose(g1[0].numpy(), g, rtol=1e-12)
+
+
 def test_a_recurrence_stays_scalar():
     fn, p, data = CASES["prefix"]
     f = at.jit(fn, argnums=(0,))
@@ -190,8 +226,8 @@ UNARY, BINARY = (SIN, COS, TANH), (ADD, SUB, MUL)
 def cell_programs(draw):
     """A scalar program of inputs x (n slots) and constants, then loops over n cells of
     a random group of instructions, each operand: an input, a constant, a constant per
-    cell, the last loop's cell at a random offset (mod n or clipped), or an earlier
-    value in the cell."""
+    cell, the last loop's cell at a random offset (mod n or clipped), the last cell's
+    result (a recurrence), or an earlier value in the cell."""
     n = draw(st.integers(MIN_CELLS, 14))
     loops = draw(st.integers(1, 4))
     consts = np.array([0.5, -1.25, 2.0])
@@ -199,7 +235,7 @@ def cell_programs(draw):
     code, last = [], np.arange(n)
     for _ in range(loops):
         group = [(draw(st.sampled_from(UNARY + BINARY)),
-                  [draw(st.tuples(st.sampled_from("xcdpq"), st.integers(-3, 3)))
+                  [draw(st.tuples(st.sampled_from("xcdpqr"), st.integers(-3, 3)))
                    for _ in range(2)]) for _ in range(draw(st.integers(1, 5)))]
         wrap = draw(st.booleans())
         cells = np.empty(n, np.int64)
@@ -217,6 +253,8 @@ def cell_programs(draw):
                     elif kind == "p":
                         j = (i + k) % n if wrap else min(max(i + k, 0), n - 1)
                         reads.append(int(last[j]))
+                    elif kind == "r":                    # a recurrence: the last cell's
+                        reads.append(int(cells[i - 1]) if i > 0 else int(last[i]))
                     else:
                         reads.append(made[k % len(made)] if made else int(last[i]))
                 code.append((op, slot, reads))
@@ -238,7 +276,8 @@ def test_random_cell_programs_roll_with_the_same_values(program):
     instr, n, nslots, consts, last = program
     in_slots, const_slots = np.arange(n), n + np.arange(consts.size)
     rolled = reroll(instr, nslots, in_slots, const_slots, consts, last)
-    assert rolled is not None
+    if rolled is None:                    # (every loop a recurrence)
+        return
     code, pool, slots, const_slots2, consts2, out = rolled
     assert not (code[:, I_OP] == GATHER).any() or pool.size > 1
     X = np.random.default_rng(0).uniform(-1.0, 1.0, (3, n))
