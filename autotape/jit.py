@@ -490,7 +490,8 @@ def _recording_as_program(tape, total, out_rows, out_values):
     per op row; constants one slot per distinct value (fn pushes a constant at every
     op that meets a number, and the same slot in every repetition lets the loop finder
     see one body). Distinct means distinct bits: 0.0 and -0.0 (atan2, 1 / x) and
-    NaNs of different payloads each keep a slot."""
+    NaNs of different payloads each keep a slot. Cells written one by one are rolled
+    back into array instructions (reroll.py)."""
     ops, values, used = tape
     op, a, b = ops[:used, 0], ops[:used, 1], ops[:used, 2]
     rows = np.arange(used)

@@ -9,9 +9,10 @@ computed earlier in the same cell or one from before the cells. ``reroll`` finds
 runs of like groups (a cell each) and writes each position of the group as one array
 instruction over the cells: an operand the same in every cell read broadcast, one the
 cells read at consecutive slots read in place, any other gathered first (a neighbour
-``u[i - 1]``, a ring's ``x[(i + 1) % n]``). A run stops where a cell reads a value an
-earlier cell of the run computed (a recurrence: ``s[i] = s[i - 1] + x[i]``), which
-stays scalar.
+``u[i - 1]``, a ring's ``x[(i + 1) % n]``). A position that reads a value an earlier
+cell of the run computed (a running sum: ``s = s + x[i]``) stays scalar, a cell at a
+time after the rolled positions; a group whose positions mostly do is a time step,
+whose loop the loop finder finds (kernels/loops.py).
 
 Each element's value is the op applied to the same operands, so values keep their bits;
 an adjoint's terms are summed in the array instructions' order rather than the
@@ -54,7 +55,7 @@ def reroll(instr, nslots, in_slots, const_slots, const_vals, out_slots):
     new_slot[const_slots] = low + np.arange(const_slots.size)
     top = low + const_slots.size
     blocks, pool, gathered = [], [], {}
-    constants, late = {}, []            # (values' bits: their offset), (row, column, offset)
+    constants, late = {}, []     # {values' bits: their first slot - top}, [(row, column, it)]
     at = 0
     for start, group, cells, rolled in runs + [(count, 0, 0, None)]:
         if start > at:                                   # scalar instructions, as they are
@@ -74,10 +75,10 @@ def reroll(instr, nslots, in_slots, const_slots, const_vals, out_slots):
                 elif (np.diff(read) == 1).all():
                     row[col], row[I_SA + t] = read[0], 1
                 elif ((read >= low) & (read < low + const_slots.size)).all():
-                    values = const_vals[read - low]
-                    at = constants.setdefault(values.tobytes(), sum(
-                        len(v) for v in constants) // values.itemsize)
-                    late.append((row, col, at))
+                    bits = const_vals[read - low].tobytes()
+                    if bits not in constants:
+                        constants[bits] = sum(len(b) for b in constants) // 8
+                    late.append((row, col, constants[bits]))
                     row[I_SA + t] = 1
                 else:
                     key = read.tobytes()
@@ -98,8 +99,8 @@ def reroll(instr, nslots, in_slots, const_slots, const_vals, out_slots):
         if not rolled.all():                             # the rest cell by cell, after
             top = _scalars(rows[:, ~rolled].reshape(-1, WIDTH), new_slot, top, blocks)
         at = start + group * cells
-    for row, col, at in late:
-        row[col] = top + at
+    for row, col, offset in late:          # (the blocks of constants after every output)
+        row[col] = top + offset
     extra = np.frombuffer(b"".join(constants), np.float64)
     code = np.concatenate(blocks)
     pool = np.array(pool or [0], np.int64)
