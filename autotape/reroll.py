@@ -20,8 +20,8 @@ recording's, so gradients can differ from the recording's sweep in the last bits
 """
 import numpy as np
 
-from .kernels.instruction_format import GATHER, I_A, I_B, I_C, I_N, I_OP, I_OUT, I_P, I_SA, \
-    I_SC, OPERAND_COLUMNS, WIDTH
+from .kernels.instruction_format import GATHER, I_A, I_B, I_C, I_N, I_OP, I_OUT, I_P, \
+    OPERAND_COLUMNS, STRIDE_COLUMNS, WIDTH
 from .opcodes import BINARY_LAST, UNARY_FIRST, WHERE
 from .tuning import MAX_GROUP, MIN_CELLS, PERIODS
 
@@ -38,7 +38,8 @@ def reroll(instr, nslots, in_slots, const_slots, const_vals, out_slots):
     >>> instr = np.zeros((8, WIDTH), np.int64)       # y[i] = x[i] * x[i], 8 cells
     >>> instr[:, I_OP], instr[:, I_OUT], instr[:, I_A], instr[:, I_B] = MUL, 8 + np.arange(8), \\
     ...     np.arange(8), np.arange(8)
-    >>> instr[:, I_C], instr[:, I_N], instr[:, I_SA], instr[:, I_SA + 1] = -1, 1, 1, 1
+    >>> instr[:, I_C], instr[:, I_N] = -1, 1
+    >>> instr[:, list(STRIDE_COLUMNS[:2])] = 1       # a and b read in place
     >>> none = np.zeros(0, np.int64)
     >>> code, pool, nslots, _, _, out = reroll(instr, 16, np.arange(8), none, none,
     ...                                        8 + np.arange(8))
@@ -65,21 +66,21 @@ def reroll(instr, nslots, in_slots, const_slots, const_vals, out_slots):
         rows = instr[start:start + group * cells].reshape(cells, group, WIDTH)
         for q in np.nonzero(rolled)[0]:
             row = np.array(rows[0, q])
-            for t, col in enumerate(OPERAND_COLUMNS):
+            for col, scol in zip(OPERAND_COLUMNS, STRIDE_COLUMNS):
                 if row[col] < 0:
-                    row[I_SA + t] = 0
+                    row[scol] = 0
                     continue
                 read = new_slot[rows[:, q, col]]
                 if (read == read[0]).all():
-                    row[col], row[I_SA + t] = read[0], 0
+                    row[col], row[scol] = read[0], 0
                 elif (np.diff(read) == 1).all():
-                    row[col], row[I_SA + t] = read[0], 1
+                    row[col], row[scol] = read[0], 1
                 elif ((read >= low) & (read < low + const_slots.size)).all():
                     bits = const_vals[read - low].tobytes()
                     if bits not in constants:
                         constants[bits] = sum(len(b) for b in constants) // 8
                     late.append((row, col, constants[bits]))
-                    row[I_SA + t] = 1
+                    row[scol] = 1
                 else:
                     key = read.tobytes()
                     if key not in gathered:
@@ -87,10 +88,10 @@ def reroll(instr, nslots, in_slots, const_slots, const_vals, out_slots):
                         blocks.append(_gather(top, read, len(pool)))
                         pool.extend(read.tolist())
                         top += cells
-                    row[col], row[I_SA + t] = gathered[key], 1
+                    row[col], row[scol] = gathered[key], 1
             # (slots given in the order instructions write them: a loop over steps
             # finds each step's slots in one stretch)
-            same = not row[I_SA:I_SC + 1].any()  # every cell the same value (0.01 * p[1]):
+            same = not row[list(STRIDE_COLUMNS)].any()  # every cell the same value (0.01 * p[1]):
             width = 1 if same else cells         # one, read broadcast
             row[I_OUT], row[I_N] = top, width
             new_slot[rows[:, q, I_OUT]] = top + (0 if same else np.arange(cells))
