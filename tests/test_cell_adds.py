@@ -6,7 +6,8 @@ import numpy as np
 import pytest
 from hypothesis import given, settings, strategies as st
 
-from autotape.kernels.cell_adds import cell_order
+from autotape.kernels.cell_adds import cell_order, permuted_order
+from autotape.kernels.index_runs import affine_loops
 
 BURGERS = """\
 for k in range(126):
@@ -28,13 +29,14 @@ for k in range(128):
     Go[1501 + k] += gy""".split("\n")
 
 
-def _run(lines, dtype=np.float64, seed=0):
+def _run(lines, dtype=np.float64, seed=0, arrays=None):
     rng = np.random.default_rng(seed)
     V = np.zeros(1, dtype)
+    index = {k: np.array(v) for k, v in (arrays or {}).items()}
     arrays = {"GT": rng.standard_normal(800).astype(dtype),
               "Go": rng.standard_normal(1700).astype(dtype),
               "W": rng.standard_normal(800) * 10.0 ** rng.integers(-8, 8, 800)}
-    names = dict(arrays, V=V, f64=np.float64)
+    names = dict(arrays, V=V, f64=np.float64, **index)
     exec("\n".join(lines), names)
     return {k: names[k] for k in arrays}
 
@@ -151,3 +153,44 @@ def _lines(items):
 def test_random_runs_give_the_same_bits(items, dtype):
     lines = _lines(items) + ["Go[0] += W[1]"]
     _same(_run(lines, dtype, seed=len(lines)), _run(cell_order(lines), dtype, seed=len(lines)))
+
+
+def _rolled(grid, shift, axis, first=100):
+    return [int(v) + first for v in np.roll(np.arange(grid * grid).reshape(grid, grid),
+                                            shift, axis).ravel()]
+
+
+@pytest.mark.parametrize("dtype", [np.float64, np.float32])
+def test_the_rolls_adjoint_adds_become_one_loop_with_the_same_bits(dtype):
+    # a 2-D Laplacian's four rolls scatter into the grid's adjoint, an add in order
+    # between them: one loop over the cells, reading each roll's term through its
+    # inverse; then index_runs writes the inverses as runs (a frame row at each end)
+    n = 24 * 24
+    arrays = {f"S{q}": _rolled(24, shift, axis)
+              for q, (shift, axis) in enumerate([(1, 0), (-1, 0), (1, 1), (-1, 1)])}
+    lines = []
+    for q, w in zip(range(4), (0, 50, 100, 150)):
+        lines += [f"for k in range({n}):", f"    Go[S{q}[k]] += W[{w} + k]"]
+        if q == 1:
+            lines += [f"for k in range({n}):", "    Go[100 + k] += f64(GT[0 + k]) * 2.0"]
+    new, inverses = permuted_order(lines, arrays)
+    assert new[0] == f"for k in range({n}):" and sum(line.startswith("for ")
+                                                    for line in new) == 1
+    assert sorted(inverses) == ["R0", "R1", "R2", "R3"]
+    every = dict(arrays, **inverses)
+    _same(_run(lines, dtype, arrays=arrays), _run(new, dtype, arrays=every))
+    rewritten = affine_loops("\n".join(new), every).split("\n")
+    assert not any("R0[k]" in line for line in rewritten) and any(
+        "for kr in range(22):" in line for line in rewritten)
+    _same(_run(lines, dtype, arrays=arrays), _run(rewritten, dtype, arrays=every))
+
+
+def test_adds_that_are_not_permutations_stay_as_they_are():
+    arrays = {"S1": [100, 101, 101], "S2": [102, 100, 101], "S3": [100, 101, 102]}
+    for other in ("S1", "S2"):                  # (a repeat; the same cells: no run of 2)
+        lines = ["for k in range(3):", f"    Go[{other}[k]] += W[k]",
+                 "for k in range(3):", "    Go[S9[k]] += W[3 + k]"]
+        assert permuted_order(lines, arrays)[0] == lines
+    lines = ["for k in range(3):", "    Go[S2[k]] += Go[3 + k]",     # (reads the target)
+             "for k in range(3):", "    Go[S3[k]] += W[3 + k]"]
+    assert permuted_order(lines, arrays)[0] == lines

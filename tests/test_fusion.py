@@ -267,13 +267,17 @@ def test_gathers_from_the_last_step_join_a_run(loop_bodies, dtype):
 
 def test_the_rolls_of_a_larger_grid_scatter_over_runs(loop_bodies):
     # on an 18 x 18 grid a roll's runs (17 cells in order, one wrapped) average over
-    # INDEX_RUN_MEAN_MIN: its gathers and scatters are plain loops over them
-    # (kernels/index_runs.py), pick's stays an index array; the interpreter's bits
+    # INDEX_RUN_MEAN_MIN: its gathers are plain loops over them (kernels/index_runs.py);
+    # the two rolls' adjoint terms, and the in-order one between them, reach the grid in
+    # one loop through the inverse permutations (kernels/cell_adds.py); pick's stays an
+    # index array; the interpreter's bits
     x = np.array([0.3, 0.9])
     c, plain, points, got, lean = _compiled_and_plain(
         _rolls_model([(1, 0, "add"), (-1, 1, "mul"), (1, 1, "add")], steps=20, grid=18), x)
     reverse = _function(lean.loop_code[1], "reverse")
-    assert re.search(r"Go\[\((?:kr \* \d+ \+ )?\d+ \+ k\)\] \+= W\[\d+ \+ \(", reverse)
+    assert re.search(r"Vo(?:_\d+)?\[\((?:kr \* \d+ \+ )?\d+ \+ k\)\]  # GATHER", reverse)
+    assert len(re.findall(r"acc = V\.dtype\.type\(acc \+ \(W\[\d+ \+ R\d+\[k\]\]\)\)",
+                          reverse)) == 2
     assert re.search(r"Go\[S\d+\[k\]\] \+= W\[\d+ \+ k\]", reverse)       # (pick's)
     _same_bits(plain, points, got)
     np.testing.assert_array_equal(F.vmap(c.grad)(np.stack(points)).numpy(),

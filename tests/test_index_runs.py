@@ -115,3 +115,23 @@ def test_joint_runs_cover_every_arrays_elements(pairs):
         for k in range(n):
             got[k0 + k] = tuple(s + t * k for s, t in zip(s0, step))
     assert [got[k] for k in range(len(pairs))] == pairs
+
+
+def test_rows_read_and_write_through_views_from_the_row():
+    # a roll along the last axis (a pattern of rows) and a first-axis roll beside it,
+    # which wraps in the last row only (a frame after the rows): every plain index in
+    # the rows goes through a view from the row; one that is not plain keeps kr
+    grid = np.arange(16 * 16).reshape(16, 16)
+    last, first = list(np.roll(grid, 1, 1).ravel() + 5), list(np.roll(grid, -1, 0).ravel())
+    source = "\n".join(["for k in range(256):",
+                        "    T[300 + k] = Vo[S1[k]] + 2.0 * Vo[S2[k]] + Vo[(3 + k) * C + 1]"])
+    arrays = {"S1": last, "S2": first}
+    rewritten = affine_loops(source, arrays)
+    assert "for kr in range(15):" in rewritten and "T_16 = T[kr * 16:]" in rewritten
+    assert "Vo[(3 + (kr * 16 + 0 + k)) * C + 1]" in rewritten
+    scope = {"Vo": np.random.default_rng(2).standard_normal(800), "C": 2}
+    got, want = dict(scope, T=np.zeros(600)), dict(scope, T=np.zeros(600), **{
+        k: np.array(v) for k, v in arrays.items()})
+    exec(rewritten, got)
+    exec(source, want)
+    np.testing.assert_array_equal(got["T"], want["T"])

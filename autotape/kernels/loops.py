@@ -31,7 +31,7 @@ from ..opcodes import (ABS, ADD, ARCTAN2, BINARY_LAST, CEIL, DIV, FLOOR, HYPOT, 
                        opcode_name)
 from . import background
 from .cache import cache_dir, generated_file, import_generated
-from .cell_adds import cell_order
+from .cell_adds import cell_order, permuted_order
 from .elementwise import passes_nothing
 from .fusion import deferred, fused_forward, fused_groups, fused_reverse
 from .index_runs import affine_loops
@@ -1228,6 +1228,9 @@ def _settling(body, points, clear, again, rev):
 def _functions(body, points):
     fwd, again, rev, clear, hoisted, buffered = _body(body, points)
     if not points:                  # (a chunk's adds are loops over its points within)
+        rev, inverses = permuted_order(rev, body.arrays)
+        for name, values in inverses.items():
+            body.array(name, values)
         rev = cell_order(rev)
     tangent, tangent_hoisted = _tangent_body(body, points)
     settle, tangent_settle, reverse_loop = _settling(body, points, clear, again, rev)
