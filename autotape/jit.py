@@ -50,6 +50,7 @@ from .kernels.cache import (cache_dir, code_of, compile_notice, generated_file, 
                             import_generated, on_disk)
 from .kernels.active import ActiveArray, ActiveType
 from .kernels.instruction_format import I_A, I_B, I_C, I_N, I_OP, I_OUT, I_SA, I_SB, WIDTH
+from .kernels.pieces import aligned_pieces
 from .opcodes import CONST, SOURCE_LAST
 from .reroll import reroll
 from .program import LeanProgram, loop_of
@@ -522,8 +523,9 @@ def _recording_as_program(tape, total, out_rows, out_values):
     rolled = reroll(instr, nslots, in_slots, const_slots, const_vals, out_slots)
     if rolled is not None:                 # (cells written one by one, as arrays again)
         instr, pool, nslots, const_slots, const_vals, out_slots = rolled
-    return LeanProgram.of(instr, pool, np.ones(instr.shape[0]), in_slots, out_slots, nslots,
-                          const_slots, const_vals)
+    instr, divisor, _ = aligned_pieces(instr, pool, np.ones(instr.shape[0]))
+    return LeanProgram.of(instr, pool, divisor, in_slots, out_slots, nslots, const_slots,
+                          const_vals)
 
 
 def _argument(a, k, name):

@@ -18,6 +18,7 @@ from .parallel import for_numba, parallel_launch
 from .kernels.loops import GROUPS as LOOP_GROUPS
 from .kernels.instruction_format import I_N, I_OP, I_OUT, may_read, read_runs
 from .kernels.loops import constant_table, find_loop, loop_kernels, loop_source
+from .kernels.pieces import aligned_pieces
 from .kernels.program import (LOWERED, forward_range, forward_range_points, live_sets,
                               load_tangent_chunk, lower, reached_by_any, run_points,
                               run_points_parallel, run_tangents, run_tangents_parallel,
@@ -131,10 +132,11 @@ class LeanProgram:
             if why is not None:
                 why.append(int(detail))
             return None
+        instr, divisor, origin = aligned_pieces(instr, pool, divisor)
         user_calls = [_user_call(tape, row) for row in call_rows(instr)] or None
         p = cls.of(instr, pool, divisor, in_slots, out_slots, int(nslots), const_slots,
                    const_vals, loops and user_calls is None, user_calls)
-        p.made_by = made_by            # (for Compiled.explain; not pickled)
+        p.made_by = np.asarray(made_by, np.int64)[origin]   # (Compiled.explain's; not pickled)
         return p
 
     @classmethod

@@ -1,0 +1,146 @@
+"""Elementwise instructions cut where the pieces they read, or are read as, are cut.
+
+A stencil written with slices and ``np.concatenate`` (Burgers' ``ux =
+concatenate([u[1:2] - u[0:1], 0.5 * (u[2:] - u[:-2]), u[-1:] - u[-2:-1]])``) lowers to
+pieces of 1, 126 and 1 cells among instructions over all 128 cells: ``c * u`` is read
+by the three pieces of ``c * u * ux``, and ``u - c * u * ux`` reads them. A fused run
+(fusion.py) takes instructions of one width, so Burgers' step was ~13 element loops.
+``aligned_pieces`` cuts an elementwise instruction
+
+- where the instructions that read it read it in pieces that tile it (every cell read
+  at stride 1 by exactly one of them), and every other read stays within a piece;
+- where an operand it reads at stride 1 is exactly the outputs of several instructions
+  (or pieces cut by the rule above), one after another.
+
+A read of another alignment (``u[k + 1]`` against ``u[k]``) cuts nothing, and cuts
+are made only within EDGE_CELLS of an instruction's ends (the boundary cells of a
+stencil) and only from the first rule's cuts, so that they do not spread along a
+stencil's shifted reads into instructions of one cell each. Every cell computes what it
+did, so values keep their bits; a broadcast operand's adjoint terms are summed piece by
+piece.
+"""
+import numpy as np
+
+from .instruction_format import COPY, I_N, I_OP, I_OUT, OPERAND_COLUMNS, STRIDE_COLUMNS, \
+    read_runs
+
+EDGE_CELLS = 2                  # cuts only this close to an instruction's ends
+
+
+def aligned_pieces(instr, pool, divisor):
+    """(instr, divisor, origin): the program's instructions with elementwise ones cut
+    (see above), their divisors, and for each instruction the index of the one it came
+    from.
+
+    >>> from autotape.kernels.instruction_format import WIDTH
+    >>> from autotape.opcodes import MUL, SUB
+    >>> code = np.full((5, WIDTH), -1, np.int64)
+    >>> code[:, 5:9] = [[4, 1, 0, 0], [1, 1, 0, 0], [2, 1, 1, 0], [1, 1, 1, 0], [4, 1, 1, 0]]
+    >>> code[0, :4] = [MUL, 10, 0, 50]  # c * u over 4 cells, read in pieces of 1, 2, 1
+    >>> code[1, :4] = [MUL, 20, 10, 30]
+    >>> code[2, :4] = [MUL, 21, 11, 31]
+    >>> code[3, :4] = [MUL, 23, 13, 33]
+    >>> code[4, :4] = [SUB, 40, 0, 20]  # u - c * u * ux reads the pieces
+    >>> cut, _, origin = aligned_pieces(code, np.zeros(0, np.int64), np.ones(5))
+    >>> origin.tolist(), cut[:, I_N].tolist()
+    ([0, 0, 0, 1, 2, 3, 4, 4, 4], [1, 2, 1, 1, 2, 1, 1, 2, 1])
+    """
+    count = instr.shape[0]
+    origin = np.arange(count)
+    ops, outs, sizes = instr[:, I_OP], instr[:, I_OUT], instr[:, I_N]
+    elementwise = ops >= 0
+    if count == 0 or not (elementwise & (sizes > 1)).any():
+        return instr, divisor, origin
+    nslots = int((outs + sizes).max()) + 1
+    owner = np.full(nslots, -1, np.int64)
+    for q in np.nonzero(sizes > 0)[0]:
+        owner[outs[q]:outs[q] + sizes[q]] = q
+    reads = {}                                  # producer -> [(first, count, tiles)]
+    fixed = set()                               # producers read in ways that forbid cuts
+    for q in range(count):
+        if elementwise[q]:
+            for col, scol in zip(OPERAND_COLUMNS, STRIDE_COLUMNS):
+                c = int(instr[q, col])
+                if c < 0 or c >= nslots or owner[c] < 0:
+                    continue
+                strided = int(instr[q, scol]) == 1
+                reads.setdefault(int(owner[c]), []).append(
+                    (c, int(sizes[q]) if strided else 1, strided))
+        elif ops[q] == COPY:
+            c = int(instr[q, OPERAND_COLUMNS[0]])
+            if 0 <= c < nslots and owner[c] >= 0:
+                reads.setdefault(int(owner[c]), []).append((c, int(sizes[q]), False))
+        else:
+            for s, m in read_runs(instr, pool, q):
+                fixed.update(int(p) for p in np.unique(owner[s:s + m]) if p >= 0)
+    cuts = {}
+    for q, found in reads.items():              # (a producer read in tiling pieces)
+        if not elementwise[q] or sizes[q] < 2 or q in fixed:
+            continue
+        tiles = sorted({(c, m) for c, m, strided in found if strided})
+        low, high = int(outs[q]), int(outs[q] + sizes[q])
+        if len(tiles) < 2 or tiles[0][0] != low or any(
+                a + m != b for (a, m), (b, _) in zip(tiles, tiles[1:])) or \
+                tiles[-1][0] + tiles[-1][1] != high:
+            continue
+        edges = [c - low for c, _ in tiles[1:]]
+        if all(_within(c - low, m, edges) for c, m, _ in found) and \
+                _near_ends(edges, high - low):
+            cuts[q] = set(edges)
+    tiled = {q: set(edges) for q, edges in cuts.items()}
+    for q in np.nonzero(elementwise & (sizes > 1))[0]:   # (a reader of pieces)
+        for col, scol in zip(OPERAND_COLUMNS, STRIDE_COLUMNS):
+            c, n = int(instr[q, col]), int(sizes[q])
+            if c < 0 or int(instr[q, scol]) != 1 or c + n > nslots:
+                continue
+            edges = _piece_edges(owner, outs, sizes, tiled, c, n)
+            if edges and _near_ends(edges, n):
+                cuts.setdefault(int(q), set()).update(edges)
+    if not cuts:
+        return instr, divisor, origin
+    rows, kept, where = [], [], []
+    for q in range(count):
+        at = [0] + sorted(cuts.get(q, ())) + [int(sizes[q])]
+        for first, end in zip(at, at[1:]):
+            row = instr[q].copy()
+            row[I_OUT] += first
+            row[I_N] = end - first
+            for col, scol in zip(OPERAND_COLUMNS, STRIDE_COLUMNS):
+                if row[col] >= 0 and row[scol] == 1:
+                    row[col] += first
+            rows.append(row)
+            kept.append(divisor[q])
+            where.append(q)
+    return np.array(rows, np.int64), np.array(kept, np.float64), np.array(where, np.int64)
+
+
+def _near_ends(edges, n):
+    return all(e <= EDGE_CELLS or e >= n - EDGE_CELLS for e in edges)
+
+
+def _within(first, count, edges):
+    """Whether cells [first, first + count) lie within one piece between ``edges``."""
+    return not any(first < e < first + count for e in edges)
+
+
+def _piece_edges(owner, outs, sizes, cuts, c, n):
+    """The cuts (relative to c) of a read of slots [c, c + n) that is exactly the outputs
+    of several instructions, or of the pieces they are cut into, one after another; []
+    where it is not."""
+    edges, k = [], 0
+    while k < n:
+        q = int(owner[c + k])
+        if q < 0:
+            return []
+        starts = [int(outs[q])] + [int(outs[q]) + e for e in sorted(cuts.get(q, ()))]
+        if c + k not in starts:
+            return []
+        following = [s for s in starts[1:] if s > c + k] + \
+            [int(outs[q]) + int(sizes[q])]
+        end = min(following) - c
+        if end > n:
+            return []
+        if k:
+            edges.append(k)
+        k = end
+    return edges
