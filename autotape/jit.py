@@ -523,7 +523,7 @@ def _recording_as_program(tape, total, out_rows, out_values):
     rolled = reroll(instr, nslots, in_slots, const_slots, const_vals, out_slots)
     if rolled is not None:                 # (cells written one by one, as arrays again)
         instr, pool, nslots, const_slots, const_vals, out_slots = rolled
-    instr, divisor, _ = aligned_pieces(instr, pool, np.ones(instr.shape[0]))
+    instr, divisor, _ = aligned_pieces(instr, np.ones(instr.shape[0]))
     return LeanProgram.of(instr, pool, divisor, in_slots, out_slots, nslots, const_slots,
                           const_vals)
 

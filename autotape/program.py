@@ -132,7 +132,7 @@ class LeanProgram:
             if why is not None:
                 why.append(int(detail))
             return None
-        instr, divisor, origin = aligned_pieces(instr, pool, divisor)
+        instr, divisor, origin = aligned_pieces(instr, divisor)
         user_calls = [_user_call(tape, row) for row in call_rows(instr)] or None
         p = cls.of(instr, pool, divisor, in_slots, out_slots, int(nslots), const_slots,
                    const_vals, loops and user_calls is None, user_calls)

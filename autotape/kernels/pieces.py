@@ -12,7 +12,9 @@ by the three pieces of ``c * u * ux``, and ``u - c * u * ux`` reads them. A fuse
 - where an operand it reads at stride 1 is exactly the outputs of several instructions
   (or pieces cut by the rule above), one after another.
 
-A read of another alignment (``u[k + 1]`` against ``u[k]``) cuts nothing, and cuts
+Gathers, scatters and users' calls read slots whatever wrote them, so their reads
+neither cut nor prevent a cut. A read of another alignment (``u[k + 1]`` against
+``u[k]``) cuts nothing, and cuts
 are made only within EDGE_CELLS of an instruction's ends (the boundary cells of a
 stencil) and only from the first rule's cuts, so that they do not spread along a
 stencil's shifted reads into instructions of one cell each. Every cell computes what it
@@ -21,13 +23,12 @@ piece.
 """
 import numpy as np
 
-from .instruction_format import COPY, I_N, I_OP, I_OUT, OPERAND_COLUMNS, STRIDE_COLUMNS, \
-    read_runs
+from .instruction_format import COPY, I_N, I_OP, I_OUT, OPERAND_COLUMNS, STRIDE_COLUMNS
 
 EDGE_CELLS = 2                  # cuts only this close to an instruction's ends
 
 
-def aligned_pieces(instr, pool, divisor):
+def aligned_pieces(instr, divisor):
     """(instr, divisor, origin): the program's instructions with elementwise ones cut
     (see above), their divisors, and for each instruction the index of the one it came
     from.
@@ -41,7 +42,7 @@ def aligned_pieces(instr, pool, divisor):
     >>> code[2, :4] = [MUL, 21, 11, 31]
     >>> code[3, :4] = [MUL, 23, 13, 33]
     >>> code[4, :4] = [SUB, 40, 0, 20]  # u - c * u * ux reads the pieces
-    >>> cut, _, origin = aligned_pieces(code, np.zeros(0, np.int64), np.ones(5))
+    >>> cut, _, origin = aligned_pieces(code, np.ones(5))
     >>> origin.tolist(), cut[:, I_N].tolist()
     ([0, 0, 0, 1, 2, 3, 4, 4, 4], [1, 2, 1, 1, 2, 1, 1, 2, 1])
     """
@@ -56,7 +57,6 @@ def aligned_pieces(instr, pool, divisor):
     for q in np.nonzero(sizes > 0)[0]:
         owner[outs[q]:outs[q] + sizes[q]] = q
     reads = {}                                  # producer -> [(first, count, tiles)]
-    fixed = set()                               # producers read in ways that forbid cuts
     for q in range(count):
         if elementwise[q]:
             for col, scol in zip(OPERAND_COLUMNS, STRIDE_COLUMNS):
@@ -70,12 +70,9 @@ def aligned_pieces(instr, pool, divisor):
             c = int(instr[q, OPERAND_COLUMNS[0]])
             if 0 <= c < nslots and owner[c] >= 0:
                 reads.setdefault(int(owner[c]), []).append((c, int(sizes[q]), False))
-        else:
-            for s, m in read_runs(instr, pool, q):
-                fixed.update(int(p) for p in np.unique(owner[s:s + m]) if p >= 0)
     cuts = {}
     for q, found in reads.items():              # (a producer read in tiling pieces)
-        if not elementwise[q] or sizes[q] < 2 or q in fixed:
+        if not elementwise[q] or sizes[q] < 2:
             continue
         tiles = sorted({(c, m) for c, m, strided in found if strided})
         low, high = int(outs[q]), int(outs[q] + sizes[q])
