@@ -54,7 +54,7 @@ from .kernels.elementwise import passes_nothing
 from .kernels.instruction_format import (COPY, GATHER, I_N, I_OP, I_OUT, KIND_NAMES,
                                          OPERAND_COLUMNS, SCATTER_ADD, operand_columns, pool_reads, stride)
 from .kernels.loops import RECOMPUTED, binary_adjoints
-from .kernels.program import live_sets
+from .kernels.program import lane_tree, live_sets
 from .opcodes import ADD, BINARY_LAST, DIV, MUL, SUB, UNARY_LAST, opcode_name
 from .tuning import (KEEP_ALL_BYTES, LANES, LANES_MIN, MAX_BODY, MAX_CARRIED, MAX_LINES,
                      MAX_STRAIGHT, OWN_SCRATCH_MAX)
@@ -418,7 +418,7 @@ def _reverse(code, plan, q, in_body, adjoint):
                 with code.block("else:"):
                     code.add(f"{gy} += {gz}" if gy else "pass")
     for t, target in lanes.items():
-        code.add(f"{target} += (l{t}_0 + l{t}_1) + (l{t}_2 + l{t}_3)")
+        code.add(f"{target} += " + lane_tree(f"l{t}_{j}" for j in range(LANES)))
 
 
 def _tangent(code, plan, q, in_body, lanes):

@@ -35,6 +35,7 @@ def _run(lines, dtype=np.float64, seed=0, arrays=None):
     index = {k: np.array(v) for k, v in (arrays or {}).items()}
     arrays = {"GT": rng.standard_normal(800).astype(dtype),
               "Go": rng.standard_normal(1700).astype(dtype),
+              "T": rng.standard_normal(100).astype(dtype),
               "W": rng.standard_normal(800) * 10.0 ** rng.integers(-8, 8, 800)}
     names = dict(arrays, V=V, f64=np.float64, **index)
     exec("\n".join(lines), names)
@@ -131,7 +132,11 @@ _ITEM = st.one_of(
                                  st.sampled_from(["+=", "="])), min_size=1, max_size=3)),
     st.tuples(st.just("line"), st.integers(0, 14), st.integers(0, 60),
               st.sampled_from(["+=", "="])),
-    st.tuples(st.just("pair"), st.integers(0, 14), st.integers(0, 14), st.integers(0, 60)))
+    st.tuples(st.just("pair"), st.integers(0, 14), st.integers(0, 14), st.integers(0, 60)),
+    # a line writing another array, and an add whose term reads it (kept lines)
+    st.tuples(st.just("kept"), st.integers(0, 3), st.integers(0, 3), st.integers(0, 20),
+              st.sampled_from(["+=", "="])),
+    st.tuples(st.just("reads T"), st.integers(0, 14), st.integers(0, 3)))
 
 
 def _lines(items):
@@ -142,9 +147,14 @@ def _lines(items):
             out += [f"    GT[{a} + k] {how} W[{w} + k]" for a, w, how in item[2]]
         elif item[0] == "line":
             out.append(f"GT[{item[1]}] {item[3]} W[{item[2]}]")
-        else:
+        elif item[0] == "pair":
             out += [f"gx, gy = f64(W[{item[3]}]), -f64(GT[{700 + item[3]}])",
                     f"GT[{item[1]}] += gx", f"GT[{item[2]}] += gy"]
+        elif item[0] == "kept":
+            out += [f"gx, gy = f64(T[{item[2]}]), f64(GT[{item[3]}])",
+                    f"T[{item[1]}] {item[4]} gx * 0.5 + gy"]
+        else:
+            out.append(f"GT[{item[1]}] += f64(T[{item[2]}]) * 3.0")
     return out
 
 
@@ -153,6 +163,45 @@ def _lines(items):
 def test_random_runs_give_the_same_bits(items, dtype):
     lines = _lines(items) + ["Go[0] += W[1]"]
     _same(_run(lines, dtype, seed=len(lines)), _run(cell_order(lines), dtype, seed=len(lines)))
+
+
+def test_lines_writing_other_arrays_run_before_the_pass():
+    # Burgers' boundary cells: scalar adjoints written to GT between the adds into Go
+    # (one of them into G[1], a parameter's, which cannot be one of Go's cells)
+    lines = ["gx, gy = f64(GT[16]), -f64(GT[16])", "Go[140] += gx", "GT[88] = gy",
+             "for k in range(10):", "    Go[130 + k] += W[10 + k]",
+             "gx = f64(GT[88]) * 2.0", "GT[76] = gx", "Go[129] += f64(GT[76])",
+             "G[1] += f64(GT[76]) * 3.0",
+             "for k in range(10):", "    Go[129 + k] += W[30 + k]",
+             "    Go[131 + k] += W[50 + k]"]
+    new = cell_order(lines)
+    assert new[:4] == ["GT[88] = (-f64(GT[16]))", "GT[76] = (f64(GT[88]) * 2.0)",
+                       "G[1] += f64(GT[76]) * 3.0", "acc = Go[129]"]
+    assert sum(line.startswith("for ") for line in new) == 1
+    rng = np.random.default_rng(3)
+    for dtype in (np.float64, np.float32):
+        results = []
+        for code in (lines, new):
+            G = rng.standard_normal(300).astype(dtype) if not results else G0.copy()
+            G0 = G.copy() if not results else G0
+            names = {"G": G, "Go": G[7:], "GT": np.arange(100.0).astype(dtype),
+                     "W": np.linspace(-1.0, 1.0, 60) ** 3, "V": G, "f64": np.float64}
+            exec("\n".join(code), names)
+            results.append((G.copy(), names["GT"].copy()))
+        for a, b in zip(*results):
+            np.testing.assert_array_equal(a, b)
+
+
+@pytest.mark.parametrize("between", [
+    "W[12] = 1.0",                      # writes what an earlier term reads
+    "GT[3] = f64(Go[140]) * 2.0",       # reads the run's target
+    "GT[3] = f64(G[150]) * 2.0",        # reads its window's array where the cells may be
+    "G[200] += 1.0",                    # writes where Go's cells may be
+])
+def test_lines_that_touch_the_runs_cells_or_terms_keep_it_apart(between):
+    lines = ["for k in range(10):", "    Go[130 + k] += W[10 + k]", between,
+             "for k in range(10):", "    Go[131 + k] += W[30 + k]"]
+    assert cell_order(lines) == lines
 
 
 def _rolled(grid, shift, axis, first=100):

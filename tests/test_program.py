@@ -7,6 +7,7 @@ import pickle
 import sys
 import types
 
+import numba
 import numpy as np
 import pytest
 from hypothesis import HealthCheck, given, settings
@@ -16,6 +17,7 @@ import autotape as at
 import autotape.func as F
 from autotape import opcodes
 from autotape.kernels.loops import _broadcast_lanes
+from autotape.kernels.program import lane_sum, lane_tree
 from autotape.tuning import POINTS_BODY_MAX
 from test_op_table import SAMPLES, _recorded_ops
 
@@ -760,18 +762,23 @@ def test_a_broadcast_term_goes_to_the_buffer_and_is_summed_in_lanes_after_the_lo
     assert _broadcast_lanes(few, body, [0], False) == (body, [])
 
 
-def test_a_broadcast_operands_terms_are_summed_in_four_lanes():
+def test_a_broadcast_operands_terms_are_summed_in_eight_lanes():
     # c * X over 37 cells: c's adjoint from every cell, summed as LANES partial sums
-    # (element k into lane k % 4, in order), added once as (s0 + s1) + (s2 + s3): a
-    # running sum made every addition wait on the last
-    rng = np.random.default_rng(0)
+    # (element k into lane k % 8, in order), added once in pairs, then pairs of pairs: a
+    # running sum made every addition wait on the last, four lanes each on 1/4 of them
+    rng = np.random.default_rng(2)
     X = rng.uniform(-1.0, 1.0, 37) * 10.0 ** rng.uniform(-8.0, 8.0, 37)
     c = at.compile(lambda p: (p[0] * X).sum() + p[1], np.ones(2))
     g = c.grad(np.array([0.5, 1.0])).numpy()
-    lanes = [0.0] * 4
+    lanes = [0.0] * 8
     for k in range(37):
-        lanes[k % 4] += X[k]
-    assert g[0] == (lanes[0] + lanes[1]) + (lanes[2] + lanes[3])
+        lanes[k % 8] += X[k]
+    assert g[0] == ((lanes[0] + lanes[1]) + (lanes[2] + lanes[3])) + \
+        ((lanes[4] + lanes[5]) + (lanes[6] + lanes[7]))
+    four = [0.0] * 4
+    for k in range(37):
+        four[k % 4] += X[k]
+    assert (four[0] + four[1]) + (four[2] + four[3]) != g[0]
     running = 0.0
     for k in range(37):
         running += X[k]
@@ -781,5 +788,23 @@ def test_a_broadcast_operands_terms_are_summed_in_four_lanes():
     for k in range(7):
         running += X[k]
     assert few.grad(np.array([0.5, 1.0])).numpy()[0] == running
+
+
+@pytest.mark.parametrize("n", [16, 17, 23, 24, 31, 37, 126])
+@pytest.mark.parametrize("step", [1, 3])
+def test_lane_sum_adds_lane_k_mod_8_in_order_then_lane_trees_pairs(n, step):
+    rng = np.random.default_rng(n)
+    W = rng.uniform(-1.0, 1.0, 5 + n * step) * 10.0 ** rng.uniform(-8.0, 8.0, 5 + n * step)
+    lanes = [0.0] * 8
+    for k in range(n):
+        lanes[k % 8] += W[5 + k * step]
+    expected = eval(lane_tree(f"lanes[{j}]" for j in range(8)))
+    assert lane_sum(W, 5, n, step) == expected
+    assert _compiled_lane_sum(W, 5, n, step) == expected      # (inlined, as loops use it)
+
+
+@numba.njit(error_model="numpy")
+def _compiled_lane_sum(W, first, n, step):
+    return lane_sum(W, first, n, step)
 
 

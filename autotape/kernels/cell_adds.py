@@ -167,7 +167,7 @@ def _terms(items):
     cell receives those it has: item after item; within a loop, the statement whose
     iteration reaches the cell first (the larger first cell), then statement order."""
     out = []
-    for n, adds, _ in items:
+    for n, adds, _, _ in items:
         n = n or 1                              # (a line: one cell)
         ordered = sorted(range(len(adds)), key=lambda s: (-adds[s][0], s))
         out += [(adds[s][0], n, adds[s][1], adds[s][2]) for s in ordered]
@@ -199,17 +199,53 @@ def _worth(items, target, rest):
     """Whether ``items`` may be one pass: two adds or more, a loop among them, a cell
     that receives two terms or more, no term
     reading a cell the run writes (or one moving with k), no local the run drops read
-    later (``rest``: the lines after it, then those before: the next repetition's)."""
+    later (``rest``: the lines after it, then those before: the next repetition's); a
+    line writing another array (kept, run before the pass) neither reads nor writes
+    the run's cells, nor writes what an earlier item's term reads."""
     terms = _terms(items)
-    if len(terms) < 2 or all(n is None for n, _, _ in items):
+    if len(terms) < 2 or all(n is None for n, _, _, _ in items):
         return False
     cells = [(a, a + n) for a, n, _, _ in terms]
     if not any(a < d and c < b for i, (a, b) in enumerate(cells) for c, d in cells[:i]):
         return False                            # (no cell receives two terms: no gain)
     if any(_reads_target(t, target, cells) for _, _, _, t in terms):
         return False
-    dropped = set().union(*(names for _, _, names in items))
+    for at, (_, _, _, kept) in enumerate(items):
+        if kept is None:
+            continue
+        name, cell, how, expression = kept
+        written = f"{name}[{cell}]" + (f" + {expression}" if how == "+=" else "")
+        if _reads_target(_beside(written, target, cells), target, cells) or \
+                _reads_target(_beside(expression, target, cells), target, cells):
+            return False
+        if any(_reads_cell(t, name, cell) for _, adds, _, _ in items[:at] for _, _, t in adds):
+            return False
+    dropped = set().union(*(item[2] for item in items))
     return not _read_before_assigned(rest, dropped)
+
+
+def _beside(expression, target, cells):
+    """``expression`` without its reads of the target's view at a numbered cell that
+    cannot be one of ``cells``: the repetition's window Go = G[o:] starts at o >= 0
+    (loops.py checks), so G[i] below the first of them is not one, nor Go[i] above the
+    last (G[1], a parameter's adjoint, beside Go's cells from 1629 on)."""
+    low, high = min(a for a, _ in cells), max(b for _, b in cells)
+    window = {"G": "Go", "V": "Vo"}
+
+    def outside(found):
+        name, index = found.group(1), int(found.group(2))
+        apart = (window.get(name) == target and index < low) or \
+            (window.get(target) == name and index >= high)
+        return "0.0" if apart else found.group(0)
+    return re.sub(r"(?<!\w)(\w+)\[(\d+)\]", outside, expression)
+
+
+def _reads_cell(term, name, cell):
+    """Whether a term may read ``name[cell]`` (or a view of ``name``)."""
+    if re.search(r"(?<!\w)" + _ALIASES.get(name, "$^") + r"\[", term):
+        return True
+    return any(not index.strip().isdigit() or int(index) == cell
+               for index in re.findall(r"(?<!\w)" + re.escape(name) + r"\[([^\]]*)\]", term))
 
 
 def cell_order(lines):
@@ -241,19 +277,24 @@ def cell_order(lines):
             assigned = _assigned(body)
             scope = defined if n is None else dict(defined)
             adds, target_found = _adds(body, n is not None, scope, target)
+            kept = None
             if adds is None:
-                break
+                kept = _kept(body, n, target, defined)
+                if kept is None:
+                    break
+                adds, target_found = [], target
             if n is not None:               # (the loop's locals hold its last
                 for name in assigned:       # iteration's values after it)
                     defined.pop(name, None)
             # a local the run assigns is substituted into every term that reads it; one
             # left by name (read before its assignment, or a loop's value read after the
             # loop) would read what the dropped assignments no longer write
-            dropped = assigned.union(*(names for _, _, names in items))
-            if any(set(_NAME.findall(t)) & dropped for _, _, t in adds):
+            dropped = assigned.union(*(item[2] for item in items))
+            if any(set(_NAME.findall(t)) & dropped for _, _, t in adds) or \
+                    (kept and set(_NAME.findall(kept[3])) & dropped):
                 break
             target = target_found
-            items.append((n, adds, assigned))
+            items.append((n, adds, assigned, kept))
             ends.append(after)
             j = after
         while items and not _worth(items, target, lines[ends[-1]:] + lines[:i]):
@@ -263,9 +304,27 @@ def cell_order(lines):
             out.append(lines[i])
             i += 1
             continue
+        out += [_written(kept) for _, _, _, kept in items if kept]
         out += _pass(target, _terms(items))
         i = ends[-1]
     return out
+
+
+def _kept(body, n, target, defined):
+    """A line of a run that writes one cell of another array than the run's ``target``
+    (a scalar adjoint between a stencil's adds: ``GT[888] = gy``), as (array, cell,
+    how, expression with the run's locals substituted); None for anything else. The
+    run's pass goes after it (_worth says when it may)."""
+    found = _ADD.match(body[0].split("  #", 1)[0]) if n is None and target else None
+    if found is None or found.group(3) is not None or found.group(1) == target:
+        return None
+    name, cell, _, how, expression = found.groups()
+    return name, int(cell), how, _substituted(expression, defined)
+
+
+def _written(kept):
+    name, cell, how, expression = kept
+    return f"{name}[{cell}] {how} {expression}"
 
 
 def _permuted(lines, i, arrays):

@@ -744,27 +744,61 @@ def _load(V, T, C, K, const_slots, const_vals, in_slots, X, S, p0):
 # and GPU) sums them alike, so that their answers agree bit for bit: over LANES_MIN
 # elements or more, the strided operands' terms element by element, then each broadcast
 # operand's (a, then b) as LANES partial sums, element k into lane k % LANES in order,
-# added once as (s0 + s1) + (s2 + s3); over fewer (an ODE's few states, its 11 output
+# added once in lane_tree's order; over fewer (an ODE's few states, its 11 output
 # times), one after another in element order, where lanes cost more than they save.
+# LANES is 8 (tuning.py): with 4, Burgers' two lane sums over 126 cells were a third of
+# its reverse sweep (each lane a chain of 32 additions); lane_sum's accumulators and
+# _lanes_combined are written out for 8.
 
 
-@register_jitable
+def lane_tree(sums):
+    """The expression adding LANES partial sums (names or numbers) once: neighbours in
+    pairs, then the pairs' sums in pairs, as lane_sum adds its lanes.
+
+    >>> lane_tree([f"s{j}" for j in range(8)])
+    '((s0 + s1) + (s2 + s3)) + ((s4 + s5) + (s6 + s7))'
+    """
+    terms = [str(s) for s in sums]
+    assert len(terms) == LANES
+    while len(terms) > 2:
+        terms = [f"({a} + {b})" for a, b in zip(terms[::2], terms[1::2])]
+    return f"{terms[0]} + {terms[1]}"
+
+
+@register_jitable(inline="always")
 def lane_sum(W, first, n, step):
-    """The broadcast sum of the terms ``W[first + k * step]``, k < n (see LANES)."""
-    s0 = s1 = s2 = s3 = 0.0
+    """The broadcast sum of the terms ``W[first + k * step]``, k < n (see LANES);
+    inlined, so that a loop body's constant arguments make it a vector sum (a call
+    took Burgers' reverse sweep 1.4x as long). The last lanes' terms are selected, not
+    branched to (branches numba's inliner warns of); an unused lane adds 0.0, which
+    leaves every bit (a lane that starts at 0.0 is never -0.0)."""
+    s0 = 0.0
+    s1 = 0.0
+    s2 = 0.0
+    s3 = 0.0
+    s4 = 0.0
+    s5 = 0.0
+    s6 = 0.0
+    s7 = 0.0
     m = n - n % LANES
     for k in range(0, m, LANES):
         s0 += W[first + k * step]
         s1 += W[first + (k + 1) * step]
         s2 += W[first + (k + 2) * step]
         s3 += W[first + (k + 3) * step]
-    if m < n:
-        s0 += W[first + m * step]
-    if m + 1 < n:
-        s1 += W[first + (m + 1) * step]
-    if m + 2 < n:
-        s2 += W[first + (m + 2) * step]
-    return (s0 + s1) + (s2 + s3)
+        s4 += W[first + (k + 4) * step]
+        s5 += W[first + (k + 5) * step]
+        s6 += W[first + (k + 6) * step]
+        s7 += W[first + (k + 7) * step]
+    last = first + max(n - 1, 0) * step
+    s0 += W[min(first + m * step, last)] if m < n else 0.0
+    s1 += W[min(first + (m + 1) * step, last)] if m + 1 < n else 0.0
+    s2 += W[min(first + (m + 2) * step, last)] if m + 2 < n else 0.0
+    s3 += W[min(first + (m + 3) * step, last)] if m + 3 < n else 0.0
+    s4 += W[min(first + (m + 4) * step, last)] if m + 4 < n else 0.0
+    s5 += W[min(first + (m + 5) * step, last)] if m + 5 < n else 0.0
+    s6 += W[min(first + (m + 6) * step, last)] if m + 6 < n else 0.0
+    return ((s0 + s1) + (s2 + s3)) + ((s4 + s5) + (s6 + s7))
 
 
 @register_jitable
@@ -827,23 +861,34 @@ def _reverse_broadcast(instr, V, G, C, j0, j1, q):
             continue
         at = operand_slot(instr, q, t)
         for j in range(j0, j1):
-            s0 = s1 = s2 = s3 = 0.0
-            for k in range(n):
-                x = np.float64(V[(a + k * sa) * C + j])
-                y = np.float64(V[(b + k * sb) * C + j]) if count == 2 else 0.0
-                w = V[(c + k * sc) * C + j] if op == WHERE else 0.0
-                term = _term(op, t, np.float64(G[(out + k) * C + j]), x, y,
-                             np.float64(V[(out + k) * C + j]), w)
-                lane = k % LANES
-                if lane == 0:
-                    s0 += term
-                elif lane == 1:
-                    s1 += term
-                elif lane == 2:
-                    s2 += term
-                else:
-                    s3 += term
-            G[at * C + j] += (s0 + s1) + (s2 + s3)
+            G[at * C + j] += _lanes_combined(instr, V, G, C, j, q, t)
+
+
+@register_jitable
+def _lanes_combined(instr, V, G, C, j, q, t):
+    """Broadcast operand t's adjoint terms from instruction q at point j, summed as
+    lane_sum sums them (one lane after another here: no array for the lanes on a GPU)."""
+    return ((_lane(instr, V, G, C, j, q, t, 0) + _lane(instr, V, G, C, j, q, t, 1)) +
+            (_lane(instr, V, G, C, j, q, t, 2) + _lane(instr, V, G, C, j, q, t, 3))) + \
+        ((_lane(instr, V, G, C, j, q, t, 4) + _lane(instr, V, G, C, j, q, t, 5)) +
+         (_lane(instr, V, G, C, j, q, t, 6) + _lane(instr, V, G, C, j, q, t, 7)))
+
+
+@register_jitable
+def _lane(instr, V, G, C, j, q, t, lane):
+    """The sum of the terms of elements lane, lane + LANES, ... (see _lanes_combined)."""
+    op, out, n = instr[q, I_OP], instr[q, I_OUT], instr[q, I_N]
+    count = 1 if op <= UNARY_LAST else 2
+    a, b, c = instr[q, I_A], instr[q, I_B], instr[q, I_C]
+    sa, sb, sc = instr[q, I_SA], instr[q, I_SB], instr[q, I_SC]
+    s = 0.0
+    for k in range(lane, n, LANES):
+        x = np.float64(V[(a + k * sa) * C + j])
+        y = np.float64(V[(b + k * sb) * C + j]) if count == 2 else 0.0
+        w = V[(c + k * sc) * C + j] if op == WHERE else 0.0
+        s += _term(op, t, np.float64(G[(out + k) * C + j]), x, y,
+                   np.float64(V[(out + k) * C + j]), w)
+    return s
 
 
 @register_jitable
