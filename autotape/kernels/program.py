@@ -765,13 +765,13 @@ def lane_tree(sums):
     return f"{terms[0]} + {terms[1]}"
 
 
-@register_jitable(inline="always")
+@register_jitable
 def lane_sum(W, first, n, step):
-    """The broadcast sum of the terms ``W[first + k * step]``, k < n (see LANES);
-    inlined, so that a loop body's constant arguments make it a vector sum (a call
-    took Burgers' reverse sweep 1.4x as long). The last lanes' terms are selected, not
-    branched to (branches numba's inliner warns of); an unused lane adds 0.0, which
-    leaves every bit (a lane that starts at 0.0 is never -0.0)."""
+    """The broadcast sum of the terms ``W[first + k * step]``, k < n (see LANES). The
+    last lanes' terms are selected, not branched to: so LLVM inlines it where a loop
+    body calls it with constant arguments and makes it a vector sum (with branches,
+    Burgers' reverse sweep took 1.4x as long). An unused lane adds 0.0, which leaves
+    every bit (a lane that starts at 0.0 is never -0.0)."""
     s0 = 0.0
     s1 = 0.0
     s2 = 0.0
