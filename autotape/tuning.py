@@ -125,6 +125,11 @@ MAX_GROUP = 256                  # instructions a group (one cell's) may hold
 PERIODS = 64                     # group sizes tried
 MIN_RUN = 2                      # instructions a fused run needs (benchmarks set it past
                                  # any body's length to time the unfused code beside)
+# elementwise instructions over fewer cells are never cut like a stencil's boundary
+# pieces (kernels/pieces.py): a 16-cell spring chain cut so took 7% longer (a boundary
+# line an instruction in each direction against a short loop saved), a 96-cell heat
+# step 6% less
+PIECES_MIN_CELLS = 32
 # Past these sizes a program runs on the interpreter kernel: numba's compile time grows
 # faster than the code (a body of 207 element operations 19 s, of ~1000 (n-body) 413 s,
 # with spills), and a thread's values spill out of registers.

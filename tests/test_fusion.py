@@ -86,8 +86,8 @@ def _same_bits(plain, points, got):
         np.testing.assert_array_equal(g.numpy(), want_g.numpy())
 
 
-def _burgers(p):
-    u = np.sin(np.linspace(0.0, 2.0 * np.pi, CELLS)).astype(p.dtype)
+def _burgers(p, cells=CELLS):
+    u = np.sin(np.linspace(0.0, 2.0 * np.pi, cells)).astype(p.dtype)
     for _ in range(40):
         ux = np.concatenate([u[1:2] - u[0:1], 0.5 * (u[2:] - u[:-2]), u[-1:] - u[-2:-1]])
         uxx = np.concatenate([np.zeros(1, p.dtype), u[2:] - 2.0 * u[1:-1] + u[:-2],
@@ -315,14 +315,44 @@ def test_a_deferred_first_term_assigns_after_the_loop(loop_bodies, fused):
 
 
 def test_instructions_over_all_cells_cut_like_the_boundary_pieces_join_one_run(loop_bodies):
-    # c * u (20 cells) read by the pieces of c * u * ux (1 + 18 + 1), and u - c * u * ux
-    # reading them: cut alike (kernels/pieces.py), the 18-cell pieces fuse into one
+    # c * u (40 cells) read by the pieces of c * u * ux (1 + 38 + 1), and u - c * u * ux
+    # reading them: cut alike (kernels/pieces.py), the 38-cell pieces fuse into one
     # element loop a step in each direction; the interpreter's bits
     x = np.array([0.3, 0.9])
-    c, plain, points, got, lean = _compiled_and_plain(_burgers, x)
+    c, plain, points, got, lean = _compiled_and_plain(lambda p: _burgers(p, 40), x)
     widths = lean.instr[lean.loop[0]:lean.loop[0] + lean.loop[1], I_N]
-    assert sorted(set(widths.tolist())) == [1, 18]
+    assert sorted(set(widths.tolist())) == [1, 38]
     forward, reverse = (_function(lean.loop_code[1], k) for k in ("forward", "reverse"))
-    assert forward.count("for k in range(18):") == 1
-    assert reverse.count("for k in range(18):") <= 3
+    assert forward.count("for k in range(38):") == 1
+    assert reverse.count("for k in range(38):") <= 3
+    _same_bits(plain, points, got)
+
+
+def test_instructions_over_a_few_cells_are_not_cut(loop_bodies):
+    # 20 cells (under PIECES_MIN_CELLS): a boundary line in each direction per cut
+    # instruction cost more than the shorter loops saved
+    c, plain, points, got, lean = _compiled_and_plain(_burgers, np.array([0.3, 0.9]))
+    widths = lean.instr[lean.loop[0]:lean.loop[0] + lean.loop[1], I_N]
+    assert 20 in widths.tolist()
+    _same_bits(plain, points, got)
+
+
+def _heat(p):
+    u = np.exp(-np.linspace(-3.0, 3.0, 48) ** 2).astype(p.dtype)
+    for i in range(30):
+        lap = np.concatenate([u[1:2] - u[0:1], u[2:] - 2.0 * u[1:-1] + u[:-2],
+                              u[-2:-1] - u[-1:]])
+        u = u + p[0] * lap + 0.001 * p[1] * np.sin(0.01 * i) * u
+    return (u * u).sum()
+
+
+def test_cuts_carry_on_through_what_they_cut(loop_bodies):
+    # u + p0 * lap is cut as it reads lap's pieces, then the sum with c * u as it reads
+    # those, then c * u as the sum's pieces read it: every instruction of the step is
+    # pieces of 1 + 46 + 1 cells (cut halfway, the step kept a loop over 48 cells and
+    # took 3% longer than uncut)
+    c, plain, points, got, lean = _compiled_and_plain(_heat, np.array([0.2, 0.5]))
+    widths = lean.instr[lean.loop[0]:lean.loop[0] + lean.loop[1], I_N]
+    assert sorted(set(widths.tolist())) == [1, 46]
+    assert "range(48)" not in _function(lean.loop_code[1], "forward")
     _same_bits(plain, points, got)
