@@ -6,7 +6,7 @@ import numpy as np
 import pytest
 from hypothesis import given, settings, strategies as st
 
-from autotape.kernels.cell_adds import cell_order, permuted_order
+from autotape.kernels.cell_adds import cell_order, local_adds, permuted_order
 from autotape.kernels.index_runs import affine_loops
 
 BURGERS = """\
@@ -243,3 +243,28 @@ def test_adds_that_are_not_permutations_stay_as_they_are():
     lines = ["for k in range(3):", "    Go[S2[k]] += Go[3 + k]",     # (reads the target)
              "for k in range(3):", "    Go[S3[k]] += W[3 + k]"]
     assert permuted_order(lines, arrays)[0] == lines
+
+
+_BODY = ["gx, gy = f64(W[k]), f64(W[20 + k])", "Go[40 + k] += gx", "Go[41 + k] += gy",
+         "gx = f64(GT[3 + k]) * 3.0", "Go[40 + k] += gx", "Go[41 + k] += f64(W[40 + k])",
+         "Go[40 + k] += -gy"]
+
+
+@pytest.mark.parametrize("dtype", [np.float64, np.float32])
+def test_adds_into_one_cell_in_an_element_loop_go_through_a_local(dtype):
+    new = local_adds(_BODY)
+    assert sum("Go[40 + k]" in line for line in new) == 2        # (one load, one store)
+    loop = ["for k in range(12):"]
+    _same(_run(loop + ["    " + line for line in _BODY], dtype),
+          _run(loop + ["    " + line for line in new], dtype))
+
+
+@pytest.mark.parametrize("between", [
+    "gx = f64(Go[40 + k])",             # reads the cell
+    "Go[S1[k]] += gx",                  # may write it
+    "G[3] += gx",                       # its view's array
+    "gx = f64(Go[52])",                 # a numbered cell, one of the loop's
+])
+def test_a_cell_touched_between_its_adds_is_left_in_memory(between):
+    body = ["Go[40 + k] += f64(W[k])", between, "Go[40 + k] += f64(W[20 + k])"]
+    assert local_adds(body) == body

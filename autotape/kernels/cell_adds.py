@@ -36,6 +36,16 @@ writes the loops as one over those cells, each reading its terms through the inv
 permutations (``R13``, which index_runs.py then turns into runs of plain loads), in the
 loops' order: the same bits in one load and store a cell. (A 2-D roll's reverse: 1100
 -> 750 us.)
+
+Within one element loop (a fused run's reverse), several adds into one cell,
+
+    Go[2159 + k] += gx
+    ...
+    Go[2159 + k] += gy
+
+become a local the loop loads once and stores once (``local_adds``): LLVM cannot keep
+the cell in a register between them itself, since the loads of V between them might
+read it.
 """
 import re
 
@@ -405,3 +415,57 @@ def permuted_order(lines, arrays):
         out += [f"for k in range({n}):"] + ["    " + line for line in body]
         i = j
     return out, inverses
+
+
+_CELL_ADD = re.compile(r"^((\w+)\[(\d+) \+ k\]) \+= (.+)$")
+
+
+def local_adds(lines):
+    """An element loop's body (statements at the loop's depth) with each cell that two
+    or more top-level lines add to (``Go[7 + k] +=``) held in a local from its first
+    add to its last, rounded as the array stores it at every add (the same bits). A
+    cell that another line reads or writes in between, or that an array aliasing it
+    (``G`` and ``Go``) is touched through in between, is left as it is.
+
+    >>> print("\\n".join(local_adds(["Go[7 + k] += gx", "gy = f64(Vo[3 + k])",
+    ...                               "Go[7 + k] += gy"])))
+    c7 = V.dtype.type(f64(Go[7 + k]) + (gx))
+    gy = f64(Vo[3 + k])
+    c7 = V.dtype.type(c7 + (gy))
+    Go[7 + k] = c7
+    """
+    adds = {}
+    for i, line in enumerate(lines):
+        found = _CELL_ADD.match(line.split("  #", 1)[0])
+        if found:
+            adds.setdefault(found.group(1), []).append(i)
+    out = list(lines)
+    for cell, at in adds.items():
+        if len(at) < 2:
+            continue
+        name, first = _CELL_ADD.match(lines[at[0]]).group(2, 3)
+        between = [lines[i] for i in range(at[0], at[-1] + 1) if i not in at] + \
+            [_CELL_ADD.match(lines[i].split("  #", 1)[0]).group(4) for i in at]
+        if any(_may_touch(line, name, int(first)) for line in between):
+            continue
+        local = f"c{first}"
+        if any(re.search(rf"\b{local}\b", line) for line in lines):
+            continue
+        for n, i in enumerate(at):
+            term = _CELL_ADD.match(lines[i].split("  #", 1)[0]).group(4)
+            value = f"f64({cell})" if n == 0 else local
+            out[i] = f"{local} = {ROUNDED}({value} + ({term}))"
+        out[at[-1]] += f"\n{cell} = {local}"
+    return [piece for line in out for piece in line.split("\n")]
+
+
+def _may_touch(line, name, first):
+    """Whether ``line`` may read or write ``name[first + k]`` (or its view's cell): any
+    subscript of it, or of an array aliasing it, but ``[d + k]`` with d != first."""
+    arrays = {name, _ALIASES.get(name, name)}
+    for found in re.finditer(r"(?<!\w)(\w+)\[([^\]]*)\]", line):
+        if found.group(1) in arrays:
+            other = re.fullmatch(r"(\d+) \+ k", found.group(2).strip())
+            if found.group(1) != name or other is None or int(other.group(1)) == first:
+                return True
+    return False

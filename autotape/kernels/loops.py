@@ -31,7 +31,7 @@ from ..opcodes import (ABS, ADD, ARCTAN2, BINARY_LAST, CEIL, DIV, FLOOR, HYPOT, 
                        opcode_name)
 from . import background
 from .cache import cache_dir, generated_file, import_generated
-from .cell_adds import cell_order, permuted_order
+from .cell_adds import cell_order, local_adds, permuted_order
 from .elementwise import passes_nothing
 from .fusion import deferred, fused_forward, fused_groups, fused_reverse
 from .index_runs import affine_loops
@@ -953,7 +953,7 @@ def _body(body, points):
                 set(g) & body.recomputed, deferred(body, g, skipped_in[id(g)]), scratch,
                 points)
             lines, after = _broadcast_lanes(loops, lines, scratch, points)
-            reverse += _block(loops, lines, (), after)
+            reverse += _block(loops, lines if points else local_adds(lines), (), after)
             pending = [(m, loops, flush) for m, flush in flushes] + pending
     return fwd, again, zero + reverse, clear, hoisted, scratch[0]
 
