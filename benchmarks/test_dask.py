@@ -9,7 +9,7 @@ thread each) on this machine.
 The cluster is started, the program scattered and the loop bodies compiled in the
 workers before timing (warm-up rounds); what is timed is what a user waits for per
 ensemble: building the graph (the results' layout is kept from the first ensemble),
-scheduling the chunk tasks (16, or 4: two a worker), the chunks, and bringing the
+scheduling the chunk tasks (16, 4: two a worker, or 2: one a worker), the chunks, and bringing the
 results back. The workers' statistical profiler is off (``distributed.worker.profile
 .enabled``): sampling every task's stack each 10 ms cost the chunks 10-30% here, where
 the cluster's processes share two cores.
@@ -63,7 +63,7 @@ def test_one_process_one_thread(benchmark, ensemble):
         numba.set_num_threads(saved)
 
 
-@pytest.mark.parametrize("chunks", [16, 4])
+@pytest.mark.parametrize("chunks", [16, 4, 2])
 @pytest.mark.parametrize("workers", [1, 2])
 def test_local_cluster(benchmark, ensemble, workers, chunks):
     c, thetas, group = ensemble
