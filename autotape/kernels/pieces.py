@@ -65,6 +65,7 @@ def aligned_pieces(instr, divisor):
         owner[outs[q]:outs[q] + sizes[q]] = q
     reads = {}                      # producer -> [(reader, first slot, count, stride 1)]
     operands = {}                   # reader -> [(first slot, count)] read at stride 1
+    feeds = {}                      # reader -> the producers it reads
     for q in range(count):
         if elementwise[q]:
             for col, scol in zip(OPERAND_COLUMNS, STRIDE_COLUMNS):
@@ -74,6 +75,7 @@ def aligned_pieces(instr, divisor):
                 strided = int(instr[q, scol]) == 1
                 reads.setdefault(int(owner[c]), []).append(
                     (q, c, int(sizes[q]) if strided else 1, strided))
+                feeds.setdefault(q, set()).add(int(owner[c]))
                 if strided and wide[q] and c + sizes[q] <= nslots:
                     operands.setdefault(q, []).append((c, int(sizes[q])))
         elif ops[q] == COPY:
@@ -81,37 +83,45 @@ def aligned_pieces(instr, divisor):
             if 0 <= c < nslots and owner[c] >= 0:
                 reads.setdefault(int(owner[c]), []).append((q, c, int(sizes[q]), False))
     cuts = {}
-    changed = True
-    while changed:
-        changed = False
-        for q, found in reads.items():          # (a producer read in tiling pieces)
-            if wide[q]:
-                edges = _tiled_edges(found, cuts, int(outs[q]), int(sizes[q]))
-                if edges - cuts.get(q, set()):
-                    cuts.setdefault(q, set()).update(edges)
-                    changed = True
-        for q, found in operands.items():       # (a reader of pieces)
-            for c, n in found:
-                edges = set(_piece_edges(owner, outs, sizes, cuts, c, n))
-                if _near_ends(edges, n) and edges - cuts.get(q, set()):
-                    cuts.setdefault(q, set()).update(edges)
-                    changed = True
+    slot_owner, out_list, size_list = owner.tolist(), outs.tolist(), sizes.tolist()
+    producers = {q for q in reads if wide[q]}   # (to look at again: the first rule,
+    readers = set(operands)                     # then the second)
+    while producers or readers:
+        q = producers.pop() if producers else readers.pop()
+        if q in reads and wide[q]:              # (a producer read in tiling pieces)
+            edges = _tiled_edges(reads[q], cuts, int(outs[q]), int(sizes[q]))
+        else:
+            edges = set()
+        for c, n in operands.get(q, ()):        # (a reader of pieces)
+            found = set(_piece_edges(slot_owner, out_list, size_list, cuts, c, n))
+            if _near_ends(found, n):
+                edges |= found
+        if edges - cuts.get(q, set()):          # (cut further: what it reads, and
+            cuts.setdefault(q, set()).update(edges)     # what reads it, again)
+            producers |= {p for p in feeds.get(q, ()) if wide[p]}
+            readers |= {r for r, _, _, _ in reads.get(q, ()) if r in operands}
     if not cuts:
         return instr, divisor, origin
-    rows, kept, where = [], [], []
-    for q in range(count):
-        at = [0] + sorted(cuts.get(q, ())) + [int(sizes[q])]
-        for first, end in zip(at, at[1:]):
-            row = instr[q].copy()
-            row[I_OUT] += first
-            row[I_N] = end - first
-            for col, scol in zip(OPERAND_COLUMNS, STRIDE_COLUMNS):
-                if row[col] >= 0 and row[scol] == 1:
-                    row[col] += first
-            rows.append(row)
-            kept.append(divisor[q])
-            where.append(q)
-    return np.array(rows, np.int64), np.array(kept, np.float64), np.array(where, np.int64)
+    pieces = np.ones(count, np.int64)
+    for q, edges in cuts.items():
+        pieces[q] += len(edges)
+    where = np.repeat(origin, pieces)
+    rows = instr[where]
+    at = 0
+    for q in range(count):                      # (cut rows: each piece its cells)
+        if q in cuts:
+            bounds = [0] + sorted(cuts[q]) + [int(sizes[q])]
+            for first, end in zip(bounds, bounds[1:]):
+                row = rows[at]
+                row[I_OUT] += first
+                row[I_N] = end - first
+                for col, scol in zip(OPERAND_COLUMNS, STRIDE_COLUMNS):
+                    if row[col] >= 0 and row[scol] == 1:
+                        row[col] += first
+                at += 1
+        else:
+            at += 1
+    return rows, divisor[where].astype(np.float64), where
 
 
 def _pieces(cuts, q, n):
@@ -149,16 +159,18 @@ def _piece_edges(owner, outs, sizes, cuts, c, n):
     """The cuts (relative to c) of a read of slots [c, c + n) that is exactly the outputs
     of several instructions, or of the pieces they are cut into, one after another; []
     where it is not."""
+    q = owner[c]
+    if q < 0 or (owner[c + n - 1] == q and q not in cuts):
+        return []                               # (one instruction's cells, or none)
     edges, k = [], 0
     while k < n:
-        q = int(owner[c + k])
+        q = owner[c + k]
         if q < 0:
             return []
-        starts = [int(outs[q])] + [int(outs[q]) + e for e in sorted(cuts.get(q, ()))]
+        starts = [outs[q]] + [outs[q] + e for e in sorted(cuts.get(q, ()))]
         if c + k not in starts:
             return []
-        following = [s for s in starts[1:] if s > c + k] + \
-            [int(outs[q]) + int(sizes[q])]
+        following = [s for s in starts[1:] if s > c + k] + [outs[q] + sizes[q]]
         end = min(following) - c
         if end > n:
             return []
