@@ -246,14 +246,15 @@ def test_adds_that_are_not_permutations_stay_as_they_are():
 
 
 _BODY = ["gx, gy = f64(W[k]), f64(W[20 + k])", "Go[40 + k] += gx", "Go[41 + k] += gy",
-         "gx = f64(GT[3 + k]) * 3.0", "Go[40 + k] += gx", "Go[41 + k] += f64(W[40 + k])",
-         "Go[40 + k] += -gy"]
+         "GT[40 + k] += gy", "gx = f64(GT[3 + k]) * 3.0", "Go[40 + k] += gx",
+         "Go[41 + k] += f64(W[40 + k])", "GT[40 + k] += gx", "Go[40 + k] += -gy"]
 
 
 @pytest.mark.parametrize("dtype", [np.float64, np.float32])
 def test_adds_into_one_cell_in_an_element_loop_go_through_a_local(dtype):
     new = local_adds(_BODY)
     assert sum("Go[40 + k]" in line for line in new) == 2        # (one load, one store)
+    assert sum("GT[40 + k]" in line for line in new) == 2        # (its own local)
     loop = ["for k in range(12):"]
     _same(_run(loop + ["    " + line for line in _BODY], dtype),
           _run(loop + ["    " + line for line in new], dtype))

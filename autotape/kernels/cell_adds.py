@@ -429,10 +429,10 @@ def local_adds(lines):
 
     >>> print("\\n".join(local_adds(["Go[7 + k] += gx", "gy = f64(Vo[3 + k])",
     ...                               "Go[7 + k] += gy"])))
-    c7 = V.dtype.type(f64(Go[7 + k]) + (gx))
+    cGo7 = V.dtype.type(f64(Go[7 + k]) + (gx))
     gy = f64(Vo[3 + k])
-    c7 = V.dtype.type(c7 + (gy))
-    Go[7 + k] = c7
+    cGo7 = V.dtype.type(cGo7 + (gy))
+    Go[7 + k] = cGo7
     """
     adds = {}
     for i, line in enumerate(lines):
@@ -448,7 +448,7 @@ def local_adds(lines):
             [_CELL_ADD.match(lines[i].split("  #", 1)[0]).group(4) for i in at]
         if any(_may_touch(line, name, int(first)) for line in between):
             continue
-        local = f"c{first}"
+        local = f"c{name}{first}"
         if any(re.search(rf"\b{local}\b", line) for line in lines):
             continue
         for n, i in enumerate(at):
