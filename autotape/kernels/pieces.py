@@ -22,8 +22,9 @@ neither cut nor prevent a cut. A read of another alignment (``u[k + 1]`` against
 ``u[k]``) cuts nothing, and must lie within one piece of what it reads; cuts are made
 only within EDGE_CELLS of an instruction's ends (the boundary cells of a stencil), so
 that they do not spread along a stencil's shifted reads into instructions of one cell
-each, and only in instructions over PIECES_MIN_CELLS cells or more (tuning.py). Every cell computes what it did, so values keep their bits; a broadcast operand's
-adjoint terms are summed piece by piece.
+each, and only in instructions over PIECES_MIN_CELLS cells or more (tuning.py). Every
+cell computes what it did, so values keep their bits; a broadcast operand's adjoint
+terms are summed piece by piece.
 """
 import numpy as np
 
