@@ -180,14 +180,13 @@ def test_lines_writing_other_arrays_run_before_the_pass():
     assert sum(line.startswith("for ") for line in new) == 1
     rng = np.random.default_rng(3)
     for dtype in (np.float64, np.float32):
-        results = []
+        start, results = rng.standard_normal(300).astype(dtype), []
         for code in (lines, new):
-            G = rng.standard_normal(300).astype(dtype) if not results else G0.copy()
-            G0 = G.copy() if not results else G0
+            G = start.copy()                    # (Go: the window G[7:], as in a loop body)
             names = {"G": G, "Go": G[7:], "GT": np.arange(100.0).astype(dtype),
                      "W": np.linspace(-1.0, 1.0, 60) ** 3, "V": G, "f64": np.float64}
             exec("\n".join(code), names)
-            results.append((G.copy(), names["GT"].copy()))
+            results.append((G, names["GT"]))
         for a, b in zip(*results):
             np.testing.assert_array_equal(a, b)
 
