@@ -5,7 +5,10 @@ sweep, what every repetition computes: memory grows with the number of steps. Sw
 in segments it keeps only a window of S repetitions and, at each segment's start, the
 few repetitions the next one reads back (the checkpoints). The forward pass runs the
 segments one after another, saving the checkpoints; the reverse sweep runs them from
-the last back to the first, each recomputed from its checkpoint, then swept. Uniform
+the last back to the first, each recomputed from its checkpoint, then swept. What the
+code after the loop reads of earlier repetitions (an ODE solve's table of steps, a few
+slots each) is copied out of the window as each segment runs, and its adjoints back in
+before the segment is swept. Uniform
 segments of S = sqrt(steps) repetitions keep about 2 sqrt(steps) repetitions' values
 and cost one more forward pass than storing everything (revolve's binomial schedules
 save recomputation only under tighter budgets than that, which autotape refuses).
@@ -70,9 +73,18 @@ class Segments:
         self.bounds = [(t0, min(t0 + S, repeats)) for t0 in range(0, repeats, S)]
         self.lows = [0] + [t0 - back for t0, _ in self.bounds[1:]]
         window = max(t1 - lo for (_, t1), lo in zip(self.bounds, self.lows)) * delta
-        post = base + window                   # where the slots after the loop start
-        self.size = post + (lean.nslots - last)
         lo_last = self.lows[-1]
+        # What the code after the loop reads of repetitions before the last window (an
+        # ODE solve's table of steps): those offsets of every repetition are copied out
+        # of the window after each segment's forward, into slots of their own past it.
+        self.kept = np.array(sorted({
+            (e - base) % delta for q in range(end, count)
+            for s, n in read_runs(instr, lean.pool, q) for e in range(s, s + n)
+            if base <= e < last and (e - base) // delta < lo_last}), np.int64)
+        kept_index = {int(off): i for i, off in enumerate(self.kept)}
+        self.kept_base = base + window
+        post = self.kept_base + repeats * self.kept.size   # where the slots after the loop
+        self.size = post + (lean.nslots - last)            # start
 
         def compact(s, n=1):
             """Slots s .. s + n - 1 (a run) in the segmented layout."""
@@ -80,12 +92,18 @@ class Segments:
                 return s
             if s >= last:
                 return s - last + post
-            if s < base or s + n > last or (s - base) // delta < lo_last:
-                raise NotCheckpointable(
-                    "the code after the loop reads values from inside it that the last "
-                    "segment does not keep (every step's state, as a whole trajectory "
-                    "does: nothing to save there)")
-            return s - lo_last * delta
+            if base <= s and s + n <= last:
+                places = [divmod(s + i - base, delta) for i in range(n)]  # (repetition,
+                if all(o in kept_index for _, o in places):               #  offset)
+                    at = [self.kept_base + r * self.kept.size + kept_index[o]
+                          for r, o in places]
+                    if at == list(range(at[0], at[0] + n)):
+                        return at[0]
+                elif places[0][0] >= lo_last and not any(o in kept_index for _, o in places):
+                    return s - lo_last * delta
+            raise NotCheckpointable(
+                "the code after the loop reads values from inside it that the segments "
+                "do not keep (a run of them across repetitions, or partly kept)")
 
         for q in range(start):                 # the code before the loop keeps its slots
             for s, n in [(int(instr[q, I_OUT]), int(instr[q, I_N]))] + \
@@ -109,10 +127,36 @@ class Segments:
                             lean.const_vals[inside])    # loaded per segment
 
     def states(self):
-        """Repetitions' worth of values and adjoints kept at once: both windows and the
-        checkpoints (the slots carried across each segment boundary)."""
+        """Repetitions' worth of values and adjoints kept at once: both windows, the
+        checkpoints (the slots carried across each segment boundary) and what the code
+        after the loop reads of every repetition."""
         window = max(t1 - lo for (_, t1), lo in zip(self.bounds, self.lows))
-        return 2 * window + self.carry.size * (len(self.bounds) - 1) / self.delta
+        return 2 * window + (self.carry.size * (len(self.bounds) - 1) +
+                             2 * self.repeats * self.kept.size) / self.delta
+
+    def _kept_at(self, k):
+        """(window slots, their kept slots): the offsets ``kept`` of segment k's
+        repetitions."""
+        t0, t1 = self.bounds[k]
+        t = np.arange(t0, t1)[:, None]
+        window = self.base + (t - self.lows[k]) * self.delta + self.kept
+        kept = self.kept_base + t * self.kept.size + np.arange(self.kept.size)
+        return window.reshape(-1), kept.reshape(-1)
+
+    def _keep(self, k, arrays):
+        """After segment k's forward: its repetitions' kept offsets out of the window.
+        ``arrays``: (array, width per slot)."""
+        if self.kept.size:
+            window, kept = self._kept_at(k)
+            for a, w in arrays:
+                a.reshape(-1, w)[kept] = a.reshape(-1, w)[window]
+
+    def _give_back(self, k, G, C):
+        """Before segment k's reverse: the adjoints the code after the loop gave its
+        repetitions' kept offsets, added into the window."""
+        if self.kept.size:
+            window, kept = self._kept_at(k)
+            G.reshape(-1, C)[window] += G.reshape(-1, C)[kept]
 
     # -- moving the window ---------------------------------------------------------------
 
@@ -166,6 +210,7 @@ class Segments:
             if k:
                 saved[k] = V[carried]
             forward(V, delta, t0, t1, self.lows[k] * delta, self.table_base, 0, *extra)
+            self._keep(k, [(V, C)])
         _interpret(self.instr, self.pool, lean.divisor, V, C, self.end, self.instr.shape[0])
         store_values(V, C, self.out_slots, values, p0)
         if jac is None:
@@ -187,6 +232,7 @@ class Segments:
                     G[self.base * C:keep0 * C] = 0.0
                     G[(keep0 + self.back * delta) * C:(self.base + (t1 - self.lows[k])
                                                        * delta) * C] = 0.0
+                self._give_back(k, G, C)
                 reverse(V, G, delta, t0, t1, self.lows[k] * delta, self.table_base, t1,
                         *extra)
             _interpret_reverse(lean.instr, lean.pool, lean.divisor, live[o], V, G, C, 0, self.start)
@@ -221,6 +267,7 @@ class Segments:
             self._enter(k, [(V, C), (D, K * C)])
             tangent(V, D, self.delta, t0, t1, K, self.lows[k] * self.delta, self.table_base,
                     *extra)
+            self._keep(k, [(V, C), (D, K * C)])
         code = (self.instr, self.pool, lean.divisor)
         if one:
             forward_range(*code, V, self.end, self.instr.shape[0])

@@ -38,8 +38,10 @@ REDUCE_FIRST, REDUCE_LAST = 500, 599
 # flat data, in a new shape or float dtype), strided gather (basic indexing, transpose,
 # broadcast_to), index assignment, concatenation (stack), the transpose of a strided
 # gather (scatter-add into zeros), and a gather by an index array (advanced indexing,
-# take) with its transpose; operand b holds the flat indices.
-RESHAPE, STRIDED, SETITEM, CONCAT, SCATTER, TAKE, PUT_ADD = range(600, 607)
+# take) with its transpose; operand b holds the flat indices: a constant, or (TAKE)
+# positions the program computes. SEARCHSORTED: where each of operand b's values goes
+# in operand a (1-D, non-decreasing), as float positions a TAKE can read; no gradient.
+RESHAPE, STRIDED, SETITEM, CONCAT, SCATTER, TAKE, PUT_ADD, SEARCHSORTED = range(600, 608)
 INDEX_FIRST, INDEX_LAST = 600, 699
 
 # Linear algebra.

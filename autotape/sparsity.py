@@ -15,7 +15,8 @@ import numpy as np
 
 from .kernels.elementwise import passes_nothing
 from .kernels.instruction_format import (CALL, COPY, GATHER, I_A, I_B, I_N, I_OP, I_OUT,
-                                         I_SA, I_SB, SCATTER_ADD, call_operands, pool_reads)
+                                         I_SA, I_SB, PICK, SCATTER_ADD, SEARCH, call_operands,
+                                         pool_reads)
 from .opcodes import BINARY_LAST, WHERE
 from .tuning import MAX_DEPENDENCIES
 
@@ -50,8 +51,11 @@ def dependency_pattern(lean):
                 has = per > k
                 block[has] = deps[src[order[start[has] + k]]]
                 sources.append(block)
-        elif op == CALL:
-            runs = call_operands(lean.instr, lean.pool, q)
+        elif op == SEARCH:
+            sources = []                       # (piecewise constant)
+        elif op == CALL or op == PICK:         # (a PICK: any element of its table)
+            runs = call_operands(lean.instr, lean.pool, q) if op == CALL else \
+                [(int(lean.instr[q, I_A]), int(lean.instr[q, I_SA]))]
             slots = np.concatenate([s + np.arange(size) for s, size in runs]) if runs else \
                 np.zeros(0, np.int64)
             everything = np.unique(deps[slots])

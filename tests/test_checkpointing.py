@@ -154,18 +154,31 @@ def test_budget_is_kept_or_refused():
             at.compile(pendulum, THETA, checkpoint=bad)
 
 
+def trajectory(theta, steps=100):
+    """Every step's state read after the loop: kept out of the segments' window."""
+    x, states = theta[0], []
+    for _ in range(steps):
+        x = x - 0.01 * theta[1] * at.sin(x) + theta[2] * 0.001
+        states.append(x * theta[3])
+    return (at.stack(states) * np.linspace(-1.0, 1.0, steps)).sum()
+
+
+def test_what_the_code_after_the_loop_reads_of_every_step_is_kept():
+    plain, segmented = _both(trajectory)
+    lean = segmented._lean("value", [THETA]).lean
+    assert lean.segments.kept.size == 1 and lean.segments.size < lean.nslots / 2
+    points = THETA * np.linspace(0.8, 1.2, 9)[:, None]
+    for _ in range(program.COMPILE_LOOP_AFTER + 1):
+        plain.jacobian(THETA)
+        F.vmap(plain.jacrev)(points)
+    for method in ("__call__", "grad", "jacfwd"):
+        np.testing.assert_array_equal(getattr(segmented, method)(THETA).numpy(),
+                                      getattr(plain, method)(THETA).numpy())
+    np.testing.assert_array_equal(F.vmap(segmented.grad)(points).numpy(),
+                                  F.vmap(plain.grad)(points).numpy())
+
+
 def test_what_cannot_be_segmented_warns_and_stays_right():
-    def trajectory(theta):                       # every state is read after the loop
-        x, states = theta[0], []
-        for _ in range(100):
-            x = x - 0.01 * theta[1] * at.sin(x)
-            states.append(x)
-        return at.stack(states)
-    with pytest.warns(RuntimeWarning, match="not checkpointed: the code after the loop "
-                                            "reads values from inside it"):
-        c = at.compile(trajectory, THETA, checkpoint="sqrt")
-    np.testing.assert_array_equal(c.jacfwd(THETA).numpy(),
-                                  at.compile(trajectory, THETA).jacfwd(THETA).numpy())
     with pytest.warns(RuntimeWarning, match="no repeating loop body"):
         at.compile(lambda t: (t * t).sum(), THETA, checkpoint="sqrt")
     with pytest.warns(RuntimeWarning, match="tape path"):

@@ -85,6 +85,38 @@ def test_compiled_once_and_mapped_over_points():
     assert {group for _, group in lean.loop_ready} == {"reverse"}
 
 
+@pytest.mark.parametrize("method", ["RK45", "RK4"])     # (Rodas4's Hermite: as RK4's)
+def test_many_output_times_cost_the_attempts_nothing(method):
+    # each output time is interpolated once, from the attempt a search finds (not
+    # masked at every attempt): the loop body is the same for 3 output times and 301,
+    # and the values are scipy's dense output's at the same steps
+    def loss(p, times):
+        s = solve_ivp(lotka_volterra, (0.0, 10.0), Y0, method, times, args=(p,),
+                      rtol=1e-8, atol=1e-10, max_steps=400,
+                      first_step=0.05 if method == "RK4" else None)
+        return s.y
+    many = np.linspace(0.0, 10.0, 301)
+    bodies = []
+    for times in (np.array([0.0, 4.0, 10.0]), many):
+        c = at.compile(lambda p: loss(p, times), P0)
+        lean = c._lean("value", [P0]).lean
+        bodies.append(lean.loop[1])
+        assert lean.loop[2] > 150
+    assert bodies[0] == bodies[1]
+    y = c(P0).numpy()
+    np.testing.assert_array_equal(y, loss(at.tensor(P0), many).numpy())
+    if method == "RK45":
+        ref = integrate.solve_ivp(lotka_volterra_numbers, (0.0, 10.0), Y0, t_eval=many,
+                                  rtol=1e-8, atol=1e-10)
+        np.testing.assert_allclose(y, ref.y, atol=1e-8)
+    weights = np.cos(many)
+
+    def misfit(p):
+        return (loss(p, many) * weights).sum()
+    np.testing.assert_allclose(at.compile(misfit, P0).grad(P0 * 1.05).numpy(),
+                               F.grad(misfit)(P0 * 1.05).numpy(), rtol=1e-10)
+
+
 def test_a_compiled_solve_sweeps_in_checkpointed_segments():
     # the step control, frozen, reaches no output: the loop body sweeps without it, so
     # checkpoint="sqrt" (segments of the compiled body) applies to a solve too

@@ -86,6 +86,10 @@ SAMPLES = {
     opcodes.SCATTER: (lambda x: (indexing.scatter(x, ((3,), 1, (2,)), (7,)) ** 2
                                  * np.arange(7.0)).sum(), np.array([0.5, 1.5, -1.0])),
     opcodes.TAKE: (lambda x: (x[np.array([2, 0, 2])] ** 2).sum(), np.array([0.5, 1.5, -1.0])),
+    # (positions the program computes: a compiled replay takes at them by a PICK)
+    opcodes.SEARCHSORTED: (lambda x: (indexing.take_flat(x * x, indexing.search_positions(
+        np.array([0.0, 0.2, 0.4, 0.6]), x)) * np.arange(1.0, 5.0)).sum(),
+        np.array([0.05, 0.3, 0.5, 0.15])),
     opcodes.PUT_ADD: (lambda x: (indexing.put_add(x, np.array([1, 3, 1]), (4,)) ** 2).sum(),
                       np.array([0.5, 1.5, -1.0])),
     opcodes.MATMUL: (lambda x: (x.reshape(2, 2) @ x.reshape(2, 2)).sum(),

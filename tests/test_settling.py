@@ -213,3 +213,45 @@ def test_a_constant_operand_with_the_same_bits_in_every_repetition_reads_one_slo
         instr, entries, table = program(values)
         assert entries == {(0, I_B): (0, 1)} and list(instr[:, I_B]) == [0, 1, 2, 3]
         np.testing.assert_array_equal(table[:, 0], values)
+
+
+def _halving_read_at(reads):
+    """x = x / 2 + p1 cos(p2), settled after ~60 of 200 repetitions; the code after the
+    loop reads x^2 of every repetition (like an ODE solve's table of steps), weighing
+    those of ``reads`` only."""
+    weights = np.zeros(200)
+    weights[reads] = np.asarray(reads) + 1.0
+
+    def f(p):
+        x, seen = p[0], []
+        for _ in range(200):
+            x = 0.5 * x + p[1] * at.cos(p[2])
+            seen.append(x * x)
+        return x * 3.0 + (at.stack(seen) * weights).sum()
+    return f
+
+
+@pytest.mark.parametrize("reads", [[3, 10, 40], [3, 150, 190], [198]],
+                         ids=["before", "left-out", "last-but-one"])
+def test_reads_of_earlier_repetitions_after_a_settled_loop_give_the_interpreters_bits(
+        reads, loop_bodies):
+    # the repetitions left out are filled for the code after the loop; where it gives
+    # one of them an adjoint, every repetition runs again and is swept
+    f, x = _halving_read_at(reads), np.array([0.5, 0.9, 0.1])
+    points = np.stack([x, x * 1.1, x * 0.9])
+    c = at.compile(f, x)
+    for _ in range(5):
+        value, grad = c.value_and_grad(x)
+    lean = _lean(c, x)
+    assert lean.loop_kernels is not None
+    assert 2 <= _repetitions_run(lean, x) < lean.loop[2] - 10
+    plain = _interpreted(f, x)
+    want_value, want_grad = plain.value_and_grad(x)
+    np.testing.assert_array_equal(value.numpy(), want_value.numpy())
+    np.testing.assert_array_equal(grad.numpy(), want_grad.numpy())
+    assert grad.numpy()[1] > 3.0 * 2.0 * 0.99         # (the reads' adjoints count)
+    values, grads = F.vmap(c.value_and_grad)(points)
+    want_values, want_grads = F.vmap(plain.value_and_grad)(points)
+    np.testing.assert_array_equal(values.numpy(), want_values.numpy())
+    np.testing.assert_array_equal(grads.numpy(), want_grads.numpy())
+    np.testing.assert_array_equal(c.jacfwd(x).numpy(), plain.jacfwd(x).numpy())

@@ -10,11 +10,43 @@ columns of the output viewed as (outer, width). Parameter layouts: tape_format.p
 import numpy as np
 from numba.extending import register_jitable
 
-from ..opcodes import CONCAT, PUT_ADD, RESHAPE, SCATTER, SETITEM, STRIDED, TAKE
+from ..opcodes import CONCAT, PUT_ADD, RESHAPE, SCATTER, SEARCHSORTED, SETITEM, STRIDED, TAKE
 from ..tape_format import (A, B, OP, concat_dims, concat_part, setitem_region, setitem_view,
                            view_offset, view_strides)
 from .context import (accumulator, adjoint, aux, broadcast_map, first_write_lane,
                       has_adjoint, lane_block, live, shape_of, size_of, strided_map, value)
+
+PICKED_OUTSIDE = ("a take at computed positions met one outside its array (numpy raises "
+                  "IndexError there; on a GPU the element is nan)")
+
+
+@register_jitable
+def picked(position, m):
+    """The offset into an array of m elements that a position value computed by the
+    program names (numpy's: a negative one from the end), or -1 outside ``-m .. m - 1``
+    or not a whole number (never silently a neighbour: the callers raise
+    PICKED_OUTSIDE)."""
+    if not (-m <= position < m):
+        return -1
+    k = np.int64(position)
+    if k != position:
+        return -1
+    return k + m if k < 0 else k
+
+
+@register_jitable
+def search(values, first, m, step, v):
+    """How many of the m non-decreasing ``values[first + step * i]`` lie below v (numpy's
+    searchsorted, side "left": a nan goes last), by bisection."""
+    lo, hi = 0, m
+    while lo < hi:
+        mid = (lo + hi) // 2
+        if values[first + step * mid] < v or (v != v and values[first + step * mid] ==
+                                              values[first + step * mid]):
+            lo = mid + 1
+        else:
+            hi = mid
+    return np.float64(lo)
 
 
 @register_jitable
@@ -162,6 +194,8 @@ def indexing_vjp(ctx, i, lanes):
         take_vjp(ctx, i, lanes)
     elif op == PUT_ADD:
         put_add_vjp(ctx, i, lanes)
+    elif op == SEARCHSORTED:
+        pass                                    # (piecewise constant: no gradient)
     elif op == SETITEM or op == CONCAT:
         for k in range(lanes):
             if not live(ctx, i, k):
@@ -201,6 +235,11 @@ def indexing_forward(ctx, i):
                     z[o * width + col + c] = v[o * band + c]
         return True
     x = value(ctx, a)
+    if op == SEARCHSORTED:
+        v = value(ctx, ctx.rows[i, B])
+        for k in range(z.size):
+            z[k] = search(x, 0, x.size, 1, v[k])
+        return True
     if op == RESHAPE:
         for k in range(z.size):                 # (the same memory when a view was kept)
             z[k] = x[k]
@@ -213,10 +252,13 @@ def indexing_forward(ctx, i):
         z[:] = 0.0
         for k in range(x.size):
             z[m[k]] += x[k]
-    elif op == TAKE:
-        idx = value(ctx, ctx.rows[i, B])
-        for k in range(z.size):
-            z[k] = x[int(idx[k])]
+    elif op == TAKE:                   # (positions the program computes are checked here,
+        idx = value(ctx, ctx.rows[i, B])   # before the VJP reads them: numba wraps a
+        for k in range(z.size):            # negative one as numpy does)
+            j = picked(idx[k], x.size)
+            if j < 0:
+                raise IndexError(PICKED_OUTSIDE)
+            z[k] = x[j]
     elif op == PUT_ADD:
         idx = value(ctx, ctx.rows[i, B])
         z[:] = 0.0

@@ -36,8 +36,9 @@ from .elementwise import passes_nothing
 from .fusion import deferred, fused_forward, fused_groups, fused_reverse
 from .index_runs import affine_loops
 from .instruction_format import (CALL, COPY, GATHER, I_A, I_B, I_C, I_N, I_OP, I_OUT,
-                                 I_SA, I_SB, I_SC, KIND_NAMES, OPERAND_COLUMNS, SCATTER_ADD,
-                                 WIDTH, adjoint_columns, pool_reads, pooled, read_runs, stride)
+                                 I_SA, I_SB, I_SC, KIND_NAMES, OPERAND_COLUMNS, PICK,
+                                 SCATTER_ADD, SEARCH, WIDTH, adjoint_columns, pool_reads,
+                                 pooled, read_runs, stride)
 from .program import (forward_range, forward_range_points, load_chunk,
                       load_tangent_chunk, reverse_range, reverse_range_points, seed_adjoints, store_adjoints,
                       store_tangents, store_values, tangent_range, tangent_range_points)
@@ -294,7 +295,8 @@ def instruction_name(op):
     """An instruction's kind in words ("sin", "gather")."""
     op = int(op)
     return {COPY: "a copy", GATHER: "a gather (indexing, a slice, a roll)",
-            SCATTER_ADD: "a sum or a scatter", CALL: "a custom op's call"}.get(
+            SCATTER_ADD: "a sum or a scatter", CALL: "a custom op's call",
+            PICK: "a take at computed positions", SEARCH: "a search (searchsorted)"}.get(
                 op, opcode_name(op).lower())
 
 
@@ -390,10 +392,18 @@ class _Body:
                     e += -(-(self.base - e) // delta) * delta
                     if e in writes:
                         kept.add(writes[e])
-        last = (repeats - 1) * delta
-        for e, q in writes.items():
-            if e + last in read_after:
-                kept.add(q)
+        # what the code after the loop reads of any repetition (mostly the last one's
+        # state; also an earlier one's values: an ODE solve's table of steps) stays in V
+        end = self.base + repeats * delta
+        earlier = set()
+        for r in read_after:
+            if self.base <= r < end:
+                e = self.base + (r - self.base) % delta
+                if e in writes:
+                    kept.add(writes[e])
+                    if r < end - delta:
+                        earlier.add(e - self.base)
+        self.array("EARLIER", sorted(earlier))      # (kernels/settling.py: filled, when
         self._spanned(kept)
         self.temporary = {q for q in body if q not in kept}
         # The reverse sweep reads back the values of dear ops it needs (exp, sin, pow:
@@ -425,10 +435,8 @@ class _Body:
                     if e < base - delta or e + delta not in writes:
                         return                      # (it reads further back)
                     state.add(e + delta)
-        last = base + (repeats - 1) * delta
-        if self.table[2] or repeats < 3 or any(base <= e < last for e in read_after):
-            return                                  # (repetitions that differ; an
-                                                    # earlier one read after the loop)
+        if self.table[2] or repeats < 3:
+            return                                  # (repetitions that differ)
         # active: the first repetition's outputs reached from active operands, then the
         # state it wrote taken as what it reads back, until nothing changes (the union
         # over the repetitions; more slots than that only make a settling rarer)
@@ -1064,8 +1072,9 @@ from autotape.kernels.elementwise import (binary_partial_x, binary_partial_y, bi
 from autotape.kernels.program import (forward_range, forward_range_points, lane_sum,
                                       load_chunk, reverse_range, reverse_range_points,
                                       seed_adjoints, store_adjoints, store_values)
-from autotape.kernels.settling import (another_pass, copy_settled, keep_adjoints,
-                                       move_adjoints, settled)
+from autotape.kernels.settling import (another_pass, copy_settled, fill_left_out,
+                                       keep_adjoints, move_adjoints, reaches_left_out,
+                                       settled, zero_left_out)
 
 f64 = np.float64
 '''
@@ -1151,10 +1160,17 @@ def run{suffix}(instr, pool, divisor, live, const_slots, const_vals, in_slots, o
             if compiled[o]:            # (a settled loop's copies: swept at the last two
                 clear{suffix}(G, delta, zero, min(ran, repeats - 2), zero, tb{points})   # places)
                 clear{suffix}(G, delta, repeats - 2, repeats, zero, tb{points})
+                zero_left_out(G, ran, repeats - 2, delta, {base}, EARLIER, {c})
                 seed_adjoints(G, {c}, first_slot, last_slot, out_slots[o])
             else:
                 seed_adjoints(G, {c}, zero, zero, out_slots[o])     # (all of G zeroed)
             {reverse_range}(instr, pool, divisor, live[o], V, G,{c_arg} end, count)
+            if compiled[o] and reaches_left_out(G, ran, repeats - 2, delta, {base}, EARLIER,
+                                                {c}):   # (kernels/settling.py: all run)
+                ran = forward{suffix}(V, delta, zero, repeats, zero, tb, zero{points})
+                clear{suffix}(G, delta, zero, repeats, zero, tb{points})
+                seed_adjoints(G, {c}, first_slot, last_slot, out_slots[o])
+                {reverse_range}(instr, pool, divisor, live[o], V, G,{c_arg} end, count)
             if compiled[o]:
                 reverse{suffix}(V, G, delta, zero, repeats, zero, tb, ran{points})
             else:
@@ -1176,12 +1192,15 @@ _REVERSE = """for t in range(repeats - 1, first - 1, -1):
 # nothing, then the repetitions that ran.
 _SETTLE = """if settle != 0 and shift == 0 and first < t < repeats - 1 and settled(Vo, STATE, delta, {c}):
     copy_settled(V, t, repeats - 1, delta, {base}, STATE, {c})
+    fill_left_out(V, t, repeats - 1, delta, {base}, EARLIER, {c})
     return t + 1"""
 
 _TANGENT_SETTLE = """if shift == 0 and repeats == {all} and first < t < repeats - 1 and \\
         settled(Vo, STATE, delta, {c}) and settled(Do, STATE, delta, K * {c}):
     copy_settled(V, t, repeats - 1, delta, {base}, STATE, {c})
     copy_settled(D, t, repeats - 1, delta, {base}, STATE, K * {c})
+    fill_left_out(V, t, repeats - 1, delta, {base}, EARLIER, {c})
+    fill_left_out(D, t, repeats - 1, delta, {base}, EARLIER, K * {c})
     return t + 1"""
 
 _SETTLING_REVERSE = """A = np.empty(max(1, (ASTATE.size + FIXED.size) * {c}))
@@ -1246,6 +1265,7 @@ def _functions(body, points):
         "{tangent_hoisted}", "\n    ".join(tangent_hoisted) or "pass") \
         .replace("{tangent}", join(tangent)).replace("{suffix}", "_points" if points else "").replace(
         "{points}", ", C" if points else "").replace("{times_c}", " * C" if points else "") \
+        .replace("{base}", str(body.base)) \
         .replace("{size}", str(max(body.size, 1))).replace("{forward}", join(fwd)).replace(
             "{again}", join(again) or "pass").replace("{reverse}", join(rev) or "pass") \
         .replace("{clear}", join(clear) or "pass").replace("{hoisted}", hoisted) \

@@ -24,8 +24,9 @@ import numpy as np
 from numba import prange
 from numba.extending import register_jitable
 
-from ..opcodes import (ADD, BINARY_LAST, CONCAT, CUSTOM, DIV, MATMUL, MEAN, MUL, PUT_ADD,
-                       RESHAPE, SCATTER, SETITEM, SOURCE_LAST, STRIDED, SUB, SUM, TAKE,
+from ..opcodes import (ADD, BINARY_LAST, CONCAT, CONST, CUSTOM, DIV, MATMUL, MEAN, MUL, PUT_ADD,
+                       RESHAPE, SCATTER, SEARCHSORTED, SETITEM, SOURCE_LAST, STRIDED, SUB,
+                       SUM, TAKE,
                        UNARY_LAST, WHERE)
 from ..tape_format import A, AUX, B, OP, VLOC, array_location, operand, operand_count, \
     where_condition
@@ -33,14 +34,15 @@ from .cache import cached_njit, distinct
 from .context import broadcast_map, operand_map, shape_of, size_of, sweep_context, value
 from .elementwise import (binary_partial_x, binary_partial_y, binary_value, passes_nothing,
                           selects, tangent_times, times, unary_partial, unary_value)
-from .indexing import indexing_forward, pattern_map
+from .indexing import PICKED_OUTSIDE, indexing_forward, pattern_map, picked, search
 from .linalg import matmul_dims
 from .instruction_format import (COPY, GATHER, I_A, I_B, I_C, I_N, I_OP, I_OUT, I_P,
                                  I_SA, I_SB, I_SC, SCATTER_ADD, WIDTH, as_instructions,
-                                 encode_call, encode_copy, encode_elementwise, encode_gather,
+                                 encode_call, encode_copy, encode_elementwise, encode_gather, encode_pick,
                                  encode_scatter_add, field_capacity, field_slot,
                                  mark_producers, operand_columns, operand_fields,
-                                 operand_slot, operand_stride, producers, set_field_slot)
+                                 operand_slot, operand_stride, producers, set_field_slot,
+                                 PICK, SEARCH, encode_search)
 from .reduce import kept_map
 from ..tuning import BLAS_MIN_FLOPS, LANES, LANES_MIN, MAX_PIECES
 
@@ -158,8 +160,16 @@ def lower(rows, ipool, shape_ndim, shape_start, shape_dims, shape_size, arena_ad
                 _emit_gather(code, pool, divisor, spread[i, t], src)
                 at[t], strides[t] = spread[i, t], 1
             _emit_split(code, divisor, op, out, sz, ops, at, strides, selected, slot, track)
+        elif op == SEARCHSORTED:
+            encode_search(code, out, sz, slot[rows[i, A]], size_of(real, rows[i, A]),
+                          slot[rows[i, B]])
+            divisor.append(1.0)
+        elif op == TAKE and rows[rows[i, B], OP] != CONST:   # positions the program computes
+            encode_pick(code, out, sz, slot[rows[i, A]], size_of(real, rows[i, A]),
+                        slot[rows[i, B]])
+            divisor.append(1.0)
         elif op == RESHAPE or op == STRIDED or op == SETITEM or op == CONCAT or op == TAKE:
-            if op == TAKE:                      # its indices are values, not slots
+            if op == TAKE:                      # its indices are constants, not slots
                 idx = rows[i, B]
                 v = value(real, idx)
                 for e in range(v.size):
@@ -445,6 +455,19 @@ def _kernels(fixed_c, one_lane=False):
                     src, dst = pool[p + k] * C, (out + k) * C
                     for j in range(j0, j1):
                         V[dst + j] = V[src + j]
+            elif op == PICK:
+                a, b, m = instr[q, I_A], instr[q, I_B], instr[q, I_SA]
+                for k in range(n):
+                    for j in range(j0, j1):
+                        i = picked(V[(b + k) * C + j], m)
+                        V[(out + k) * C + j] = V[(a + i) * C + j] if i >= 0 else np.nan
+                        if i < 0:
+                            raise IndexError(PICKED_OUTSIDE)
+            elif op == SEARCH:
+                a, b, m = instr[q, I_A], instr[q, I_B], instr[q, I_SA]
+                for k in range(n):
+                    for j in range(j0, j1):
+                        V[(out + k) * C + j] = search(V, a * C + j, m, C, V[(b + k) * C + j])
             elif op == SCATTER_ADD:
                 p, pairs, d = instr[q, I_P], instr[q, I_SA], divisor[q]
                 for k in range(n):
@@ -524,6 +547,15 @@ def _kernels(fixed_c, one_lane=False):
                     src, dst = pool[p + k] * C, (out + k) * C
                     for j in range(j0, j1):
                         G[src + j] += G[dst + j]
+            elif op == PICK:
+                a, b, m = instr[q, I_A], instr[q, I_B], instr[q, I_SA]
+                for k in range(n):
+                    for j in range(j0, j1):
+                        i = picked(V[(b + k) * C + j], m)
+                        if i >= 0:
+                            G[(a + i) * C + j] += G[(out + k) * C + j]
+            elif op == SEARCH:
+                continue
             elif op == SCATTER_ADD:
                 p, pairs, d = instr[q, I_P], instr[q, I_SA], divisor[q]
                 for k in range(pairs):
@@ -603,6 +635,17 @@ def _kernels(fixed_c, one_lane=False):
                     src, dst = pool[p + k] * KC, (out + k) * KC
                     for j in range(KC):
                         T[dst + j] = T[src + j]
+            elif op == PICK:
+                a, b, m = instr[q, I_A], instr[q, I_B], instr[q, I_SA]
+                for k in range(n):
+                    for j in range(C):
+                        i = picked(V[(b + k) * C + j], m)
+                        for l in range(K):
+                            T[((out + k) * K + l) * C + j] = \
+                                T[((a + i) * K + l) * C + j] if i >= 0 else np.nan
+            elif op == SEARCH:
+                for k in range(n * KC):
+                    T[out * KC + k] = 0.0
             elif op == SCATTER_ADD:
                 p, pairs, d = instr[q, I_P], instr[q, I_SA], divisor[q]
                 for k in range(n * KC):

@@ -20,6 +20,14 @@ pass a derivative): the adjoints of the others never reach an input (an ODE solv
 time, whose adjoint changes with every pass, is computed from frozen step sizes).
 
 Values are compared as bits: -0.0 is not 0.0 and a nan never settles.
+
+Code after the loop may read values of earlier repetitions too (an ODE solve's table of
+steps, which its dense output picks rows from). The forward fills those slots of the
+repetitions it left out with the settled repetition's (``fill_left_out``: the values
+running them would give). Their adjoints are another matter: a pass sweeps the settled
+copy with only the state's adjoints handed on. So the driver zeroes those slots'
+adjoints first and, where the code after the loop gave one of them an adjoint
+(``reaches_left_out``), runs every repetition again and sweeps them all.
 """
 import math
 
@@ -116,4 +124,40 @@ def another_pass(at, A, Go, G, state, active_state, fixed, delta, shift, ran, C)
     t = at[0]
     move_adjoints(G, state, (t - 1) * delta - shift, (ran - 1) * delta - shift, C)
     at[0], at[1] = ran - 1, 0
+    return False
+
+
+@register_jitable
+def fill_left_out(V, settled_at, last, delta, base, earlier, C):
+    """The slots ``earlier`` (offsets in a repetition, the ones code after the loop
+    reads) of repetitions settled_at + 1 .. last - 1, the settled repetition's values."""
+    for t in range(settled_at + 1, last):
+        for m in range(earlier.size):
+            src, dst = (base + settled_at * delta + earlier[m]) * C, \
+                (base + t * delta + earlier[m]) * C
+            for j in range(C):
+                V[dst + j] = V[src + j]
+
+
+@register_jitable
+def zero_left_out(G, ran, last, delta, base, earlier, C):
+    """Zero the adjoints of the slots ``earlier`` of repetitions ran .. last - 1 (those
+    a settled forward left out, which ``clear`` leaves as they were)."""
+    for t in range(ran, last):
+        for m in range(earlier.size):
+            s = (base + t * delta + earlier[m]) * C
+            for j in range(C):
+                G[s + j] = 0.0
+
+
+@register_jitable
+def reaches_left_out(G, ran, last, delta, base, earlier, C):
+    """Whether the code after the loop gave an adjoint to a slot ``earlier`` of the
+    repetitions ran .. last - 1 that a settled forward left out."""
+    for t in range(ran, last):
+        for m in range(earlier.size):
+            s = (base + t * delta + earlier[m]) * C
+            for j in range(C):
+                if G[s + j] != 0.0:
+                    return True
     return False

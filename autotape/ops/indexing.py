@@ -16,7 +16,7 @@ import numpy as np
 from numpy.lib.array_utils import normalize_axis_index, normalize_axis_tuple
 
 from ..guards import observe
-from ..opcodes import CONCAT, PUT_ADD, RESHAPE, SCATTER, SETITEM, STRIDED, TAKE
+from ..opcodes import CONCAT, PUT_ADD, RESHAPE, SCATTER, SEARCHSORTED, SETITEM, STRIDED, TAKE
 from ..tape_format import (concat_params, concat_part, concat_dims, setitem_region,
                            setitem_view, view_offset, view_params, view_strides)
 from ..tensor import F64, Tensor, array_of, holds_tensor, leaf_of, new_leaf, tensor_from
@@ -136,14 +136,43 @@ def scatter(x, pattern, base_shape):
 def take_flat(x, flat_index, value=None):
     """x's elements at ``flat_index`` (an int array of any shape, into x's flat C-order
     data): the gather behind advanced indexing, take, take_along_axis and roll.
-    ``value``: the gathered values, when the caller has them already."""
+    ``value``: the gathered values, when the caller has them already. A Tensor of
+    whole-number floats as ``flat_index`` (``search_positions``'): positions the
+    program computes, read again by a compiled replay (no gradient flows to them).
+
+    >>> x = at.tensor([1.0, 2.0, 3.0], requires_grad=True)
+    >>> take_flat(x * 10.0, search_positions([0.0, 1.0, 2.0], at.tensor([0.5, 2.0])))
+    tensor([20., 30.], grad_fn=<IndexBackward>)
+    """
     x = as_tensor(x)
+    if type(flat_index) is Tensor:
+        positions = array_of(flat_index)
+        idx = np.asarray(positions, np.int64)
+        if positions.dtype.kind != "f" or not np.array_equal(idx, positions):
+            raise IndexError("take_flat: positions must be whole numbers")
+        return record(TAKE, array_of(x).reshape(-1)[idx], x, flat_index)
     flat_index = np.asarray(flat_index)
     if value is None:
         idx = np.asarray(flat_index, np.int64)
         value = array_of(x).reshape(-1)[idx]
     return record(TAKE, value, x, flat_index if flat_index.dtype == F64 else
                   flat_index.astype(F64))
+
+
+def search_positions(sorted_values, values):
+    """Where each of ``values`` goes in ``sorted_values`` (1-D, non-decreasing): how many
+    of them lie below it (numpy's ``searchsorted``, side "left"), as float positions
+    ``take_flat`` can read. Recorded, so that a compiled replay searches again; its
+    gradient is zero.
+
+    >>> search_positions([0.0, 1.0, 2.0], at.tensor([-1.0, 0.5, 1.0, 9.0]))
+    tensor([0., 1., 1., 3.])
+    """
+    a, v = as_tensor(sorted_values), as_tensor(values)
+    if a.ndim != 1:
+        raise ValueError(f"search_positions: sorted_values must be 1-D, not {a.ndim}-D")
+    z = np.searchsorted(array_of(a), array_of(v), side="left").astype(F64)
+    return record(SEARCHSORTED, z, a, v)
 
 
 def put_add(x, flat_index, base_shape):
@@ -288,6 +317,8 @@ graph_vjps = {
     SETITEM: lambda at, g, r, k: (g * _outside_region(r) if k == 0
                                   else at.gather(g, _region(r))),
     CONCAT: _band,
-    TAKE: lambda at, g, r, k: at.put_add(g, _flat_index(r), r.x.shape),
-    PUT_ADD: lambda at, g, r, k: at.take_flat(g, _flat_index(r).reshape(r.x.shape)),
+    TAKE: lambda at, g, r, k: at.put_add(g, _flat_index(r), r.x.shape) if k == 0 else None,
+    PUT_ADD: lambda at, g, r, k: (at.take_flat(g, _flat_index(r).reshape(r.x.shape))
+                                  if k == 0 else None),
+    SEARCHSORTED: lambda at, g, r, k: None,       # (piecewise constant: no gradient)
 }

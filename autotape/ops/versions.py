@@ -33,7 +33,7 @@ import numpy as np
 
 from ..opcodes import (CHOLESKY, CONCAT, CONST, CUMPROD, CUMSUM, CUSTOM, DET, EIGH, INV,
                        MATMUL, MAX, MEAN, MIN, PINV, PROD, PUT_ADD, RESHAPE, SCATTER,
-                       SETITEM, SLOGDET, SOLVE, STRIDED, SUM, SVD, TAKE, WHERE)
+                       SEARCHSORTED, SETITEM, SLOGDET, SOLVE, STRIDED, SUM, SVD, TAKE, WHERE)
 from ..tuning import FLUSH_ROWS
 from ..tape_format import reach
 from ..thread_state import here
@@ -44,7 +44,7 @@ from . import elementwise, indexing, linalg, reduce
 GRAD_FN_NAMES = {op.code: op.name.capitalize() + "Backward" for op in
                  list(elementwise.unary_ops.values()) + list(elementwise.binary_ops.values())}
 GRAD_FN_NAMES.update({
-    TAKE: "IndexBackward", PUT_ADD: "IndexPutBackward", WHERE: "WhereBackward",
+    TAKE: "IndexBackward", SEARCHSORTED: "SearchsortedBackward", PUT_ADD: "IndexPutBackward", WHERE: "WhereBackward",
     SUM: "SumBackward", MEAN: "MeanBackward", MAX: "MaxBackward", MIN: "MinBackward",
     SCATTER: "ScatterBackward", PROD: "ProdBackward", CUMSUM: "CumsumBackward",
     CUMPROD: "CumprodBackward", RESHAPE: "ReshapeBackward", STRIDED: "ViewBackward",
