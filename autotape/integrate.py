@@ -673,7 +673,8 @@ def _dense_output(rows, times, t0, y0, dense):
     n = y0.shape[0]
     found = search_positions(table[:, 1], times)
     attempt = ops.minimum(found, count - 1.0)
-    row = take_flat(table.reshape(-1), attempt[:, None] * width + np.arange(width, dtype=float))
+    row = take_flat(table.reshape(-1), attempt[:, None] * width +
+                    np.arange(width, dtype=float))
     t, h, y = row[:, 0], row[:, 2], row[:, 3:3 + n]
     positive = ops.where(h > 0, h, 1.0)           # (a step of 0 after the end: no 1/0)
     theta = ops.clip((times - t) / positive, 0.0, 1.0)

@@ -15,7 +15,7 @@ import numpy as np
 
 from .kernels.elementwise import passes_nothing
 from .kernels.instruction_format import (CALL, COPY, GATHER, I_A, I_B, I_N, I_OP, I_OUT,
-                                         I_SA, I_SB, PICK, SCATTER_ADD, SEARCH, call_operands,
+                                         I_SA, I_SB, PICK, PLACE, SCATTER_ADD, SEARCH, call_operands,
                                          pool_reads)
 from .opcodes import BINARY_LAST, WHERE
 from .tuning import MAX_DEPENDENCIES
@@ -53,6 +53,11 @@ def dependency_pattern(lean):
                 sources.append(block)
         elif op == SEARCH:
             sources = []                       # (piecewise constant)
+        elif op == PLACE:                      # (any element of its source)
+            a, m = int(lean.instr[q, I_A]), int(lean.instr[q, I_SA])
+            everything = np.unique(deps[a:a + m])
+            everything = everything[everything != none]
+            sources = [np.broadcast_to(_padded(everything, none), (n, everything.size))]
         elif op == CALL or op == PICK:         # (a PICK: any element of its table)
             runs = call_operands(lean.instr, lean.pool, q) if op == CALL else \
                 [(int(lean.instr[q, I_A]), int(lean.instr[q, I_SA]))]

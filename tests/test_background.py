@@ -205,7 +205,9 @@ _SECOND_PROCESS = textwrap.dedent("""
              lambda: F.vmap(c.grad)(points), lambda: F.vmap(c.jacfwd)(points)]
     for call in calls:                     # the interpreter's kernels load (or compile)
         call()
-    before = len(cache.COMPILED)
+    c.wait_compiled()                      # (the body's source is written on a thread,
+    before = len(cache.COMPILED)           #  looked for every LOOK_EVERY: the calls can
+                                           #  end first; loading it compiles nothing)
     for call in calls * 2:
         call()
     lean = _lean(c)

@@ -8,8 +8,8 @@ import pytest
 import autotape as at
 import autotape.func as F
 from autotape.kernels.indexing import PICKED_OUTSIDE, picked
-from autotape.kernels.instruction_format import I_OP, PICK, SEARCH
-from autotape.ops.indexing import search_positions, take_flat
+from autotape.kernels.instruction_format import I_OP, PICK, PLACE, SEARCH
+from autotape.ops.indexing import put_add, search_positions, take_flat
 from autotape.sparsity import dependency_pattern
 
 GRID = np.array([0.0, 0.25, 0.5, 0.75])
@@ -115,3 +115,22 @@ def test_a_pick_may_read_any_element_of_its_array():
     c = at.compile(lookup, X)
     pattern = dependency_pattern(c._lean("value", [X]).lean)
     assert list(pattern.indices) == [0, 1, 2, 3]       # (x3 directly, the rest by the table)
+
+
+def test_second_derivatives_add_back_at_the_computed_positions():
+    # the gradient of a PICK is a PLACE at the same positions (put_add's), so the
+    # Hessian's recording is a lean program too, read again at every point
+    c = at.compile(lookup, X)
+    assert PLACE in set(c._lean("hessian", [X]).lean.instr[:, I_OP].tolist())
+    for x in POINTS:
+        np.testing.assert_allclose(c.hessian(x).numpy(), F.hessian(lookup)(x).numpy(),
+                                   rtol=1e-14, atol=1e-14)
+
+    def spread(x):
+        positions = search_positions(GRID, x[:3]) + 1.0
+        return (put_add((x * x)[:3], positions, (5,)) * np.arange(1.0, 6.0)).sum()
+    c = at.compile(spread, INSIDE)
+    for x in POINTS:
+        np.testing.assert_allclose(c.grad(x).numpy(), _eager(spread, x)[1], rtol=1e-15)
+    with pytest.raises(IndexError, match="outside its array"):
+        c.grad(X + 10.0)                       # (position 4 + 1 of 5)

@@ -263,7 +263,10 @@ def indexing_forward(ctx, i):
         idx = value(ctx, ctx.rows[i, B])
         z[:] = 0.0
         for k in range(x.size):
-            z[int(idx[k])] += x[k]
+            j = picked(idx[k], z.size)
+            if j < 0:
+                raise IndexError(PICKED_OUTSIDE)
+            z[j] += x[k]
     elif op == SETITEM:
         v = value(ctx, ctx.rows[i, B])
         region, rmap = _setitem_region(ctx, i)

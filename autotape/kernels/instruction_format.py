@@ -6,7 +6,7 @@ one element of one value, for every point):
 
 =========  ================================================================
 I_OP       the kind: an elementwise opcode (opcodes.py, >= 0), or COPY, GATHER,
-           SCATTER_ADD, CALL, PICK, SEARCH (< 0)
+           SCATTER_ADD, CALL, PICK, PLACE, SEARCH (< 0)
 I_OUT      the first of the I_N slots it writes, one per element
 I_A..I_C   its operand slots a, b, c (-1: none)
 I_N        its element count
@@ -27,6 +27,8 @@ Each kind has one layout, written by its ``encode_*`` function here:
   computed (a ``take`` by a traced index), one per element; I_SA holds a's size m.
   Positions are read as numpy's (negative: from the end; kernels/indexing.py's
   ``picked``). Its adjoint goes to a only.
+- PLACE: PICK's transpose: ``out[int(b[k])] += a[k]`` for the I_SA elements of a (and
+  of b), into I_N zeroed elements. Its adjoint goes to a only.
 - SEARCH: ``out[k]`` = how many of a's I_SA slots (non-decreasing) lie below ``b[k]``
   (numpy's searchsorted, as positions a PICK reads); no adjoint.
 - CALL: a user's numba op (kernels/calls.py): its tape row in I_A; in the pool its
@@ -42,13 +44,13 @@ from numba.extending import register_jitable
 from ..opcodes import BINARY_LAST, UNARY_LAST
 from .elementwise import passes_nothing
 
-GATHER, SCATTER_ADD, COPY, CALL, PICK, SEARCH = -1, -2, -3, -4, -5, -6
+GATHER, SCATTER_ADD, COPY, CALL, PICK, SEARCH, PLACE = -1, -2, -3, -4, -5, -6, -7
 I_OP, I_OUT, I_A, I_B, I_C, I_N, I_SA, I_SB, I_SC, I_P = range(10)
 WIDTH = 10
 OPERAND_COLUMNS = (I_A, I_B, I_C)
 STRIDE_COLUMNS = (I_SA, I_SB, I_SC)     # operand t's stride is in STRIDE_COLUMNS[t]
 KIND_NAMES = {GATHER: "GATHER", SCATTER_ADD: "SCATTER_ADD", COPY: "COPY", CALL: "CALL",
-              PICK: "PICK", SEARCH: "SEARCH"}
+              PICK: "PICK", SEARCH: "SEARCH", PLACE: "PLACE"}
 
 
 # ---- encoders: an instruction appended to a flat list of code (and the pool) ------------
@@ -111,6 +113,12 @@ def encode_call(code, pool, out, n, row, slots, sizes):
 def encode_pick(code, out, n, table, m, positions):
     """``out[k] = table[int(positions[k])]`` over n elements, ``table`` m slots long."""
     _encode(code, PICK, out, table, positions, -1, n, m, 1, 0, 0)
+
+
+@register_jitable
+def encode_place(code, out, n, source, positions, m):
+    """``out[int(positions[k])] += source[k]`` for k < m, into n zeroed elements."""
+    _encode(code, PLACE, out, source, positions, -1, n, m, 1, 0, 0)
 
 
 @register_jitable
@@ -217,12 +225,13 @@ def operand_fields(instr, pool, q, adjoint_only, fields):
         for k in range(pool[p]):
             fields[m, 0], fields[m, 1], fields[m, 2] = IN_POOL, p + 1 + 2 * k, pool[p + 2 + 2 * k]
             m += 1
-    elif op == PICK or op == SEARCH:        # (a PICK's positions pass no adjoint, nor
-        if op == PICK or not adjoint_only:  # does anything of a SEARCH)
+    elif op == PICK or op == PLACE or op == SEARCH:   # (positions pass no adjoint, nor
+        if op != SEARCH or not adjoint_only:          # does anything of a SEARCH)
             fields[0, 0], fields[0, 1], fields[0, 2] = IN_ROW, I_A, instr[q, I_SA]
             m = 1
         if not adjoint_only:
-            fields[m, 0], fields[m, 1], fields[m, 2] = IN_ROW, I_B, n
+            fields[m, 0], fields[m, 1] = IN_ROW, I_B
+            fields[m, 2] = instr[q, I_SA] if op == PLACE else n
             m += 1
     elif op == GATHER or op == SCATTER_ADD:
         step = 1 if op == GATHER else 2
@@ -302,9 +311,9 @@ def may_read(instr, pool, nslots):
         c = instr[:, col]
         whole = (instr[:, I_OP] == COPY) | (instr[:, I_SA + col - I_A] != 0)
         n = np.where(whole, instr[:, I_N], 1)
-        if col == I_A:                        # (a PICK's table, a SEARCH's sorted values)
-            n = np.where((instr[:, I_OP] == PICK) | (instr[:, I_OP] == SEARCH),
-                         instr[:, I_SA], n)
+        op = instr[:, I_OP]                   # (I_SA: a PICK's table, a SEARCH's sorted
+        n = np.where(((op == PICK) | (op == SEARCH)) & (col == I_A), instr[:, I_SA], n)
+        n = np.where((op == PLACE) & (col != I_C), instr[:, I_SA], n)   # values, a PLACE's)
         at = c >= 0
         np.add.at(ends, np.minimum(c[at], nslots), 1)
         np.add.at(ends, np.minimum(c[at] + n[at], nslots), -1)

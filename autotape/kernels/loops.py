@@ -36,7 +36,7 @@ from .elementwise import passes_nothing
 from .fusion import deferred, fused_forward, fused_groups, fused_reverse
 from .index_runs import affine_loops
 from .instruction_format import (CALL, COPY, GATHER, I_A, I_B, I_C, I_N, I_OP, I_OUT,
-                                 I_SA, I_SB, I_SC, KIND_NAMES, OPERAND_COLUMNS, PICK,
+                                 I_SA, I_SB, I_SC, KIND_NAMES, OPERAND_COLUMNS, PICK, PLACE,
                                  SCATTER_ADD, SEARCH, WIDTH, adjoint_columns, pool_reads,
                                  pooled, read_runs, stride)
 from .program import (forward_range, forward_range_points, load_chunk,
@@ -296,7 +296,8 @@ def instruction_name(op):
     op = int(op)
     return {COPY: "a copy", GATHER: "a gather (indexing, a slice, a roll)",
             SCATTER_ADD: "a sum or a scatter", CALL: "a custom op's call",
-            PICK: "a take at computed positions", SEARCH: "a search (searchsorted)"}.get(
+            PICK: "a take at computed positions", PLACE: "a scatter to computed positions",
+            SEARCH: "a search (searchsorted)"}.get(
                 op, opcode_name(op).lower())
 
 

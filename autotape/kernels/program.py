@@ -7,7 +7,8 @@ with a stride of 1 or 0 (a broadcast operand first gathered into slots of its ow
 GATHER (reshape, views, concatenation, take, index assignment: every output element is
 one input element, found by running the row's own forward on slot numbers), or a
 SCATTER_ADD (sum and mean reductions, the scatters); a small matmul is a MUL of its
-products and a SCATTER_ADD of them (``_emit_matmul``). Rows it cannot express (max /
+products and a SCATTER_ADD of them (``_emit_matmul``); a take at positions the program
+computes is a PICK (its transpose a PLACE), a search of sorted values a SEARCH. Rows it cannot express (max /
 min / prod reductions, scans, a matmul BLAS computes, linear algebra) leave the tape to
 the interpreting sweep.
 
@@ -24,10 +25,9 @@ import numpy as np
 from numba import prange
 from numba.extending import register_jitable
 
-from ..opcodes import (ADD, BINARY_LAST, CONCAT, CONST, CUSTOM, DIV, MATMUL, MEAN, MUL, PUT_ADD,
-                       RESHAPE, SCATTER, SEARCHSORTED, SETITEM, SOURCE_LAST, STRIDED, SUB,
-                       SUM, TAKE,
-                       UNARY_LAST, WHERE)
+from ..opcodes import (ADD, BINARY_LAST, CONCAT, CONST, CUSTOM, DIV, MATMUL, MEAN, MUL,
+                       PUT_ADD, RESHAPE, SCATTER, SEARCHSORTED, SETITEM, SOURCE_LAST,
+                       STRIDED, SUB, SUM, TAKE, UNARY_LAST, WHERE)
 from ..tape_format import A, AUX, B, OP, VLOC, array_location, operand, operand_count, \
     where_condition
 from .cache import cached_njit, distinct
@@ -37,12 +37,12 @@ from .elementwise import (binary_partial_x, binary_partial_y, binary_value, pass
 from .indexing import PICKED_OUTSIDE, indexing_forward, pattern_map, picked, search
 from .linalg import matmul_dims
 from .instruction_format import (COPY, GATHER, I_A, I_B, I_C, I_N, I_OP, I_OUT, I_P,
-                                 I_SA, I_SB, I_SC, SCATTER_ADD, WIDTH, as_instructions,
-                                 encode_call, encode_copy, encode_elementwise, encode_gather, encode_pick,
-                                 encode_scatter_add, field_capacity, field_slot,
-                                 mark_producers, operand_columns, operand_fields,
-                                 operand_slot, operand_stride, producers, set_field_slot,
-                                 PICK, SEARCH, encode_search)
+                                 I_SA, I_SB, I_SC, PICK, PLACE, SCATTER_ADD, SEARCH, WIDTH,
+                                 as_instructions, encode_call, encode_copy,
+                                 encode_elementwise, encode_gather, encode_pick, encode_place,
+                                 encode_scatter_add, encode_search, field_capacity,
+                                 field_slot, mark_producers, operand_columns, operand_fields,
+                                 operand_slot, operand_stride, producers, set_field_slot)
 from .reduce import kept_map
 from ..tuning import BLAS_MIN_FLOPS, LANES, LANES_MIN, MAX_PIECES
 
@@ -180,6 +180,10 @@ def lower(rows, ipool, shape_ndim, shape_start, shape_dims, shape_size, arena_ad
             for k in range(sz):
                 src[k] = np.int64(track[out + k])
             _emit_gather(code, pool, divisor, out, src)
+        elif op == PUT_ADD and rows[rows[i, B], OP] != CONST:   # (computed positions)
+            encode_place(code, out, sz, slot[rows[i, A]], slot[rows[i, B]],
+                         size_of(real, rows[i, A]))
+            divisor.append(1.0)
         elif op == SUM or op == MEAN or op == SCATTER or op == PUT_ADD:
             a = rows[i, A]
             m = size_of(real, a)
@@ -468,6 +472,17 @@ def _kernels(fixed_c, one_lane=False):
                 for k in range(n):
                     for j in range(j0, j1):
                         V[(out + k) * C + j] = search(V, a * C + j, m, C, V[(b + k) * C + j])
+            elif op == PLACE:
+                a, b, m = instr[q, I_A], instr[q, I_B], instr[q, I_SA]
+                for k in range(n):
+                    for j in range(j0, j1):
+                        V[(out + k) * C + j] = 0.0
+                for k in range(m):
+                    for j in range(j0, j1):
+                        i = picked(V[(b + k) * C + j], n)
+                        if i < 0:
+                            raise IndexError(PICKED_OUTSIDE)
+                        V[(out + i) * C + j] += V[(a + k) * C + j]
             elif op == SCATTER_ADD:
                 p, pairs, d = instr[q, I_P], instr[q, I_SA], divisor[q]
                 for k in range(n):
@@ -556,6 +571,13 @@ def _kernels(fixed_c, one_lane=False):
                             G[(a + i) * C + j] += G[(out + k) * C + j]
             elif op == SEARCH:
                 continue
+            elif op == PLACE:
+                a, b, m = instr[q, I_A], instr[q, I_B], instr[q, I_SA]
+                for k in range(m):
+                    for j in range(j0, j1):
+                        i = picked(V[(b + k) * C + j], n)
+                        if i >= 0:
+                            G[(a + k) * C + j] += G[(out + i) * C + j]
             elif op == SCATTER_ADD:
                 p, pairs, d = instr[q, I_P], instr[q, I_SA], divisor[q]
                 for k in range(pairs):
@@ -646,6 +668,16 @@ def _kernels(fixed_c, one_lane=False):
             elif op == SEARCH:
                 for k in range(n * KC):
                     T[out * KC + k] = 0.0
+            elif op == PLACE:
+                a, b, m = instr[q, I_A], instr[q, I_B], instr[q, I_SA]
+                for k in range(n * KC):
+                    T[out * KC + k] = 0.0
+                for k in range(m):
+                    for j in range(C):
+                        i = picked(V[(b + k) * C + j], n)
+                        for l in range(K):
+                            if i >= 0:
+                                T[((out + i) * K + l) * C + j] += T[((a + k) * K + l) * C + j]
             elif op == SCATTER_ADD:
                 p, pairs, d = instr[q, I_P], instr[q, I_SA], divisor[q]
                 for k in range(n * KC):

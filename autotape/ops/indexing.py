@@ -146,17 +146,22 @@ def take_flat(x, flat_index, value=None):
     """
     x = as_tensor(x)
     if type(flat_index) is Tensor:
-        positions = array_of(flat_index)
-        idx = np.asarray(positions, np.int64)
-        if positions.dtype.kind != "f" or not np.array_equal(idx, positions):
-            raise IndexError("take_flat: positions must be whole numbers")
-        return record(TAKE, array_of(x).reshape(-1)[idx], x, flat_index)
+        return record(TAKE, array_of(x).reshape(-1)[_whole(flat_index)], x, flat_index)
     flat_index = np.asarray(flat_index)
     if value is None:
         idx = np.asarray(flat_index, np.int64)
         value = array_of(x).reshape(-1)[idx]
     return record(TAKE, value, x, flat_index if flat_index.dtype == F64 else
                   flat_index.astype(F64))
+
+
+def _whole(positions):
+    """A Tensor of positions as ints (whole-number floats, as search_positions gives)."""
+    p = array_of(positions)
+    idx = np.asarray(p, np.int64)
+    if p.dtype.kind != "f" or not np.array_equal(idx, p):
+        raise IndexError("take_flat / put_add: positions must be whole numbers")
+    return idx
 
 
 def search_positions(sorted_values, values):
@@ -177,8 +182,13 @@ def search_positions(sorted_values, values):
 
 def put_add(x, flat_index, base_shape):
     """The transpose of take_flat: zeros of ``base_shape`` with x added at ``flat_index``
-    (x has the index's shape; repeated indices accumulate)."""
+    (x has the index's shape; repeated indices accumulate). A Tensor of whole-number
+    floats as ``flat_index``: positions the program computes (take_flat's)."""
     x = as_tensor(x)
+    if type(flat_index) is Tensor:
+        z = np.zeros(math.prod(base_shape))
+        np.add.at(z, _whole(flat_index).reshape(-1), np.asarray(array_of(x), F64).reshape(-1))
+        return record(PUT_ADD, z.reshape(base_shape).astype(x._dtype), x, flat_index)
     idx = np.asarray(flat_index, np.int64).reshape(-1)
     values = np.asarray(array_of(x), F64).reshape(-1)
     z = np.bincount(idx, weights=values, minlength=math.prod(base_shape))
@@ -300,8 +310,9 @@ def _outside_region(r):
 
 
 def _flat_index(r):
-    """TAKE / PUT_ADD: the index operand as ints."""
-    return r.y.numpy().astype(np.int64)
+    """TAKE / PUT_ADD: the index operand, a Tensor of positions: a constant's, or those
+    the program computes (read again by a compiled replay of the rule)."""
+    return r.y
 
 
 def _band(at, g, r, k):

@@ -44,7 +44,8 @@ from . import elementwise, indexing, linalg, reduce
 GRAD_FN_NAMES = {op.code: op.name.capitalize() + "Backward" for op in
                  list(elementwise.unary_ops.values()) + list(elementwise.binary_ops.values())}
 GRAD_FN_NAMES.update({
-    TAKE: "IndexBackward", SEARCHSORTED: "SearchsortedBackward", PUT_ADD: "IndexPutBackward", WHERE: "WhereBackward",
+    TAKE: "IndexBackward", SEARCHSORTED: "SearchsortedBackward", PUT_ADD: "IndexPutBackward",
+    WHERE: "WhereBackward",
     SUM: "SumBackward", MEAN: "MeanBackward", MAX: "MaxBackward", MIN: "MinBackward",
     SCATTER: "ScatterBackward", PROD: "ProdBackward", CUMSUM: "CumsumBackward",
     CUMPROD: "CumprodBackward", RESHAPE: "ReshapeBackward", STRIDED: "ViewBackward",
