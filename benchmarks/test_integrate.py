@@ -58,30 +58,10 @@ def _their_misfit(jax, times=TIMES):
     return their_misfit
 
 
-def test_lotka_volterra_paired_with_diffrax(benchmark, jax):
+def _paired_with_diffrax(benchmark, jax, times, rounds):
+    """The misfit at ``times``, value and gradient, compiled against diffrax under
+    jax.jit, round by round."""
     jnp = jax.numpy
-    theirs = jax.jit(jax.value_and_grad(_their_misfit(jax)))
-    compiled = at.compile(misfit, P0)
-    compiled.value_and_grad(P0)
-    compiled.wait_compiled()
-    value, grad = compiled.value_and_grad(P0)
-    their_value, their_grad = theirs(jnp.asarray(P0))
-    np.testing.assert_allclose(float(value), float(their_value), rtol=1e-5)
-    # (different step sequences, the same problem: agreement to the tolerances)
-    np.testing.assert_allclose(grad.numpy(), np.asarray(their_grad), rtol=1e-3)
-    benchmark.group = "Lotka-Volterra, adaptive Dopri5, value + gradient"
-    run_paired(benchmark, lambda: compiled.value_and_grad(P0),
-               lambda: [a.block_until_ready() for a in theirs(jnp.asarray(P0))],
-               "autotape_over_diffrax", rounds=100)
-
-
-@pytest.mark.parametrize("count", [101, 1001])
-def test_lotka_volterra_many_output_times_paired_with_diffrax(benchmark, jax, count):
-    # t_eval as scientists give it (np.linspace(0, 10, 1001)): each output time is
-    # interpolated once, from the attempt a search finds; until 2026-11-29 every time
-    # was interpolated (masked) at every attempt: 401 times took 3.9x diffrax's time
-    jnp = jax.numpy
-    times = np.linspace(0.0, 10.0, count)
     theirs = jax.jit(jax.value_and_grad(_their_misfit(jax, times)))
     compiled = at.compile(lambda p: misfit(p, times), P0)
     compiled.value_and_grad(P0)
@@ -89,11 +69,25 @@ def test_lotka_volterra_many_output_times_paired_with_diffrax(benchmark, jax, co
     value, grad = compiled.value_and_grad(P0)
     their_value, their_grad = theirs(jnp.asarray(P0))
     np.testing.assert_allclose(float(value), float(their_value), rtol=1e-5)
+    # (different step sequences, the same problem: agreement to the tolerances)
     np.testing.assert_allclose(grad.numpy(), np.asarray(their_grad), rtol=1e-3)
-    benchmark.group = f"Lotka-Volterra, {count} output times, value + gradient"
     run_paired(benchmark, lambda: compiled.value_and_grad(P0),
                lambda: [a.block_until_ready() for a in theirs(jnp.asarray(P0))],
-               "autotape_over_diffrax", rounds=50)
+               "autotape_over_diffrax", rounds=rounds)
+
+
+def test_lotka_volterra_paired_with_diffrax(benchmark, jax):
+    benchmark.group = "Lotka-Volterra, adaptive Dopri5, value + gradient"
+    _paired_with_diffrax(benchmark, jax, TIMES, rounds=100)
+
+
+@pytest.mark.parametrize("count", [101, 1001])
+def test_lotka_volterra_many_output_times_paired_with_diffrax(benchmark, jax, count):
+    # t_eval as scientists give it (np.linspace(0, 10, 1001)): each output time is
+    # interpolated once, from the attempt a search finds; until 2026-11-29 every time
+    # was interpolated (masked) at every attempt: 401 times took 3.9x diffrax's time
+    benchmark.group = f"Lotka-Volterra, {count} output times, value + gradient"
+    _paired_with_diffrax(benchmark, jax, np.linspace(0.0, 10.0, count), rounds=50)
 
 
 def test_lotka_volterra_1024_points_paired_with_diffrax_vmap(benchmark, jax):
