@@ -480,9 +480,11 @@ def _kernels(fixed_c, one_lane=False):
                 for k in range(m):
                     for j in range(j0, j1):
                         i = picked(V[(b + k) * C + j], n)
-                        if i < 0:
+                        if i < 0:                       # (a GPU goes on past the raise:
+                            V[out * C + j] = np.nan     #  nan, not a write before out)
                             raise IndexError(PICKED_OUTSIDE)
-                        V[(out + i) * C + j] += V[(a + k) * C + j]
+                        else:
+                            V[(out + i) * C + j] += V[(a + k) * C + j]
             elif op == SCATTER_ADD:
                 p, pairs, d = instr[q, I_P], instr[q, I_SA], divisor[q]
                 for k in range(n):
