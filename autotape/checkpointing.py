@@ -24,10 +24,9 @@ import math
 import numpy as np
 
 from .kernels.instruction_format import I_N, I_OUT, read_runs, rewrite_slots
-from .kernels.program import (forward_range, forward_range_points, load_chunk,
-                              load_tangent_chunk, reverse_range, reverse_range_points,
-                              seed_adjoints, store_adjoints, store_tangents, store_values,
-                              tangent_range, tangent_range_points)
+from .kernels.driver import points_driver, tangents_driver, zero_nothing
+from .kernels.program import (forward_range, forward_range_points, reverse_range,
+                              reverse_range_points, tangent_range, tangent_range_points)
 
 __all__ = ["Segments", "NotCheckpointable", "segment_length"]
 
@@ -193,89 +192,110 @@ class Segments:
         for C points."""
         return ((self.base + self.carry)[:, None] * C + np.arange(C)).reshape(-1)
 
-    # -- one chunk of C points --------------------------------------------------------------
+    # -- one chunk of C points: the one driver (kernels/driver.py) over _Chunk's hooks ----
 
     def run(self, X, p0, C, V, G, values, jac, live):
         """Values and (with ``jac``) each output's gradient at points p0 .. p0 + C - 1,
         V and G of ``size * C``."""
-        lean, one, extra = self.lean, C == 1, (() if C == 1 else (C,))
-        forward, reverse = lean.loop_kernels[0 if one else 1][:2]
-        delta = self.delta
-        carried = self._carried_at(C)
-        saved = np.empty((len(self.bounds), carried.size), V.dtype)
-        load_chunk(V, C, self.const_slots, self.const_vals, lean.in_slots, X, p0)
-        _interpret(lean.instr, lean.pool, lean.divisor, V, C, 0, self.start)
-        for k, (t0, t1) in enumerate(self.bounds):
-            self._enter(k, [(V, C)])
-            if k:
-                saved[k] = V[carried]
-            forward(V, delta, t0, t1, self.lows[k] * delta, self.table_base, 0, *extra)
-            self._keep(k, [(V, C)])
-        _interpret(self.instr, self.pool, lean.divisor, V, C, self.end, self.instr.shape[0])
-        store_values(V, C, self.out_slots, values, p0)
-        if jac is None:
-            return
-        last = len(self.bounds) - 1
-        for o in range(self.out_slots.size):
-            if o:                              # (the window holds the first segment now)
-                self._recompute(last, V, C, saved, carried, forward, extra)
-            seed_adjoints(G, C, self.size, self.size, self.out_slots[o])
-            _interpret_reverse(self.instr, self.pool, lean.divisor, live[o], V, G, C, self.end,
-                   self.instr.shape[0])
-            for k in range(last, -1, -1):
-                t0, t1 = self.bounds[k]
-                if k != last:
-                    self._recompute(k, V, C, saved, carried, forward, extra)
-                    self._move(k + 1, k, [(G, C)])   # the adjoints the later segment left
-                    keep0 = self.base + (self.bounds[k + 1][0] - self.back - self.lows[k]) \
-                        * delta
-                    G[self.base * C:keep0 * C] = 0.0
-                    G[(keep0 + self.back * delta) * C:(self.base + (t1 - self.lows[k])
-                                                       * delta) * C] = 0.0
-                self._give_back(k, G, C)
-                reverse(V, G, delta, t0, t1, self.lows[k] * delta, self.table_base, t1,
-                        *extra)
-            _interpret_reverse(lean.instr, lean.pool, lean.divisor, live[o], V, G, C, 0, self.start)
-            store_adjoints(G, C, lean.in_slots, jac, p0, o)
-
-    def _recompute(self, k, V, C, saved, carried, forward, extra):
-        t0, t1 = self.bounds[k]
-        if k:
-            V[carried] = saved[k]
-        self._load_consts(k, (V, C))
-        forward(V, self.delta, t0, t1, self.lows[k] * self.delta, self.table_base, 0,
-                *extra)
+        _DRIVE(_Chunk(self, C, V.dtype, live), self.const_slots, self.const_vals,
+               self.lean.in_slots, self.out_slots, X, values, jac, jac is not None, p0, C,
+               0, C, V, G)
 
     def tangents(self, X, S, p0, C, V, D, values, tangents):
         """Forward mode at points p0 .. p0 + C - 1: the segments run forward once, the
         tangents beside the values (V of ``size * C``, D of ``size * K * C``)."""
-        lean, one, K = self.lean, C == 1, S.shape[2]
-        tangent = lean.loop_kernels[0 if one else 1][3]
-        extra = () if one else (C,)
-        code = (lean.instr, lean.pool, lean.divisor)
-        load_tangent_chunk(V, D, C, self.const_slots, self.const_vals, lean.in_slots, X, S,
-                           p0)
-        if self.loop_consts[0].size:           # (their tangents: zero, once for all)
-            D[self.base * K * C:(self.base + (self.size - self.base)) * K * C] = 0.0
-        if one:
-            forward_range(*code, V, 0, self.start)
-            tangent_range(*code, V, D, K, 0, self.start)
-        else:
-            forward_range_points(*code, V, C, 0, self.start)
-            tangent_range_points(*code, V, D, C, K, 0, self.start)
-        for k, (t0, t1) in enumerate(self.bounds):
-            self._enter(k, [(V, C), (D, K * C)])
-            tangent(V, D, self.delta, t0, t1, K, self.lows[k] * self.delta, self.table_base,
-                    *extra)
-            self._keep(k, [(V, C), (D, K * C)])
-        code = (self.instr, self.pool, lean.divisor)
-        if one:
-            forward_range(*code, V, self.end, self.instr.shape[0])
-            tangent_range(*code, V, D, K, self.end, self.instr.shape[0])
-        else:
-            forward_range_points(*code, V, C, self.end, self.instr.shape[0])
-            tangent_range_points(*code, V, D, C, K, self.end, self.instr.shape[0])
-        store_tangents(V, D, C, self.out_slots, values, tangents, p0)
+        _DRIVE_TANGENTS(_Chunk(self, C, V.dtype, None), self.const_slots, self.const_vals,
+                        self.lean.in_slots, self.out_slots, X, S, values, tangents, p0, C,
+                        V, D)
+
+
+class _Chunk:
+    """One chunk's pass through the segments: the checkpoints it saves on the way
+    forward, and the hooks the driver calls."""
+
+    def __init__(self, segments, C, dtype, live):
+        self.segments, self.live, self.C = segments, live, C
+        self.kernels = segments.lean.loop_kernels[0 if C == 1 else 1]
+        self.extra = () if C == 1 else (C,)
+        self.carried = segments._carried_at(C)
+        self.saved = np.empty((len(segments.bounds), self.carried.size), dtype)
+
+    def forward(self, V, C, lane):
+        """The code before the loop, the segments (saving their checkpoints), the code
+        after it."""
+        seg, lean, forward = self.segments, self.segments.lean, self.kernels[0]
+        _interpret(lean.instr, lean.pool, lean.divisor, V, C, 0, seg.start)
+        for k, (t0, t1) in enumerate(seg.bounds):
+            seg._enter(k, [(V, C)])
+            if k:
+                self.saved[k] = V[self.carried]
+            forward(V, seg.delta, t0, t1, seg.lows[k] * seg.delta, seg.table_base, 0,
+                    *self.extra)
+            seg._keep(k, [(V, C)])
+        _interpret(seg.instr, seg.pool, lean.divisor, V, C, seg.end, seg.instr.shape[0])
+        return 0
+
+    def reverse(self, V, G, C, j0, j1, o, ran):
+        """Output o's sweep: the code after the loop, each segment from the last
+        (recomputed from its checkpoint, then swept), the code before."""
+        seg, lean, reverse, live = self.segments, self.segments.lean, self.kernels[1], self.live
+        last, delta = len(seg.bounds) - 1, seg.delta
+        if o:                              # (the window holds the first segment now)
+            self._recompute(last, V)
+        _interpret_reverse(seg.instr, seg.pool, lean.divisor, live[o], V, G, C, seg.end,
+                           seg.instr.shape[0])
+        for k in range(last, -1, -1):
+            t0, t1 = seg.bounds[k]
+            if k != last:
+                self._recompute(k, V)
+                seg._move(k + 1, k, [(G, C)])    # the adjoints the later segment left
+                keep0 = seg.base + (seg.bounds[k + 1][0] - seg.back - seg.lows[k]) * delta
+                G[seg.base * C:keep0 * C] = 0.0
+                G[(keep0 + seg.back * delta) * C:(seg.base + (t1 - seg.lows[k]) * delta)
+                  * C] = 0.0
+            seg._give_back(k, G, C)
+            reverse(V, G, delta, t0, t1, seg.lows[k] * delta, seg.table_base, t1,
+                    *self.extra)
+        _interpret_reverse(lean.instr, lean.pool, lean.divisor, live[o], V, G, C, 0,
+                           seg.start)
+        return ran
+
+    def _recompute(self, k, V):
+        seg = self.segments
+        t0, t1 = seg.bounds[k]
+        if k:
+            V[self.carried] = self.saved[k]
+        seg._load_consts(k, (V, self.C))
+        self.kernels[0](V, seg.delta, t0, t1, seg.lows[k] * seg.delta, seg.table_base, 0,
+                        *self.extra)
+
+    def tangents(self, V, D, C, K):
+        """Forward mode: the values and their K tangent lanes through the code before
+        the loop, the segments and the code after it."""
+        seg, lean, tangent = self.segments, self.segments.lean, self.kernels[3]
+        if seg.loop_consts[0].size:           # (their tangents: zero, once for all)
+            D[seg.base * K * C:(seg.base + (seg.size - seg.base)) * K * C] = 0.0
+        _tangents(lean.instr, lean.pool, lean.divisor, V, D, C, K, 0, seg.start)
+        for k, (t0, t1) in enumerate(seg.bounds):
+            seg._enter(k, [(V, C), (D, K * C)])
+            tangent(V, D, seg.delta, t0, t1, K, seg.lows[k] * seg.delta, seg.table_base,
+                    *self.extra)
+            seg._keep(k, [(V, C), (D, K * C)])
+        _tangents(seg.instr, seg.pool, lean.divisor, V, D, C, K, seg.end,
+                  seg.instr.shape[0])
+
+
+_DRIVE = points_driver(_Chunk.forward, zero_nothing, _Chunk.reverse, in_python=True)[0]
+_DRIVE_TANGENTS = tangents_driver(_Chunk.tangents, in_python=True)[0]
+
+
+def _tangents(instr, pool, divisor, V, D, C, K, q0, q1):
+    if C == 1:
+        forward_range(instr, pool, divisor, V, q0, q1)
+        tangent_range(instr, pool, divisor, V, D, K, q0, q1)
+    else:
+        forward_range_points(instr, pool, divisor, V, C, q0, q1)
+        tangent_range_points(instr, pool, divisor, V, D, C, K, q0, q1)
 
 
 def _interpret(instr, pool, divisor, V, C, q0, q1):

@@ -116,6 +116,22 @@ def parallel_launch():
     return contextlib.nullcontext() if layer in ("omp", "tbb") else _PARALLEL_LOCK
 
 
+def on_threads(workers, work):
+    """``work(w)`` for w = 0 .. workers - 1, each on a thread of its own (compiled code
+    that releases the GIL runs side by side), inline where ``workers`` is 1; once all
+    are done, the exception of the lowest w that raised one is raised here.
+
+    >>> seen = []; on_threads(2, seen.append); sorted(seen)
+    [0, 1]
+    """
+    if workers <= 1:
+        work(0)
+        return
+    with ThreadPoolExecutor(workers) as pool:
+        for done in [pool.submit(work, w) for w in range(workers)]:
+            done.result()
+
+
 def pieces(size):
     """How many pieces an op on ``size`` elements is split into (1: not split): up to
     the thread count, none smaller than PARALLEL_MIN / 2."""

@@ -14,15 +14,16 @@ from .kernels.blas import DGEMM
 from .kernels.cache import cache_dir, compile_notice, on_disk
 from .kernels.calls import call_rows, driver
 from .kernels.elementwise import passes_nothing
-from .parallel import for_numba, parallel_launch
+from .parallel import for_numba, on_threads, parallel_launch
 from .kernels.loops import GROUPS as LOOP_GROUPS
 from .kernels.instruction_format import I_N, I_OP, I_OUT, may_read, read_runs
 from .kernels.loops import constant_table, find_loop, loop_kernels, loop_source
 from .kernels.pieces import aligned_pieces
+from .kernels.driver import tangents_driver
 from .kernels.program import (LOWERED, forward_range, forward_range_points, live_sets,
-                              load_tangent_chunk, lower, reached_by_any, run_points,
-                              run_points_parallel, run_tangents, run_tangents_parallel,
-                              store_tangents, tangent_range, tangent_range_points)
+                              lower, reached_by_any, run_points, run_points_parallel,
+                              run_tangents, run_tangents_parallel, tangent_range,
+                              tangent_range_points)
 from .sparsity import colour_seeds, column_colours, dependency_pattern
 from .thread_state import here
 from .checkpointing import NotCheckpointable, Segments
@@ -320,11 +321,8 @@ class LeanProgram:
             work(int(first), B, V, G)
             return
         cuts = np.linspace(int(first), B, workers + 1).astype(int)
-        with concurrent.futures.ThreadPoolExecutor(workers) as pool:
-            for done in [pool.submit(work, a, b, np.empty(self.nslots, X.dtype),
-                                     np.empty(self.nslots, X.dtype))
-                         for a, b in zip(cuts, cuts[1:])]:
-                done.result()
+        on_threads(workers, lambda w: work(cuts[w], cuts[w + 1], np.empty(self.nslots, X.dtype),
+                                           np.empty(self.nslots, X.dtype)))
 
     def tangents(self, X, S):
         """Forward mode: values (B, outputs) at the points X (B, inputs) and their
@@ -557,13 +555,8 @@ class LeanProgram:
         """``work(a, b)`` for slices of the B points, one per worker thread (the
         generated kernels release the GIL)."""
         workers = min(for_numba(), max(1, B // GENERATED_SLICE))
-        if workers <= 1:
-            work(0, B)
-            return
         cuts = np.linspace(0, B, workers + 1).astype(int)
-        with concurrent.futures.ThreadPoolExecutor(workers) as pool:
-            for done in [pool.submit(work, a, b) for a, b in zip(cuts, cuts[1:])]:
-                done.result()
+        on_threads(workers, lambda w: work(cuts[w], cuts[w + 1]))
 
     def _loop_ready(self, dtype, group):
         """Whether this call runs the loop's compiled body (its kernels of ``group``:
@@ -735,37 +728,13 @@ class LeanProgram:
             W = np.empty(lanes[1] * slots * chunk, dtype)
             for t in range(w, chunks, workers):
                 work(V, W, t * chunk, chunk)
-        if workers == 1:
-            run(0)
-        else:
-            with concurrent.futures.ThreadPoolExecutor(workers) as pool:
-                for done in [pool.submit(run, w) for w in range(workers)]:
-                    done.result()
+        on_threads(workers, run)
 
     def _loop_tangent_chunk(self, X, S, p0, C, V, D, values, tangents):
-        """Forward mode for points p0 .. p0 + C - 1 of a program with a loop: the
-        interpreter before and after it, its compiled body (values and tangents) in
-        between."""
-        start, period, repeats, delta = self.loop
-        end, count, K = start + period * repeats, self.instr.shape[0], S.shape[2]
-        one = C == 1
-        tangent = self.loop_kernels[0 if one else 1][3]
-        code = (self.instr, self.pool, self.divisor)
-        load_tangent_chunk(V, D, C, self.const_slots, self.const_vals, self.in_slots, X, S,
-                           p0)
-        for q0, q1 in ((0, start), (end, count)):
-            if q0 == end:
-                if one:
-                    tangent(V, D, delta, 0, repeats, K, 0, self._table_base())
-                else:
-                    tangent(V, D, delta, 0, repeats, K, 0, self._table_base(), C)
-            if one:
-                forward_range(*code, V, q0, q1)
-                tangent_range(*code, V, D, K, q0, q1)
-            else:
-                forward_range_points(*code, V, C, q0, q1)
-                tangent_range_points(*code, V, D, C, K, q0, q1)
-        store_tangents(V, D, C, self.out_slots, values, tangents, p0)
+        """Forward mode for points p0 .. p0 + C - 1 of a program with a loop, by the one
+        driver (kernels/driver.py) over ``_loop_tangents``."""
+        _DRIVE_TANGENTS(self, self.const_slots, self.const_vals, self.in_slots,
+                        self.out_slots, X, S, values, tangents, p0, C, V, D)
 
     def _read_after(self, end):
         return np.concatenate([_read_slots(self.instr, self.pool, end), self.out_slots])
@@ -806,11 +775,8 @@ class LeanProgram:
             run(*args, 0, chunks, 1, scratch[:n], scratch[n:2 * n], *tail)
             return
 
-        def thread(w):
-            run(*args, w, chunks, workers, np.empty(n, X.dtype), np.empty(n, X.dtype), *tail)
-        with concurrent.futures.ThreadPoolExecutor(workers) as pool:
-            for done in [pool.submit(thread, w) for w in range(workers)]:
-                done.result()
+        on_threads(workers, lambda w: run(*args, w, chunks, workers, np.empty(n, X.dtype),
+                                          np.empty(n, X.dtype), *tail))
 
     def _unswept(self):
         """Per instruction of the loop's first repetition: whether no output's reverse
@@ -832,6 +798,28 @@ class LeanProgram:
         skipped = (live[start:end] == 0) & ~np.tile(self._unswept(), repeats)
         return not skipped.any() or bool(passes_nothing_mask(
             self.instr[start:end, I_OP][skipped]).all())
+
+
+def _loop_tangents(lean, V, D, C, K):
+    """The tangents driver's hook for a program with a loop: the interpreter before and
+    after it, its compiled body (values and tangents) in between."""
+    start, period, repeats, delta = lean.loop
+    end, count = start + period * repeats, lean.instr.shape[0]
+    tangent = lean.loop_kernels[0 if C == 1 else 1][3]
+    code = (lean.instr, lean.pool, lean.divisor)
+    for q0, q1 in ((0, start), (end, count)):
+        if q0 == end:
+            tangent(V, D, delta, 0, repeats, K, 0, lean._table_base(),
+                    *(() if C == 1 else (C,)))
+        if C == 1:
+            forward_range(*code, V, q0, q1)
+            tangent_range(*code, V, D, K, q0, q1)
+        else:
+            forward_range_points(*code, V, C, q0, q1)
+            tangent_range_points(*code, V, D, C, K, q0, q1)
+
+
+_DRIVE_TANGENTS = tangents_driver(_loop_tangents, in_python=True)[0]
 
 
 def _user_call(tape, row):

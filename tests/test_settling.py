@@ -8,7 +8,8 @@ import autotape.func as F
 from autotape.integrate import solve_ivp
 from autotape.kernels.instruction_format import I_B, as_instructions, encode_elementwise
 from autotape.kernels.loops import _Body, constant_table
-from autotape.kernels.program import forward_range, load_chunk
+from autotape.kernels.driver import load_points
+from autotape.kernels.program import forward_range
 from autotape.opcodes import ADD, MUL
 
 
@@ -62,7 +63,8 @@ def _lean(c, x):
 def _repetitions_run(lean, x):
     """How many repetitions the compiled body's forward runs at x."""
     V = np.full(lean.nslots, np.nan)
-    load_chunk(V, 1, lean.const_slots, lean.const_vals, lean.in_slots, x.reshape(1, -1), 0)
+    load_points(V, 1, 0, 1, lean.const_slots, lean.const_vals, lean.in_slots,
+                x.reshape(1, -1), 0)
     start, _, repeats, delta = lean.loop
     forward_range(lean.instr, lean.pool, lean.divisor, V, 0, start)
     return lean.loop_kernels[0][0](V, delta, 0, repeats, 0, lean._table_base(), 1)

@@ -1,10 +1,10 @@
 """Users' numba-compiled ops inside a lean program (CALL instructions).
 
 A program whose recording holds ``at.custom_op`` rows made of ``numba.njit`` functions
-runs through one compiled driver: the interpreter's ranges between the calls
-(``forward_range`` / ``reverse_range``) and, at each call, the user's forward or VJP
-on the operands' slots, for every point, with no Python per call. The driver is
-generated per program (the calls' shapes and functions are constants in its source).
+runs through the one driver (driver.py) over hooks generated per program (the calls'
+shapes and functions are constants in their source): the interpreter's ranges between
+the calls (``forward_range`` / ``reverse_range``) and, at each call, the user's forward
+or VJP on the operands' slots, for every point, with no Python per call.
 
 Compiling it takes seconds, so a helper process compiles it beside the calls
 (background.py) into numba's disk cache, and until it is ready the calls run
@@ -41,6 +41,7 @@ from numba.extending import overload
 from . import background
 from .cache import (LIBRARIES, cache_dir, generated_file, import_generated, named_value,
                     on_disk)
+from .driver import compile_steps, points_driver, zero_nothing
 from .instruction_format import CALL, I_A, I_N, I_OP, I_OUT, I_P, WIDTH
 from .program import forward_range, reverse_range
 
@@ -77,26 +78,33 @@ def _flat(x):
     return None
 
 
+# the driver's hooks (kernels/driver.py): the interpreter's ranges, the users' ops between
 _RUN = '''
+@numba.njit(inline="always", error_model="numpy", nogil=True)
+def program_forward(code, V, C, lane):
+    instr, pool, divisor, live = code
+    count = np.int64(instr.shape[0])
+{forward}
+    return 0
+
+
+@numba.njit(inline="always", error_model="numpy", nogil=True)
+def program_reverse(code, V, G, C, j0, j1, o, ran):
+    instr, pool, divisor, live = code
+    count = np.int64(instr.shape[0])
+{reverse}
+    return ran
+
+
+_, drive_chunks = points_driver(program_forward, zero_nothing, program_reverse, __name__,
+                               inline=True)
+
+
 def run(instr, pool, divisor, live, const_slots, const_vals, in_slots, out_slots, X,
         values, jac, want_jac, V, G):
-    count = instr.shape[0]
-    for p in range(X.shape[0]):
-        for k in range(const_slots.size):
-            V[const_slots[k]] = const_vals[k]
-        for e in range(in_slots.size):
-            V[in_slots[e]] = X[p, e]
-{forward}
-        for o in range(out_slots.size):
-            values[p, o] = V[out_slots[o]]
-        if not want_jac:
-            continue
-        for o in range(out_slots.size):
-            G[:] = 0.0
-            G[out_slots[o]] = 1.0
-{reverse}
-            for e in range(in_slots.size):
-                jac[p, o, e] = G[in_slots[e]]
+    one = np.int64(1)
+    drive_chunks((instr, pool, divisor, live), const_slots, const_vals, in_slots, out_slots,
+                 X, values, jac, want_jac, np.int64(0), np.int64(X.shape[0]), one, one, V, G)
 '''
 
 _CALL = '''
@@ -127,6 +135,7 @@ import numba
 import numpy as np
 
 from autotape.kernels.calls import flat
+from autotape.kernels.driver import points_driver, zero_nothing
 from autotape.kernels.program import forward_range, reverse_range
 
 {users} = None   # (the user's functions: set on import)
@@ -196,17 +205,16 @@ def driver(instr, calls):
     for k in range(len(at) + 1):
         q0 = f"np.int64({bounds[k] + 1})"
         q1 = "count" if bounds[k + 1] is None else f"np.int64({bounds[k + 1]})"
-        fwd.append(f"        forward_range(instr, pool, divisor, V, {q0}, {q1})")
+        fwd.append(f"    forward_range(instr, pool, divisor, V, {q0}, {q1})")
         if k < len(at):
-            fwd.append(f"        forward_{k}(instr, pool, V, {at[k]})")
+            fwd.append(f"    forward_{k}(instr, pool, V, {at[k]})")
     for k in range(len(at), -1, -1):
         q0 = f"np.int64({bounds[k] + 1})"
         q1 = "count" if bounds[k + 1] is None else f"np.int64({bounds[k + 1]})"
-        rev.append(f"            reverse_range(instr, pool, divisor, live[o], V, G, {q0}, "
-                   f"{q1})")
+        rev.append(f"    reverse_range(instr, pool, divisor, live[o], V, G, {q0}, {q1})")
         if k:
-            rev.append(f"            if live[o, {at[k - 1]}]:")
-            rev.append(f"                vjp_{k - 1}(instr, pool, V, G, {at[k - 1]})")
+            rev.append(f"    if live[o, {at[k - 1]}]:")
+            rev.append(f"        vjp_{k - 1}(instr, pool, V, G, {at[k - 1]})")
     source.append(_RUN.format(forward="\n".join(fwd), reverse="\n".join(rev)))
     code = "\n".join(source)
     key = (code,) + tuple(id(f) for call in calls for f in call[:2])
@@ -298,28 +306,11 @@ class Driver:
 
     def run_in_python(self, instr, pool, divisor, live, const_slots, const_vals, in_slots,
                       out_slots, X, values, jac, want_jac, V, G):
-        """``run`` by Python: the same ranges and user functions, so the same numbers."""
-        count = instr.shape[0]
-        bounds = [-1] + self.at + [count]
-        for p in range(X.shape[0]):
-            V[const_slots] = const_vals
-            V[in_slots] = X[p]
-            for k in range(len(self.at) + 1):
-                forward_range(instr, pool, divisor, V, bounds[k] + 1, bounds[k + 1])
-                if k < len(self.at):
-                    self._forward(k, instr, pool, V, self.at[k])
-            values[p] = V[out_slots]
-            if not want_jac:
-                continue
-            for o in range(out_slots.size):
-                G[:] = 0.0
-                G[out_slots[o]] = 1.0
-                for k in range(len(self.at), -1, -1):
-                    reverse_range(instr, pool, divisor, live[o], V, G, bounds[k] + 1,
-                                  bounds[k + 1])
-                    if k and live[o, self.at[k - 1]]:
-                        self._vjp(k - 1, instr, pool, V, G, self.at[k - 1])
-                jac[p, o] = G[in_slots]
+        """``run`` by Python: the one driver over the same ranges and user functions
+        (``_forward_in_python``, ``_reverse_in_python``), so the same numbers."""
+        _DRIVE_IN_PYTHON((self, instr, pool, divisor, live), const_slots, const_vals,
+                         in_slots, out_slots, X, values, jac, want_jac, 0, X.shape[0], 1, 1,
+                         V, G)
 
     def _forward(self, k, instr, pool, V, q):
         forward, _, name, in_shapes, out_shape = self.calls[k]
@@ -340,6 +331,32 @@ class Driver:
                 raise ValueError(WRONG_COTANGENT.format(name=_quoted(name), j=j))
             s = pool[p + 1 + 2 * j]
             G[s:s + size] += c
+
+
+def _forward_in_python(code, V, C, lane):
+    """The compiled ``program_forward`` hook's ranges and calls, from Python."""
+    driver, instr, pool, divisor, live = code
+    bounds = [-1] + driver.at + [instr.shape[0]]
+    for k in range(len(driver.at) + 1):
+        forward_range(instr, pool, divisor, V, bounds[k] + 1, bounds[k + 1])
+        if k < len(driver.at):
+            driver._forward(k, instr, pool, V, driver.at[k])
+    return 0
+
+
+def _reverse_in_python(code, V, G, C, j0, j1, o, ran):
+    """The compiled ``program_reverse`` hook's ranges and VJPs, from Python."""
+    driver, instr, pool, divisor, live = code
+    bounds = [-1] + driver.at + [instr.shape[0]]
+    for k in range(len(driver.at), -1, -1):
+        reverse_range(instr, pool, divisor, live[o], V, G, bounds[k] + 1, bounds[k + 1])
+        if k and live[o, driver.at[k - 1]]:
+            driver._vjp(k - 1, instr, pool, V, G, driver.at[k - 1])
+    return ran
+
+
+_DRIVE_IN_PYTHON = points_driver(_forward_in_python, zero_nothing, _reverse_in_python,
+                                 in_python=True)[1]
 
 
 def _operands(instr, pool, V, p, shapes):
@@ -526,7 +543,9 @@ def compile_driver(path):
 
 def compile_ranges():
     """Compile (or load) the interpreter's ranges that drivers and ``run_in_python``
-    call, for float64 programs (the warmup and eager_calls.py's helper do)."""
+    call, and the steps of the driver in Python, for float64 programs (the warmup and
+    eager_calls.py's helper do)."""
+    compile_steps(np.float64)
     instr, pool, V = np.zeros((0, WIDTH), np.int64), np.zeros(0, np.int64), np.zeros(1)
     forward_range(instr, pool, np.zeros(0), V, 0, 0)
     reverse_range(instr, pool, np.zeros(0), np.zeros((1, 0), np.uint8)[0], V, V.copy(), 0, 0)

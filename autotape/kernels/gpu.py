@@ -11,7 +11,7 @@ package, extra ``.[cuda]``; under ``NUMBA_ENABLE_CUDASIM=1`` numba's simulator).
 """
 from numba import cuda
 
-from .program import lane_forward, lane_reverse
+from .program import lane_drive
 
 
 
@@ -23,22 +23,6 @@ def run_points_cuda(instr, pool, divisor, live, const_slots, const_vals, in_slot
     slot; ``live[o]`` marks the instructions output o reaches."""
     p = cuda.grid(1)
     B = X.shape[0]
-    if p >= B:
-        return
-    nslots = V.size // B
-    for k in range(const_slots.size):
-        V[const_slots[k] * B + p] = const_vals[k]
-    for e in range(in_slots.size):
-        V[in_slots[e] * B + p] = X[p, e]
-    lane_forward(instr, pool, divisor, V, B, p, 0, instr.shape[0])
-    for o in range(out_slots.size):
-        values[p, o] = V[out_slots[o] * B + p]
-    if not want_jac:
-        return
-    for o in range(out_slots.size):
-        for s in range(nslots):
-            G[s * B + p] = 0.0
-        G[out_slots[o] * B + p] = 1.0
-        lane_reverse(instr, pool, divisor, live[o], V, G, B, p, 0, instr.shape[0])
-        for e in range(in_slots.size):
-            jac[p, o, e] = G[in_slots[e] * B + p]
+    if p < B:                  # (lanes p .. p of a "chunk" of all B points: driver.py)
+        lane_drive((instr, pool, divisor, live), const_slots, const_vals, in_slots,
+                   out_slots, X, values, jac, want_jac, 0, B, p, p + 1, V, G)

@@ -21,6 +21,7 @@ table's (elementwise.py): values, partials, masks and ``passes_nothing`` are the
 functions the tape's kernels call. The storage may be float32: each op then computes
 in float64 and rounds its result, as float32 tensors do.
 """
+import numba
 import numpy as np
 from numba import prange
 from numba.extending import register_jitable
@@ -31,6 +32,7 @@ from ..opcodes import (ADD, BINARY_LAST, CONCAT, CONST, CUSTOM, DIV, MATMUL, MEA
 from ..tape_format import A, AUX, B, OP, VLOC, array_location, operand, operand_count, \
     where_condition
 from .cache import cached_njit, distinct
+from .driver import points_driver, tangents_driver, zero_nothing
 from .context import broadcast_map, operand_map, shape_of, size_of, sweep_context, value
 from .elementwise import (binary_partial_x, binary_partial_y, binary_value, passes_nothing,
                           selects, tangent_times, times, unary_partial, unary_value)
@@ -436,8 +438,9 @@ def _floats(values):
 # point, where C is the constant 1 and every index is plain, and for chunks of C points.
 
 def _kernels(fixed_c, one_lane=False):
-    """(chunk, forward, reverse, tangent chunk, tangent) with C fixed to ``fixed_c``, or
-    taken at run time (0). With ``one_lane``, forward and reverse run point ``lane``
+    """(drive, drive_chunks, tangent drive_chunks, forward, reverse, tangent) with C fixed
+    to ``fixed_c``, or taken at run time (0): the interpreter, and the drivers
+    (kernels/driver.py) over it. With ``one_lane``, forward and reverse run point ``lane``
     of the C only (a GPU thread's point, kernels/gpu.py); else every point."""
 
     @register_jitable
@@ -740,79 +743,38 @@ def _kernels(fixed_c, one_lane=False):
                         for l in range(K):
                             T[(z * K + l) * C + j] = T[(src * K + l) * C + j]
 
-    @register_jitable
-    def tangent_chunk(instr, pool, divisor, const_slots, const_vals, in_slots, out_slots,
-                      X, S, values, tangents, p0, C, V, T):
-        """Points p0 .. p0 + C - 1 (fewer at the end): forward, then the tangents of
-        the K directions S (points or 1, inputs, K), values and output tangents out."""
-        if fixed_c:
-            C = fixed_c
-        K = S.shape[2]
-        _load(V, T, C, K, const_slots, const_vals, in_slots, X, S, p0)
+    # the drivers' hooks (kernels/driver.py)
+    def program_forward(code, V, C, lane):
+        """The driver's forward hook (kernels/driver.py): the whole program."""
+        instr, pool, divisor = code[0], code[1], code[2]
+        forward(instr, pool, divisor, V, C, lane, 0, instr.shape[0])
+        return 0
+
+    def program_reverse(code, V, G, C, j0, j1, o, ran):
+        """The driver's reverse hook: output o's sweep over the whole program."""
+        instr, pool, divisor, live = code
+        reverse(instr, pool, divisor, live[o], V, G, C, j0, 0, instr.shape[0])
+        return ran
+
+    def program_tangents(code, V, T, C, K):
+        """The forward-mode driver's hook: values, then the K tangent lanes."""
+        instr, pool, divisor = code[0], code[1], code[2]
         forward(instr, pool, divisor, V, C, 0, 0, instr.shape[0])
         tangent(instr, pool, divisor, V, T, C, K, 0, instr.shape[0])
-        _store(V, T, C, K, out_slots, values, tangents, p0)
 
-    @register_jitable
-    def chunk(instr, pool, divisor, live, const_slots, const_vals, in_slots, out_slots, X,
-              values, jac, want_jac, p0, C, V, G):
-        """Points p0 .. p0 + C - 1 (fewer at the end): forward, values out, and with
-        ``want_jac`` one reverse sweep per output element."""
-        if fixed_c:
-            C = fixed_c
-        B = X.shape[0]
-        m = min(C, B - p0)
-        for k in range(const_slots.size):
-            s = const_slots[k] * C
-            for j in range(C):
-                V[s + j] = const_vals[k]
-        for e in range(in_slots.size):
-            s = in_slots[e] * C
-            for j in range(C):
-                V[s + j] = X[p0 + min(j, m - 1), e]        # (a short last chunk repeats)
-        forward(instr, pool, divisor, V, C, 0, 0, instr.shape[0])
-        for o in range(out_slots.size):
-            s = out_slots[o] * C
-            for j in range(m):
-                values[p0 + j, o] = V[s + j]
-        if not want_jac:
-            return
-        for o in range(out_slots.size):
-            G[:] = 0.0
-            s = out_slots[o] * C
-            for j in range(C):
-                G[s + j] = 1.0
-            reverse(instr, pool, divisor, live[o], V, G, C, 0, 0, instr.shape[0])
-            for e in range(in_slots.size):
-                s = in_slots[e] * C
-                for j in range(m):
-                    jac[p0 + j, o, e] = G[s + j]
-
-    for kernel in (chunk, forward, reverse, tangent_chunk, tangent):
+    for kernel in (forward, reverse, tangent, program_forward, program_reverse,
+                   program_tangents):
         distinct(kernel, fixed_c, int(one_lane))  # (three sets: cache.distinct says why)
-    return chunk, forward, reverse, tangent_chunk, tangent
-
-
-@register_jitable
-def _load(V, T, C, K, const_slots, const_vals, in_slots, X, S, p0):
-    """Constants and the points p0 .. p0 + C - 1 of X into V (a short last chunk repeats
-    its last point), their tangents into T: zero for constants, S's for inputs (S has
-    one row per point, or one for all)."""
-    m = min(C, X.shape[0] - p0)
-    shared = S.shape[0] == 1
-    for k in range(const_slots.size):
-        s = const_slots[k]
-        for j in range(C):
-            V[s * C + j] = const_vals[k]
-        for j in range(K * C):
-            T[s * K * C + j] = 0.0
-    for e in range(in_slots.size):
-        s = in_slots[e]
-        for j in range(C):
-            p = p0 + min(j, m - 1)
-            V[s * C + j] = X[p, e]
-            for l in range(K):
-                T[(s * K + l) * C + j] = S[0 if shared else p, e, l]
+    # (on the CPU the hooks and drivers are taken into their callers whole: driver.py)
+    hook = register_jitable if one_lane else numba.njit(inline="always", error_model="numpy",
+                                                        nogil=True)
+    program_forward, program_reverse, program_tangents = \
+        hook(program_forward), hook(program_reverse), hook(program_tangents)
+    drive, drive_chunks = points_driver(program_forward, zero_nothing, program_reverse,
+                                        fixed_c, int(one_lane), inline=not one_lane)
+    tangent_chunks = tangents_driver(program_tangents, fixed_c, int(one_lane),
+                                     inline=not one_lane)[1]
+    return drive, drive_chunks, tangent_chunks, forward, reverse, tangent
 
 
 # A broadcast operand (stride 0) receives an adjoint term from every element of its
@@ -978,22 +940,11 @@ def binary_partials(op, x, y, z):
     return binary_partial_x(op, x, y, z), binary_partial_y(op, x, y, z)
 
 
-@register_jitable
-def _store(V, T, C, K, out_slots, values, tangents, p0):
-    m = min(C, values.shape[0] - p0)
-    for o in range(out_slots.size):
-        s = out_slots[o]
-        for j in range(m):
-            values[p0 + j, o] = V[s * C + j]
-            for l in range(K):
-                tangents[p0 + j, o, l] = T[(s * K + l) * C + j]
-
-
-(_chunk_one, _forward_one, _reverse_one, _tangent_chunk_one, _tangent_one), \
-    (_chunk_many, _forward_many, _reverse_many, _tangent_chunk_many, _tangent_many) = \
+(_, _points_one, _tangent_points_one, _forward_one, _reverse_one, _tangent_one), \
+    (_, _points_many, _tangent_points_many, _forward_many, _reverse_many, _tangent_many) = \
     _kernels(1), _kernels(0)
 # one point (``lane``) of C, for a GPU thread (kernels/gpu.py)
-_, lane_forward, lane_reverse, _, _ = _kernels(0, one_lane=True)
+lane_drive = _kernels(0, one_lane=True)[0]
 
 
 @cached_njit()
@@ -1027,13 +978,13 @@ def run_points(instr, pool, divisor, live, const_slots, const_vals, in_slots, ou
     values (B, outputs) and, with ``want_jac``, jac (B, outputs, inputs). V and G are
     scratch of C times the slot count, in X's dtype; ``live[o]`` marks the
     instructions output o reaches (``live_sets``)."""
-    for p0 in range(0, X.shape[0], C):
-        if C == 1:
-            _chunk_one(instr, pool, divisor, live, const_slots, const_vals, in_slots,
-                       out_slots, X, values, jac, want_jac, p0, C, V, G)
-        else:
-            _chunk_many(instr, pool, divisor, live, const_slots, const_vals, in_slots,
-                        out_slots, X, values, jac, want_jac, p0, C, V, G)
+    code, chunks = (instr, pool, divisor, live), (X.shape[0] + C - 1) // C
+    if C == 1:
+        _points_one(code, const_slots, const_vals, in_slots, out_slots, X, values, jac,
+                    want_jac, 0, chunks, 1, C, V, G)
+    else:
+        _points_many(code, const_slots, const_vals, in_slots, out_slots, X, values, jac,
+                     want_jac, 0, chunks, 1, C, V, G)
 
 
 @cached_njit()
@@ -1042,13 +993,13 @@ def run_tangents(instr, pool, divisor, const_slots, const_vals, in_slots, out_sl
     """Forward mode at the points X (B, inputs): values (B, outputs) and the tangents
     (B, outputs, K) of the K directions S (B or 1, inputs, K), C points at a time. V
     and T: scratch of C and K * C times the slot count."""
-    for p0 in range(0, X.shape[0], C):
-        if C == 1:
-            _tangent_chunk_one(instr, pool, divisor, const_slots, const_vals, in_slots,
-                               out_slots, X, S, values, tangents, p0, C, V, T)
-        else:
-            _tangent_chunk_many(instr, pool, divisor, const_slots, const_vals, in_slots,
-                                out_slots, X, S, values, tangents, p0, C, V, T)
+    code, chunks = (instr, pool, divisor), (X.shape[0] + C - 1) // C
+    if C == 1:
+        _tangent_points_one(code, const_slots, const_vals, in_slots, out_slots, X, S,
+                            values, tangents, 0, chunks, 1, C, V, T)
+    else:
+        _tangent_points_many(code, const_slots, const_vals, in_slots, out_slots, X, S,
+                             values, tangents, 0, chunks, 1, C, V, T)
 
 
 @cached_njit(parallel=True)
@@ -1056,13 +1007,12 @@ def run_tangents_parallel(instr, pool, divisor, const_slots, const_vals, in_slot
                           out_slots, X, S, values, tangents, C, workers, nslots):
     """run_tangents with the chunks spread over ``workers`` threads."""
     B, K = X.shape[0], S.shape[2]
-    chunks = (B + C - 1) // C
+    code, chunks = (instr, pool, divisor), (B + C - 1) // C
     for w in prange(workers):
         V = np.empty(nslots * C, X.dtype)
         T = np.empty(nslots * K * C, X.dtype)
-        for t in range(w, chunks, workers):
-            _tangent_chunk_many(instr, pool, divisor, const_slots, const_vals, in_slots,
-                                out_slots, X, S, values, tangents, t * C, C, V, T)
+        _tangent_points_many(code, const_slots, const_vals, in_slots, out_slots, X, S,
+                             values, tangents, w, chunks, workers, C, V, T)
 
 
 @cached_njit(parallel=True)
@@ -1070,14 +1020,12 @@ def run_points_parallel(instr, pool, divisor, live, const_slots, const_vals, in_
                         out_slots, X, values, jac, want_jac, C, workers, nslots):
     """run_points with the chunks spread over ``workers`` threads, each with scratch
     of its own."""
-    B = X.shape[0]
-    chunks = (B + C - 1) // C
+    code, chunks = (instr, pool, divisor, live), (X.shape[0] + C - 1) // C
     for w in prange(workers):
         V = np.empty(nslots * C, X.dtype)
         G = np.empty(nslots * C, X.dtype)
-        for t in range(w, chunks, workers):
-            _chunk_many(instr, pool, divisor, live, const_slots, const_vals, in_slots,
-                        out_slots, X, values, jac, want_jac, t * C, C, V, G)
+        _points_many(code, const_slots, const_vals, in_slots, out_slots, X, values, jac,
+                     want_jac, w, chunks, workers, C, V, G)
 
 
 @cached_njit()
@@ -1106,20 +1054,7 @@ def reached_by_any(instr, pool, nslots, out_slots):
     return mark
 
 
-# ---- around a compiled loop (program.py): a chunk's inputs in, results out ----------------
-
-@cached_njit()
-def load_chunk(V, C, const_slots, const_vals, in_slots, X, p0):
-    """Constants and the points p0 .. p0 + C - 1 of X into V (a short last chunk repeats
-    its last point)."""
-    m = min(C, X.shape[0] - p0)
-    for k in range(const_slots.size):
-        for j in range(C):
-            V[const_slots[k] * C + j] = const_vals[k]
-    for e in range(in_slots.size):
-        for j in range(C):
-            V[in_slots[e] * C + j] = X[p0 + min(j, m - 1), e]
-
+# ---- around a compiled loop (program.py, checkpointing.py) --------------------------------
 
 @cached_njit()
 def tangent_range(instr, pool, divisor, V, T, K, q0, q1):
@@ -1131,41 +1066,3 @@ def tangent_range(instr, pool, divisor, V, T, K, q0, q1):
 def tangent_range_points(instr, pool, divisor, V, T, C, K, q0, q1):
     """tangent_range for a chunk of C points."""
     _tangent_many(instr, pool, divisor, V, T, C, K, q0, q1)
-
-
-@cached_njit()
-def load_tangent_chunk(V, T, C, const_slots, const_vals, in_slots, X, S, p0):
-    """load_chunk, and the tangents: zero for constants, S's for the inputs."""
-    _load(V, T, C, S.shape[2], const_slots, const_vals, in_slots, X, S, p0)
-
-
-@cached_njit()
-def store_tangents(V, T, C, out_slots, values, tangents, p0):
-    """The chunk's output values and tangents (K = tangents.shape[2])."""
-    _store(V, T, C, tangents.shape[2], out_slots, values, tangents, p0)
-
-
-@cached_njit()
-def store_values(V, C, out_slots, values, p0):
-    m = min(C, values.shape[0] - p0)
-    for o in range(out_slots.size):
-        for j in range(m):
-            values[p0 + j, o] = V[out_slots[o] * C + j]
-
-
-@cached_njit()
-def seed_adjoints(G, C, first, last, out_slot):
-    """Zero the adjoints outside a loop's slots [first, last) (the loop's own kept
-    slots are its ``clear``'s), then seed one output with ones."""
-    G[:first * C] = 0.0
-    G[last * C:] = 0.0
-    for j in range(C):
-        G[out_slot * C + j] = 1.0
-
-
-@cached_njit()
-def store_adjoints(G, C, in_slots, jac, p0, o):
-    m = min(C, jac.shape[0] - p0)
-    for e in range(in_slots.size):
-        for j in range(m):
-            jac[p0 + j, o, e] = G[in_slots[e] * C + j]
