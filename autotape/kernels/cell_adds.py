@@ -135,17 +135,23 @@ def _assigned(lines):
 _ALIASES = {"G": "Go", "Go": "G", "V": "Vo", "Vo": "V"}
 
 
+def _subscripts(text, name, may_be_the_cell):
+    """Whether ``text`` may read or write a cell of ``name``: any subscript of the array
+    aliasing it (``G`` and its window ``Go``), or one of its own whose index (stripped
+    text) ``may_be_the_cell`` says may be the cell."""
+    alias = _ALIASES.get(name)
+    for found in re.finditer(r"(?<!\w)(\w+)\[(?=([^\]]*))", text):   # (nested ones too)
+        array = found.group(1)
+        if array == alias or (array == name and may_be_the_cell(found.group(2).strip())):
+            return True
+    return False
+
+
 def _reads_target(term, target, cells):
     """Whether a term reads ``target`` (or a view of it) at a cell of ``cells``
     (ranges [a, b)), or at a cell that moves with k."""
-    other = _ALIASES.get(target)
-    if other is not None and re.search(r"(?<!\w)" + other + r"\[", term):
-        return True
-    for found in re.finditer(r"(?<!\w)" + re.escape(target) + r"\[([^\]]*)\]", term):
-        index = found.group(1).strip()
-        if not index.isdigit() or any(a <= int(index) < b for a, b in cells):
-            return True
-    return False
+    return _subscripts(term, target, lambda index: not index.isdigit() or
+                       any(a <= int(index) < b for a, b in cells))
 
 
 _BRANCH = re.compile(r"^(\s*)(if|elif|else|while)\b")
@@ -228,7 +234,8 @@ def _worth(items, target, rest):
         if _reads_target(_beside(written, target, cells), target, cells) or \
                 _reads_target(_beside(expression, target, cells), target, cells):
             return False
-        if any(_reads_cell(t, name, cell) for _, adds, _, _ in items[:at] for _, _, t in adds):
+        if any(_reads_target(t, name, [(cell, cell + 1)]) for _, adds, _, _ in items[:at]
+               for _, _, t in adds):
             return False
     dropped = set().union(*(item[2] for item in items))
     return not _read_before_assigned(rest, dropped)
@@ -248,14 +255,6 @@ def _beside(expression, target, cells):
             (window.get(target) == name and index >= high)
         return "0.0" if apart else found.group(0)
     return re.sub(r"(?<!\w)(\w+)\[(\d+)\]", outside, expression)
-
-
-def _reads_cell(term, name, cell):
-    """Whether a term may read ``name[cell]`` (or a view of ``name``)."""
-    if re.search(r"(?<!\w)" + _ALIASES.get(name, "$^") + r"\[", term):
-        return True
-    return any(not index.strip().isdigit() or int(index) == cell
-               for index in re.findall(r"(?<!\w)" + re.escape(name) + r"\[([^\]]*)\]", term))
 
 
 def cell_order(lines):
@@ -462,10 +461,7 @@ def local_adds(lines):
 def _may_touch(line, name, first):
     """Whether ``line`` may read or write ``name[first + k]`` (or its view's cell): any
     subscript of it, or of an array aliasing it, but ``[d + k]`` with d != first."""
-    arrays = {name, _ALIASES.get(name, name)}
-    for found in re.finditer(r"(?<!\w)(\w+)\[([^\]]*)\]", line):
-        if found.group(1) in arrays:
-            other = re.fullmatch(r"(\d+) \+ k", found.group(2).strip())
-            if found.group(1) != name or other is None or int(other.group(1)) == first:
-                return True
-    return False
+    def may_be(index):
+        moving = re.fullmatch(r"(\d+) \+ k", index)
+        return moving is None or int(moving.group(1)) == first
+    return _subscripts(line, name, may_be)
