@@ -286,3 +286,20 @@ def test_compile_notices_name_what_a_kernel_is_for():
     assert cache._in_user_terms(program.run_points.py_func) == \
         "run_points, for compiled functions (at.compile, vmap)"
     assert cache._in_user_terms(staging.decode_rows.py_func).endswith("for reading tapes")
+
+
+def test_a_helper_imports_by_this_process_s_search_path(tmp_path, monkeypatch):
+    """``python -c`` puts its working directory first: a checkout of autotape there
+    would shadow this one, and the helper compile this process's generated code against
+    the other's kernels. The helper takes this process's sys.path instead."""
+    shadow = tmp_path / "autotape"
+    shadow.mkdir()
+    (shadow / "__init__.py").write_text("raise ImportError('the shadowing checkout')\n")
+    monkeypatch.chdir(tmp_path)
+    out = tmp_path / "seen.txt"
+    key = f"search path test {os.getpid()} {time.time()}"
+    code = ("import autotape.kernels.background as b\n"
+            "open(sys.argv[1], 'w').write(b.__file__)\n")
+    background.submit(key, code, [str(out)], "a test helper")
+    assert background.wait(key) == background.DONE
+    assert out.read_text() == background.__file__

@@ -14,6 +14,7 @@ process instead, as numba does.
 import atexit
 import collections
 import contextlib
+import json
 import os
 import subprocess
 import sys
@@ -181,9 +182,18 @@ def _pump():
             return
 
 
+# A helper imports modules by this process's search path, not its own: ``python -c`` puts
+# its working directory first, where another checkout of autotape would shadow the one
+# this process runs, and the helper would compile this process's generated code against
+# that one's kernels into the cache this process then loads.
+_SAME_PATH = ("import json, os, sys\nsys.path[:] = json.loads(os.environ.pop(%r))\n"
+              % "AUTOTAPE_HELPER_SYS_PATH")
+
+
 def _start(job):
-    env = dict(os.environ, AUTOTAPE_BACKGROUND_WARMUP="0", **{ENABLED_ENV: "0"})
-    code = "import os, sys\ntry:\n    os.nice(10)\nexcept OSError:\n    pass\n" + job.code
+    env = dict(os.environ, AUTOTAPE_BACKGROUND_WARMUP="0", AUTOTAPE_HELPER_SYS_PATH=json.dumps(
+        sys.path), **{ENABLED_ENV: "0"})
+    code = _SAME_PATH + "try:\n    os.nice(10)\nexcept OSError:\n    pass\n" + job.code
     try:
         job.log = tempfile.TemporaryFile()
         job.process = subprocess.Popen([sys.executable, "-c", code, *job.args], env=env,
