@@ -206,7 +206,7 @@ class Segments:
         tangents beside the values (V of ``size * C``, D of ``size * K * C``)."""
         _DRIVE_TANGENTS(_Chunk(self, C, V.dtype, None), self.const_slots, self.const_vals,
                         self.lean.in_slots, self.out_slots, X, S, values, tangents, p0, C,
-                        V, D)
+                        0, C, V, D)
 
 
 class _Chunk:
@@ -269,7 +269,7 @@ class _Chunk:
         self.kernels[0](V, seg.delta, t0, t1, seg.lows[k] * seg.delta, seg.table_base, 0,
                         *self.extra)
 
-    def tangents(self, V, D, C, K):
+    def tangents(self, V, D, C, K, lane):
         """Forward mode: the values and their K tangent lanes through the code before
         the loop, the segments and the code after it."""
         seg, lean, tangent = self.segments, self.segments.lean, self.kernels[3]

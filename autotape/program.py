@@ -734,7 +734,7 @@ class LeanProgram:
         """Forward mode for points p0 .. p0 + C - 1 of a program with a loop, by the one
         driver (kernels/driver.py) over ``_loop_tangents``."""
         _DRIVE_TANGENTS(self, self.const_slots, self.const_vals, self.in_slots,
-                        self.out_slots, X, S, values, tangents, p0, C, V, D)
+                        self.out_slots, X, S, values, tangents, p0, C, 0, C, V, D)
 
     def _read_after(self, end):
         return np.concatenate([_read_slots(self.instr, self.pool, end), self.out_slots])
@@ -800,7 +800,7 @@ class LeanProgram:
             self.instr[start:end, I_OP][skipped]).all())
 
 
-def _loop_tangents(lean, V, D, C, K):
+def _loop_tangents(lean, V, D, C, K, lane):
     """The tangents driver's hook for a program with a loop: the interpreter before and
     after it, its compiled body (values and tangents) in between."""
     start, period, repeats, delta = lean.loop

@@ -11,7 +11,8 @@ import pytest
 from numba.extending import register_jitable
 
 import autotape as at
-from autotape.kernels.driver import (load_points, points_driver, seed_points, store_points,
+from autotape.kernels.driver import (load_points, load_tangent_points, points_driver,
+                                     seed_points, store_points, store_tangent_points,
                                      tangents_driver, zero_nothing)
 
 PACKAGE = pathlib.Path(at.__file__).parent
@@ -34,6 +35,21 @@ def test_one_lane_loads_only_its_own_point():
     V = np.full(2 * 3, -1.0)
     load_points(V, 3, 1, 2, np.zeros(0, np.int64), np.zeros(0), np.array([0, 1]), X, 0)
     assert V.tolist() == [-1.0, 2.0, -1.0, -1.0, 3.0, -1.0]
+
+
+def test_one_lane_loads_and_stores_only_its_own_point_s_tangents():
+    X, K = np.arange(6.0).reshape(3, 2), 2
+    S = np.arange(12.0).reshape(3, 2, K)
+    V, T = np.full(2 * 3, -1.0), np.full(2 * K * 3, -1.0)
+    load_tangent_points(V, T, 3, K, 1, 2, np.zeros(0, np.int64), np.zeros(0),
+                        np.array([0, 1]), X, S, 0)
+    assert V.tolist() == [-1.0, 2.0, -1.0, -1.0, 3.0, -1.0]
+    assert T.reshape(2, K, 3)[:, :, 1].tolist() == [[4.0, 5.0], [6.0, 7.0]]
+    assert (np.delete(T.reshape(2, K, 3), 1, axis=2) == -1.0).all()
+    values, tangents = np.zeros((3, 1)), np.zeros((3, 1, K))
+    store_tangent_points(V, T, 3, K, 1, 2, np.array([1]), values, tangents, 0)
+    assert values[:, 0].tolist() == [0.0, 3.0, 0.0]
+    assert tangents[:, 0].tolist() == [[0.0, 0.0], [6.0, 7.0], [0.0, 0.0]]
 
 
 def test_the_seed_zeroes_all_but_the_slots_the_hook_kept():
@@ -66,7 +82,7 @@ def _reverse(code, V, G, C, j0, j1, o, ran):
 
 
 @register_jitable
-def _tangents(code, V, T, C, K):
+def _tangents(code, V, T, C, K, lane):
     _forward(code, V, C, 0)
     for l in range(K):
         for j in range(C):
@@ -130,7 +146,8 @@ def test_the_tangents_driver_gives_jacobian_times_directions(shared):
     in_python = tangents_driver(_tangents, in_python=True)[0]
     values2, tangents2 = np.zeros((5, 1)), np.zeros((5, 1, K))
     for p0 in range(0, 5, C):
-        in_python(*args, values2, tangents2, p0, C, np.zeros(5 * C), np.zeros(5 * K * C))
+        in_python(*args, values2, tangents2, p0, C, 0, C, np.zeros(5 * C),
+                  np.zeros(5 * K * C))
     np.testing.assert_array_equal(values2, values)
     np.testing.assert_array_equal(tangents2, tangents)
 

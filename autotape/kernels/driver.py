@@ -20,8 +20,8 @@ C holds point p0 + j (a short last chunk repeats its last point); ``drive`` fill
 j0 .. j1 - 1 (all C on a CPU thread, one on a GPU thread, whose hooks run lane j0).
 
 Forward mode has its driver too, ``tangents_driver``: load the values and their K
-tangent lanes (``T[(slot * K + l) * C + j]``), one hook ``tangents(code, V, T, C, K)``
-running the program forward with them, store both.
+tangent lanes (``T[(slot * K + l) * C + j]``), one hook ``tangents(code, V, T, C, K,
+lane)`` running the program forward with them, store both; lanes as above.
 
 Generated code (codegen.py) is not among them: it binds a point's inputs to scalars and
 has no slots to load.
@@ -97,20 +97,20 @@ def store_adjoint_points(G, C, j0, j1, in_slots, jac, p0, o):
 
 
 @register_jitable
-def load_tangent_points(V, T, C, K, const_slots, const_vals, in_slots, X, S, p0):
-    """load_points for all C lanes, and their tangents: zero for constants, S's for
-    the inputs (S has one row per point, or one for all)."""
+def load_tangent_points(V, T, C, K, j0, j1, const_slots, const_vals, in_slots, X, S, p0):
+    """load_points, and the lanes' tangents: zero for constants, S's for the inputs (S
+    has one row per point, or one for all)."""
     m = min(C, X.shape[0] - p0)
     shared = S.shape[0] == 1
     for k in range(const_slots.size):
         s = const_slots[k]
-        for j in range(C):
+        for j in range(j0, j1):
             V[s * C + j] = const_vals[k]
-        for j in range(K * C):
-            T[s * K * C + j] = 0.0
+            for l in range(K):
+                T[(s * K + l) * C + j] = 0.0
     for e in range(in_slots.size):
         s = in_slots[e]
-        for j in range(C):
+        for j in range(j0, j1):
             p = p0 + min(j, m - 1)
             V[s * C + j] = X[p, e]
             for l in range(K):
@@ -118,12 +118,12 @@ def load_tangent_points(V, T, C, K, const_slots, const_vals, in_slots, X, S, p0)
 
 
 @register_jitable
-def store_tangent_points(V, T, C, K, out_slots, values, tangents, p0):
+def store_tangent_points(V, T, C, K, j0, j1, out_slots, values, tangents, p0):
     """The outputs' values and tangents (B, outputs, K) at points p0 + j < B."""
-    m = min(C, values.shape[0] - p0)
+    m = min(j1, values.shape[0] - p0)
     for o in range(out_slots.size):
         s = out_slots[o]
-        for j in range(m):
+        for j in range(j0, m):
             values[p0 + j, o] = V[s * C + j]
             for l in range(K):
                 tangents[p0 + j, o, l] = T[(s * K + l) * C + j]
@@ -156,8 +156,8 @@ def compile_steps(dtype):
     seed(np.zeros(1, dtype), 1, 0, 1, 0, 0, np.int64(0))
     store_adjoints(V, 1, 0, 1, slots, jac, 0, 0)
     load_tangents, store_tangents = _COMPILED_TANGENT_STEPS
-    load_tangents(V, np.zeros(1, dtype), 1, 1, slots, consts, slots, X, jac, 0)
-    store_tangents(V, np.zeros(1, dtype), 1, 1, slots, values, jac, 0)
+    load_tangents(V, np.zeros(1, dtype), 1, 1, 0, 1, slots, consts, slots, X, jac, 0)
+    store_tangents(V, np.zeros(1, dtype), 1, 1, 0, 1, slots, values, jac, 0)
 
 
 def _compiled(fn, inline):
@@ -206,29 +206,18 @@ def points_driver(forward, prepare, reverse, *name, in_python=False, inline=Fals
                 ran = reverse(code, V, G, C, j0, j1, o, ran)
                 store_adjoints(G, C, j0, j1, in_slots, jac, p0, o)
 
-    if not in_python:
-        drive = _compiled(distinct(drive, *name), inline)
-
-    def drive_chunks(code, const_slots, const_vals, in_slots, out_slots, X, values, jac,
-                     want_jac, chunk0, chunks, step, C, V, G):
-        for chunk in range(chunk0, chunks, step):
-            drive(code, const_slots, const_vals, in_slots, out_slots, X, values, jac,
-                  want_jac, chunk * C, C, 0, C, V, G)
-
-    if not in_python:
-        drive_chunks = _compiled(distinct(drive_chunks, *name), inline)
-    return drive, drive_chunks
+    return _with_chunks(drive, ("points",) + name, in_python, inline)
 
 
 def tangents_driver(tangents, *name, in_python=False, inline=False):
     """(drive, drive_chunks) of forward mode over the hook ``tangents`` (see above):
 
         drive(code, const_slots, const_vals, in_slots, out_slots, X, S, values,
-              tangents, p0, C, V, T)
+              tangents, p0, C, j0, j1, V, T)
         drive_chunks(code, ..., tangents, chunk0, chunks, step, C, V, T)
 
-    at points p0 .. p0 + C - 1 of X (B, inputs), the K directions S (B or 1, inputs,
-    K): values (B, outputs) and tangents (B, outputs, K).
+    at points p0 + j0 .. p0 + j1 - 1 (lanes of a chunk of C) of X (B, inputs), the K
+    directions S (B or 1, inputs, K): values (B, outputs) and tangents (B, outputs, K).
 
     >>> drive, chunks = tangents_driver(None, "doc", in_python=True)
     >>> callable(drive) and callable(chunks)
@@ -239,20 +228,28 @@ def tangents_driver(tangents, *name, in_python=False, inline=False):
     run = tangents
 
     def drive(code, const_slots, const_vals, in_slots, out_slots, X, S, values, tangents,
-              p0, C, V, T):
+              p0, C, j0, j1, V, T):
         K = S.shape[2]
-        load(V, T, C, K, const_slots, const_vals, in_slots, X, S, p0)
-        run(code, V, T, C, K)
-        store(V, T, C, K, out_slots, values, tangents, p0)
+        load(V, T, C, K, j0, j1, const_slots, const_vals, in_slots, X, S, p0)
+        run(code, V, T, C, K, j0)
+        store(V, T, C, K, j0, j1, out_slots, values, tangents, p0)
 
+    return _with_chunks(drive, ("tangents",) + name, in_python, inline)
+
+
+def _with_chunks(drive, name, in_python, inline):
+    """(drive, drive_chunks): ``drive`` compiled as asked, and its loop over a thread's
+    chunks, every lane of each. The two drivers' ``drive`` take the same arguments but
+    for the three after X: (values, jac, want_jac) or (S, values, tangents); ``name``
+    starts with which driver it is."""
     if not in_python:
         drive = _compiled(distinct(drive, *name), inline)
 
-    def drive_chunks(code, const_slots, const_vals, in_slots, out_slots, X, S, values,
-                     tangents, chunk0, chunks, step, C, V, T):
+    def drive_chunks(code, const_slots, const_vals, in_slots, out_slots, X, a, b, c,
+                     chunk0, chunks, step, C, V, W):
         for chunk in range(chunk0, chunks, step):
-            drive(code, const_slots, const_vals, in_slots, out_slots, X, S, values,
-                  tangents, chunk * C, C, V, T)
+            drive(code, const_slots, const_vals, in_slots, out_slots, X, a, b, c,
+                  chunk * C, C, 0, C, V, W)
 
     if not in_python:
         drive_chunks = _compiled(distinct(drive_chunks, *name), inline)

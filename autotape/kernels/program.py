@@ -756,10 +756,11 @@ def _kernels(fixed_c, one_lane=False):
         reverse(instr, pool, divisor, live[o], V, G, C, j0, 0, instr.shape[0])
         return ran
 
-    def program_tangents(code, V, T, C, K):
-        """The forward-mode driver's hook: values, then the K tangent lanes."""
+    def program_tangents(code, V, T, C, K, lane):
+        """The forward-mode driver's hook: values, then the K tangent lanes (of every
+        point of the chunk: forward mode runs on the CPU)."""
         instr, pool, divisor = code[0], code[1], code[2]
-        forward(instr, pool, divisor, V, C, 0, 0, instr.shape[0])
+        forward(instr, pool, divisor, V, C, lane, 0, instr.shape[0])
         tangent(instr, pool, divisor, V, T, C, K, 0, instr.shape[0])
 
     for kernel in (forward, reverse, tangent, program_forward, program_reverse,
