@@ -159,8 +159,8 @@ def test_a_forked_child_has_its_own_helpers_and_free_locks():
     """A child forked while another thread holds autotape's compile locks gets free
     ones (the holder does not exist there), and the parent's helpers are not its own:
     it neither waits for one nor stops one at its exit."""
-    key = "test: a helper of the parent"
-    job = background.Job("import time\ntime.sleep(120)\n", [], "a sleeping helper")
+    key = f"test: a helper of the parent {os.getpid()} {time.time()}"
+    job = background.Job(key, "import time\ntime.sleep(120)\n", [], "a sleeping helper")
     assert background._start(job)
     background._jobs[key] = job
     held, release = threading.Event(), threading.Event()
@@ -303,3 +303,39 @@ def test_a_helper_imports_by_this_process_s_search_path(tmp_path, monkeypatch):
     background.submit(key, code, [str(out)], "a test helper")
     assert background.wait(key) == background.DONE
     assert out.read_text() == background.__file__
+
+
+_OTHER_PROCESS = textwrap.dedent("""
+    import sys
+    from autotape.kernels import background
+    key, out = sys.argv[1], sys.argv[2]
+    background.submit(key, "open(sys.argv[1], 'w').write('compiled here')\\n", [out],
+                      "the same job")
+    print(background.state(key), flush=True)
+    print(background.wait(key), flush=True)
+""")
+
+
+@pytest.mark.parametrize("first_fails", [False, True])
+def test_a_job_another_process_s_helper_has_is_waited_for_not_compiled_twice(tmp_path,
+                                                                             first_fails):
+    """Processes wanting the same thing compiled at once (dask's workers) start one
+    helper between them: the second waits for the first's (ELSEWHERE), takes its
+    ``done`` as done, and compiles the job itself where that helper failed."""
+    key = f"claim test {os.getpid()} {time.time()} {first_fails}"
+    go, out = tmp_path / "go", tmp_path / "out"
+    code = ("import os, time\nwhile not os.path.exists(sys.argv[1]):\n    time.sleep(0.02)\n"
+            + ("sys.exit('the first helper broke')\n" if first_fails else ""))
+    assert background.submit(key, code, [str(go)], "a waiting helper") == background.RUNNING
+    other = subprocess.Popen([sys.executable, "-c", _OTHER_PROCESS, key, str(out)],
+                             stdout=subprocess.PIPE, text=True)
+    try:
+        assert other.stdout.readline().split() == [background.ELSEWHERE]
+        go.touch()
+        assert other.stdout.readline().split() == [background.DONE]
+        assert other.wait(60) == 0
+    finally:
+        go.touch()
+        other.kill()
+    assert background.wait(key) == (background.FAILED if first_fails else background.DONE)
+    assert out.exists() == first_fails

@@ -10,10 +10,20 @@ One helper runs at a time (the others queue): a machine's other core does the
 compiling, not all of them. Helpers are stopped when the program exits, so nothing of
 autotape's outlives it. ``AUTOTAPE_BACKGROUND_COMPILE=0`` compiles in the calling
 process instead, as numba does.
+
+One helper per job on the machine, too: processes that want the same thing compiled at
+once (dask's workers, a pool, a script and its warmup) would otherwise each start a
+helper for it, on the cores their calls need. A helper holds a lock on a claim file
+named after its job (under the cache's ``helpers/``) for as long as it lives, and
+writes ``done`` in it when it has compiled all; another process finding the claim held
+waits for it (ELSEWHERE: its calls go on meanwhile), then takes ``done`` as done and
+anything else (that helper failed, or was stopped with its program) as its own to
+compile. The kernel frees a lock when its holder exits, however it exits.
 """
 import atexit
 import collections
 import contextlib
+import hashlib
 import json
 import os
 import subprocess
@@ -21,9 +31,18 @@ import sys
 import tempfile
 import threading
 
+try:
+    import fcntl
+except ImportError:                  # (not POSIX: no claims; each process compiles its own)
+    fcntl = None
+
+from .cache import cache_dir
+
 ENABLED_ENV = "AUTOTAPE_BACKGROUND_COMPILE"
 
 QUEUED, RUNNING, DONE, FAILED = "queued", "running", "done", "failed"
+ELSEWHERE = "elsewhere"                # another process's helper compiles it (see above)
+CLAIM_ENV = "AUTOTAPE_HELPER_CLAIM"    # a helper's claim file descriptor
 
 
 def enabled():
@@ -48,11 +67,11 @@ def here():
 
 class Job:
     """One compile in a helper process: ``code`` is Python source run there with
-    ``args`` as ``sys.argv[1:]``."""
-    __slots__ = ("code", "args", "what", "state", "process", "log", "error")
+    ``args`` as ``sys.argv[1:]``; ``key`` names it (and its claim, see above)."""
+    __slots__ = ("key", "code", "args", "what", "state", "process", "log", "error")
 
-    def __init__(self, code, args, what):
-        self.code, self.args, self.what = code, list(args), what
+    def __init__(self, key, code, args, what):
+        self.key, self.code, self.args, self.what = key, code, list(args), what
         self.state, self.process, self.log, self.error = QUEUED, None, None, None
 
 
@@ -81,7 +100,7 @@ def submit(key, code, args, what):
     with _lock:
         job = _jobs.get(key)
         if job is None:
-            job = _jobs[key] = Job(code, args, what)
+            job = _jobs[key] = Job(key, code, args, what)
             _queue.append(key)
         _pump()
         return job.state
@@ -104,8 +123,10 @@ def wait(key):
             job = _jobs[key]
             if job.state in (DONE, FAILED):
                 return job.state
-            process = job.process
-        if process is not None:
+            process, elsewhere = job.process, job.state == ELSEWHERE
+        if elsewhere:
+            _wait_for_claim(key)
+        elif process is not None:
             process.wait()
         else:                             # (queued: another job's helper runs first)
             with _lock:
@@ -148,7 +169,7 @@ def settled(key):
             return
         if job.state == QUEUED:
             _queue.remove(key)
-        else:
+        elif job.state == RUNNING:
             with contextlib.suppress(OSError):
                 job.process.kill()
                 job.process.wait()
@@ -170,10 +191,22 @@ def error(key):
 
 
 def _pump():
-    """Reap a finished helper and start the next queued one (with _lock held)."""
+    """Reap a finished helper, look again at jobs compiled elsewhere, and start the next
+    queued one (with _lock held)."""
     for job in _jobs.values():
         if job.state == RUNNING and job.process.poll() is not None:
             _finish(job)
+        elif job.state == ELSEWHERE:
+            claim = _claim(job.key)
+            if claim is not None:            # (that helper has exited)
+                done = claim >= 0 and os.pread(claim, 4, 0) == b"done"
+                if claim >= 0:
+                    os.close(claim)
+                if done:
+                    job.state = DONE
+                else:                        # (it failed or was stopped: compile here)
+                    job.state = QUEUED
+                    _queue.appendleft(job.key)
     if any(job.state == RUNNING for job in _jobs.values()):
         return
     while _queue:
@@ -190,20 +223,76 @@ _SAME_PATH = ("import json, os, sys\nsys.path[:] = json.loads(os.environ.pop(%r)
               % "AUTOTAPE_HELPER_SYS_PATH")
 
 
+# the last line of a helper that has compiled all: ``done`` in its claim
+_DONE = ("_claim = int(os.environ.get(%r, '-1'))\nif _claim >= 0:\n"
+         "    os.pwrite(_claim, b'done', 0)\n" % CLAIM_ENV)
+
+
 def _start(job):
+    """Start job's helper; False where it does not run here (failed to start, or
+    another process's helper has it: ELSEWHERE)."""
+    claim = _claim(job.key)
+    if claim is None:
+        job.state = ELSEWHERE
+        return False
     env = dict(os.environ, AUTOTAPE_BACKGROUND_WARMUP="0", AUTOTAPE_HELPER_SYS_PATH=json.dumps(
-        sys.path), **{ENABLED_ENV: "0"})
-    code = _SAME_PATH + "try:\n    os.nice(10)\nexcept OSError:\n    pass\n" + job.code
+        sys.path), **{ENABLED_ENV: "0", CLAIM_ENV: str(claim)})
+    code = _SAME_PATH + "try:\n    os.nice(10)\nexcept OSError:\n    pass\n" + job.code + \
+        "\n" + _DONE
     try:
+        if claim >= 0:
+            os.ftruncate(claim, 0)
         job.log = tempfile.TemporaryFile()
         job.process = subprocess.Popen([sys.executable, "-c", code, *job.args], env=env,
                                        stdin=subprocess.DEVNULL, stdout=job.log,
-                                       stderr=subprocess.STDOUT)
+                                       stderr=subprocess.STDOUT,
+                                       pass_fds=(claim,) if claim >= 0 else ())
     except OSError as e:
         job.state, job.error = FAILED, f"could not start a helper process: {e}"
         return False
+    finally:
+        if claim >= 0:               # (the helper holds the lock now, for its life)
+            os.close(claim)
     job.state = RUNNING
     return True
+
+
+def _claim_path(key):
+    return os.path.join(cache_dir(), "helpers",
+                        hashlib.sha256(key.encode()).hexdigest()[:32])
+
+
+def _claim(key):
+    """The claim file of ``key``, opened and locked: its descriptor; None where another
+    process's helper holds it; -1 where claims cannot be made here (no fcntl, a cache
+    that is not writable or does not lock): this process compiles as if alone."""
+    if fcntl is None:
+        return -1
+    try:
+        path = _claim_path(key)
+        os.makedirs(os.path.dirname(path), exist_ok=True)
+        fd = os.open(path, os.O_RDWR | os.O_CREAT, 0o644)
+    except OSError:
+        return -1
+    try:
+        fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
+    except BlockingIOError:
+        os.close(fd)
+        return None
+    except OSError:
+        os.close(fd)
+        return -1
+    return fd
+
+
+def _wait_for_claim(key):
+    """Block until the helper that holds key's claim (another process's) exits."""
+    with contextlib.suppress(OSError):
+        fd = os.open(_claim_path(key), os.O_RDWR)
+        try:
+            fcntl.flock(fd, fcntl.LOCK_EX)
+        finally:
+            os.close(fd)
 
 
 def _finish(job):
@@ -225,6 +314,7 @@ def _stop_helpers():
     kernel; the next process's helper goes on from there."""
     with _lock:
         stopped = [job.what for job in _jobs.values() if job.state in (QUEUED, RUNNING)]
+        # (a job ELSEWHERE goes on in its own process: nothing of this one is stopped)
         _queue.clear()
         for job in _jobs.values():
             if job.state == RUNNING:
