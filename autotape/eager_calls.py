@@ -2,7 +2,7 @@
 
 ``at.compile`` replays a recording with the lean program's kernels (kernels/program.py)
 and the tape replay's (kernels/replay.py): about a minute of compiling on a cold cache.
-Until they are ready (compiled beside the calls by a helper process at low priority,
+Until they are ready (compiled beside the calls by a helper process,
 kernels/background.py), a call runs f itself on tensors and takes its derivatives with
 the engine, whose own sweep has a Python tier (engine.py): no call waits for numba.
 
