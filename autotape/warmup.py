@@ -290,11 +290,10 @@ def warmup(quiet=False, processes=None):
             while os.path.exists(_lock_path()):
                 time.sleep(0.2)
         parts = shares(processes or max(1, min(usable_cores(), len(STEPS))))
-        others = [subprocess.Popen(
-            [sys.executable, "-m", "autotape", "warmup", "--steps",
-             ",".join(map(str, part))] + (["--quiet"] if quiet else []),
-            env=dict(os.environ, **{BACKGROUND_ENV: "0"}), stdin=subprocess.DEVNULL)
-            for part in parts[1:]]
+        others = [_warmup_process(["--steps", ",".join(map(str, part))] +
+                                  (["--quiet"] if quiet else [])) for part in parts[1:]]
+        others = [subprocess.Popen(argv, env=env, stdin=subprocess.DEVNULL)
+                  for argv, env in others]
         try:
             run_steps(parts[0], say)
         finally:
@@ -318,6 +317,15 @@ def run_steps(numbers, say):
         say(f"autotape warmup: {label} ... {time.perf_counter() - start:.1f} s")
 
 
+def _warmup_process(args):
+    """(argv, env) of ``python -m autotape warmup`` + args, importing this autotape
+    (background.python_here), not starting a warmup of its own."""
+    argv, env = background.python_here("from autotape.warmup import main\n"
+                                       "sys.exit(main(sys.argv[1:]))\n", ["warmup", *args])
+    env[BACKGROUND_ENV] = "0"
+    return argv, env
+
+
 def _start_background():
     """Start ``python -m autotape warmup --background`` once per cold cache (see the
     module's docstring)."""
@@ -326,12 +334,11 @@ def _start_background():
             not sys.executable or os.path.exists(_done_path()) or \
             os.path.exists(_lock_path()):
         return
-    env = dict(os.environ, **{BACKGROUND_ENV: "0"})
+    argv, env = _warmup_process(["--background"])
     with contextlib.suppress(OSError):
         _background.append(subprocess.Popen(
-            [sys.executable, "-m", "autotape", "warmup", "--background"], env=env,
-            stdin=subprocess.DEVNULL, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL,
-            start_new_session=True))
+            argv, env=env, stdin=subprocess.DEVNULL, stdout=subprocess.DEVNULL,
+            stderr=subprocess.DEVNULL, start_new_session=True))
         print("autotape: compiling the other kernels in a background process while this "
               "program runs (what it compiles is kept for later runs)",
               file=sys.stderr, flush=True)

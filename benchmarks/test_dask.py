@@ -1,7 +1,7 @@
 """The pendulum ensemble (200 RK4 steps, loss + 4-gradient) at 10^5 parameter sets, and
 the driven pendulum's at 20,000: one single-threaded process, against the same compiled
 function through autotape.dask on a 1- and a 2-worker distributed.LocalCluster (one
-thread each) on this machine.
+thread each) on this machine, and on 2 workers that are threads of this process.
 
     python -m pytest benchmarks/test_dask.py --benchmark-json=d.json
     python benchmarks/report.py d.json
@@ -66,11 +66,21 @@ def test_one_process_one_thread(benchmark, ensemble):
 @pytest.mark.parametrize("chunks", [16, 4, 2])
 @pytest.mark.parametrize("workers", [1, 2])
 def test_local_cluster(benchmark, ensemble, workers, chunks):
+    _ensemble_on_cluster(benchmark, ensemble, workers, chunks, processes=True)
+
+
+def test_local_cluster_of_threads(benchmark, ensemble):
+    """Two workers as threads of this process (``processes=False``): no chunk or result
+    is serialized or sent between processes; the compiled code releases the GIL."""
+    _ensemble_on_cluster(benchmark, ensemble, 2, 2, processes=False)
+
+
+def _ensemble_on_cluster(benchmark, ensemble, workers, chunks, processes):
     c, thetas, group = ensemble
     want = c.map_points("value_and_grad", (thetas,))
     with dask.config.set(PROFILER_OFF), \
             distributed.LocalCluster(n_workers=workers, threads_per_worker=1,
-                                     processes=True, dashboard_address=None) as cluster, \
+                                     processes=processes, dashboard_address=None) as cluster, \
             distributed.Client(cluster):
         points = da.from_array(thetas, chunks=(thetas.shape[0] // chunks, 4))
 
@@ -80,7 +90,8 @@ def test_local_cluster(benchmark, ensemble, workers, chunks):
         np.testing.assert_array_equal(got[0], want[0].numpy())
         np.testing.assert_array_equal(got[1], want[1].numpy())
         benchmark.group = group
-        benchmark.name = f"local_cluster_{workers}_workers_{chunks}_chunks"
+        benchmark.name = f"local_cluster_{workers}_{'workers' if processes else 'threads'}" \
+            f"_{chunks}_chunks"
         benchmark.pedantic(run, rounds=5, warmup_rounds=2)
 
 

@@ -144,7 +144,7 @@ def test_background_warmup_starts_once_per_cold_cache(tmp_path, monkeypatch):
     assert started == []
     monkeypatch.setenv(warmup.BACKGROUND_ENV, "1")
     warmup._start_background()
-    assert started == [[sys.executable, "-m", "autotape", "warmup", "--background"]]
+    assert started == [warmup._warmup_process(["--background"])[0]]
     (tmp_path / "warmed").write_text("ok\n")
     warmup._start_background()
     assert len(started) == 1
@@ -172,6 +172,17 @@ def test_warmup_lock_is_taken_over_from_a_dead_process(tmp_path, monkeypatch):
 def test_warmup_leaves_no_kernel_uncompiled():
     assert warmup.warmup(quiet=True) == []
     assert os.path.exists(os.path.join(cache.cache_dir(), "warmed"))
+
+
+def test_the_warmup_s_processes_import_this_autotape(tmp_path):
+    """Not one a working directory holds (``python -m`` would put it first)."""
+    shadow = tmp_path / "autotape"
+    shadow.mkdir()
+    (shadow / "__init__.py").write_text("raise ImportError('the shadowing checkout')\n")
+    argv, env = warmup._warmup_process(["nonsense"])
+    run = subprocess.run(argv, env=env, cwd=tmp_path, capture_output=True, text=True,
+                         timeout=120)
+    assert run.returncode == 2 and "usage: python -m autotape warmup" in run.stderr
 
 
 def test_warmup_command_line():

@@ -223,7 +223,8 @@ def _pump():
 # A helper imports modules by this process's search path, not its own: ``python -c`` puts
 # its working directory first, where another checkout of autotape would shadow the one
 # this process runs, and the helper would compile this process's generated code against
-# that one's kernels into the cache this process then loads.
+# that one's kernels into the cache this process then loads (the warmup's processes
+# too: they would warm the other one's cache).
 _SAME_PATH = ("import json, os, sys\nsys.path[:] = json.loads(os.environ.pop(%r))\n"
               % "AUTOTAPE_HELPER_SYS_PATH")
 
@@ -233,6 +234,18 @@ _DONE = ("_claim = int(os.environ.get(%r, '-1'))\nif _claim >= 0:\n"
          "    os.pwrite(_claim, b'done', 0)\n" % CLAIM_ENV)
 
 
+def python_here(code, args=()):
+    """(argv, env) of a Python process running ``code`` with ``args`` as its
+    ``sys.argv[1:]``, importing by this process's search path (see above).
+
+    >>> argv, env = python_here("print(sys.argv[1])", ["hello"])
+    >>> argv[1:2] == ["-c"] and argv[-1] == "hello"
+    True
+    """
+    env = dict(os.environ, AUTOTAPE_HELPER_SYS_PATH=json.dumps(sys.path))
+    return [sys.executable, "-c", _SAME_PATH + code, *args], env
+
+
 def _start(job):
     """Start job's helper; False where it does not run here (failed to start, or
     another process's helper has it: ELSEWHERE)."""
@@ -240,14 +253,13 @@ def _start(job):
     if claim is None:
         job.state = ELSEWHERE
         return False
-    env = dict(os.environ, AUTOTAPE_BACKGROUND_WARMUP="0", AUTOTAPE_HELPER_SYS_PATH=json.dumps(
-        sys.path), **{ENABLED_ENV: "0", CLAIM_ENV: str(claim)})
-    code = _SAME_PATH + job.code + "\n" + _DONE
+    argv, env = python_here(job.code + "\n" + _DONE, job.args)
+    env.update({"AUTOTAPE_BACKGROUND_WARMUP": "0", ENABLED_ENV: "0", CLAIM_ENV: str(claim)})
     try:
         if claim >= 0:
             os.ftruncate(claim, 0)
         job.log = tempfile.TemporaryFile()
-        job.process = subprocess.Popen([sys.executable, "-c", code, *job.args], env=env,
+        job.process = subprocess.Popen(argv, env=env,
                                        stdin=subprocess.DEVNULL, stdout=job.log,
                                        stderr=subprocess.STDOUT,
                                        pass_fds=(claim,) if claim >= 0 else ())
