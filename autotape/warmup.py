@@ -290,10 +290,10 @@ def warmup(quiet=False, processes=None):
             while os.path.exists(_lock_path()):
                 time.sleep(0.2)
         parts = shares(processes or max(1, min(usable_cores(), len(STEPS))))
-        others = [_warmup_process(["--steps", ",".join(map(str, part))] +
-                                  (["--quiet"] if quiet else [])) for part in parts[1:]]
+        commands = [_warmup_process(["--steps", ",".join(map(str, part))] +
+                                    (["--quiet"] if quiet else [])) for part in parts[1:]]
         others = [subprocess.Popen(argv, env=env, stdin=subprocess.DEVNULL)
-                  for argv, env in others]
+                  for argv, env in commands]
         try:
             run_steps(parts[0], say)
         finally:
