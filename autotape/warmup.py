@@ -37,7 +37,7 @@ from .jit import jit as jit_
 from .kernels import background, cache, calls
 from .kernels.loops import GROUPS as LOOP_GROUPS, compile_around
 from .kernels.instruction_format import WIDTH
-from .kernels.program import reached_by_any
+from .kernels.program import close_slot_gaps, reached_by_any
 from .kernels.blas import DGEMM
 from .kernels.sweep import (ALL_FAMILIES, ELEMENTWISE, REDUCE, VARIANTS, linalg_row_vjp,
                             sweep_for)
@@ -103,6 +103,8 @@ def _compiled_loops():
     # would be reused)
     for group in LOOP_GROUPS:
         compile_around(np.dtype(np.float64), group)
+    none = np.zeros(0, np.int64)        # (a loop's constants left out of its numbering)
+    close_slot_gaps(np.zeros((0, WIDTH), np.int64), none, none)
 
 
 def _arrays():

@@ -237,11 +237,7 @@ def lower(rows, ipool, shape_ndim, shape_start, shape_dims, shape_size, arena_ad
             s0 = field_slot(instr, pool_arr, q, fields, j)
             marked[s0:s0 + fields[j, 2]] = True
     renumber = np.cumsum(marked) - 1
-    for q in range(instr.shape[0]):
-        instr[q, I_OUT] = renumber[instr[q, I_OUT]]
-        for j in range(operand_fields(instr, pool_arr, q, False, fields)):
-            set_field_slot(instr, pool_arr, q, fields, j,
-                           renumber[field_slot(instr, pool_arr, q, fields, j)])
+    renumber_slots(instr, pool_arr, renumber)
     cs, cv = _ints(const_slots), _floats(const_vals)
     kept = 0
     for k in range(cs.size):
@@ -254,6 +250,24 @@ def lower(rows, ipool, shape_ndim, shape_start, shape_dims, shape_size, arena_ad
     return (LOWERED, 0, instr, pool_arr, divisor_arr, _row_slots(slot, in_rows, real),
             _row_slots(slot, out_rows, real), np.int64(marked[:ns].sum()), cs[:kept],
             cv[:kept], made_by_arr)
+
+
+@register_jitable
+def renumber_slots(instr, pool, renumber):
+    """Every slot the instructions write or read renamed ``renumber[slot]``, in place."""
+    fields = np.empty((field_capacity(instr, pool), 3), np.int64)
+    for q in range(instr.shape[0]):
+        instr[q, I_OUT] = renumber[instr[q, I_OUT]]
+        for j in range(operand_fields(instr, pool, q, False, fields)):
+            set_field_slot(instr, pool, q, fields, j,
+                           renumber[field_slot(instr, pool, q, fields, j)])
+
+
+@cached_njit()
+def close_slot_gaps(instr, pool, renumber):
+    """renumber_slots from Python (LeanProgram.of: the slots of constants no
+    instruction reads any more left out of the numbering)."""
+    renumber_slots(instr, pool, renumber)
 
 
 @register_jitable
