@@ -13,7 +13,7 @@ from hypothesis import strategies as st
 import autotape as at
 import autotape.func as F
 from autotape.kernels import fusion
-from autotape.kernels.instruction_format import I_N
+from autotape.kernels.instruction_format import I_N, I_OUT
 from autotape.integrate import solve_ivp
 from autotape.opcodes import EXP, NEG, POW, SIN
 from programs import broadcast_where
@@ -268,21 +268,75 @@ def test_gathers_from_the_last_step_join_a_run(loop_bodies, dtype):
 
 def test_the_rolls_of_a_larger_grid_scatter_over_runs(loop_bodies):
     # on an 18 x 18 grid a roll's runs (17 cells in order, one wrapped) average over
-    # INDEX_RUN_MEAN_MIN: its gathers are plain loops over them (kernels/index_runs.py);
-    # the two rolls' adjoint terms, and the in-order one between them, reach the grid in
-    # one loop through the inverse permutations (kernels/cell_adds.py); pick's stays an
-    # index array; the interpreter's bits
+    # INDEX_RUN_MEAN_MIN: the two rolls' adjoint terms, and the in-order one between
+    # them, reach the grid in one loop through the inverse permutations
+    # (kernels/cell_adds.py); pick's stays an index array; the values of this step that
+    # the reverse reads and that read the rolls the forward keeps, so that no gather
+    # runs again in the reverse; the interpreter's bits
     x = np.array([0.3, 0.9])
     c, plain, points, got, lean = _compiled_and_plain(
         _rolls_model([(1, 0, "add"), (-1, 1, "mul"), (1, 1, "add")], steps=20, grid=18), x)
     reverse = _function(lean.loop_code[1], "reverse")
-    assert re.search(r"Vo(?:_\d+)?\[\((?:kr \* \d+ \+ )?\d+ \+ k\)\]  # GATHER", reverse)
+    assert "# GATHER" not in reverse and "Vo[S" not in reverse
     assert len(re.findall(r"acc = V\.dtype\.type\(acc \+ \(W\[\d+ \+ R\d+\[k\]\]\)\)",
                           reverse)) == 2
     assert re.search(r"Go\[S\d+\[k\]\] \+= W\[\d+ \+ k\]", reverse)       # (pick's)
     _same_bits(plain, points, got)
     np.testing.assert_array_equal(F.vmap(c.grad)(np.stack(points)).numpy(),
                                   np.stack([g.numpy() for _, g in got]))
+
+
+HEAT2D_AXIS = np.linspace(-1.0, 1.0, GRID + 2)
+HEAT2D_SOURCE = np.exp(-(HEAT2D_AXIS[:, None] - 0.3) ** 2 - 2.0 * HEAT2D_AXIS[None, :] ** 2)
+HEAT2D_PROBE = np.exp(-HEAT2D_AXIS[:, None] ** 2 - HEAT2D_AXIS[None, :] ** 2)
+
+
+def _heat_2d(p):
+    """A 2-D heat step of rolls on both axes with a source (a constant grid, recorded
+    afresh in each step), and a probe's mean reading summed in the loop."""
+    u = np.outer(np.sin(HEAT2D_AXIS + 1.5), np.sin(HEAT2D_AXIS + 1.5)).astype(p.dtype)
+    total = p[0] * 0.0
+    for _ in range(30):
+        lap = np.roll(u, 1, 0) + np.roll(u, -1, 0) + np.roll(u, 1, 1) + np.roll(u, -1, 1) \
+            - 4.0 * u
+        u = u + 0.1 * (p[0] * lap + p[1] * HEAT2D_SOURCE.astype(p.dtype) - 0.01 * u)
+        total = total + (u * HEAT2D_PROBE.astype(p.dtype)).mean()
+    return total
+
+
+@pytest.mark.parametrize("dtype", [np.float64, np.float32])
+def test_a_heat_step_sums_in_its_loop_and_keeps_what_its_reverse_reads_of_rolls(
+        loop_bodies, dtype):
+    # the probe's mean adds each cell as the run's loop computes it (no loop of its
+    # own), then divides; the Laplacian, which p[0]'s adjoint reads, the forward keeps (it
+    # read the rolls: recomputed, they would be gathered again), and nothing else but
+    # the state (0.1 * (...) reads (...) only for the constant's adjoint); the source's
+    # copies of each step leave no slots behind; the interpreter's bits
+    x = np.array([0.3, 0.9], dtype)
+    c, plain, points, got, lean = _compiled_and_plain(_heat_2d, x)
+    forward, reverse, chunk = (_function(lean.loop_code[1], k) for k in (
+        "forward", "reverse", "forward_points"))
+    summed = r"sum\d+ = V\.dtype\.type\(sum\d+ \+ f64\(z\d+\)\)  # SCATTER_ADD"
+    assert len(re.findall(summed, forward)) == 1 and re.search(r"= sum\d+ / 64\.0", forward)
+    assert not re.search(r"\+ f\)?\] \+= ", forward)           # (no loop of pairs)
+    assert len(re.findall(r"\+ f64\(z\d+\)\)  # SCATTER_ADD", chunk)) == 1   # (a chunk's:
+    assert not re.search(r"\+ f\)?\] \+= ", chunk)             # in the sum's cell)
+    assert "# GATHER" not in reverse and "Vo[S" not in reverse
+    stored = re.findall(r"\bVo(?:_\d+)?\[(\d+) \+ [^\]]*\] = z\d+", forward)
+    assert len(set(stored)) == 2, stored
+    first = int(lean.instr[:, I_OUT].min())
+    sources = set(lean.in_slots.tolist()) | set(lean.const_slots.tolist())
+    assert set(range(first)) <= sources
+    _same_bits(plain, points, got)
+    many = np.stack(points)
+    np.testing.assert_array_equal(F.vmap(c.grad)(many).numpy(),
+                                  np.stack([g.numpy() for _, g in got]))
+    eager = at.tensor(points[0], requires_grad=True)
+    value = _heat_2d(eager)
+    value.backward()
+    tol = 1e-5 if dtype == np.float32 else 1e-12
+    np.testing.assert_allclose(got[0][0].numpy(), value.numpy(), rtol=tol)
+    np.testing.assert_allclose(got[0][1].numpy(), eager.grad.numpy(), rtol=tol)
 
 
 @settings(max_examples=16, deadline=None,

@@ -33,7 +33,7 @@ from . import background
 from .cache import cache_dir, generated_file, import_generated
 from .cell_adds import cell_order, local_adds, permuted_order
 from .elementwise import passes_nothing
-from .fusion import deferred, fused_forward, fused_groups, fused_reverse
+from .fusion import ROUNDED, deferred, fused_forward, fused_groups, fused_reverse
 from .index_runs import affine_loops
 from .instruction_format import (CALL, COPY, GATHER, I_A, I_B, I_C, I_N, I_OP, I_OUT,
                                  I_SA, I_SB, I_SC, KIND_NAMES, OPERAND_COLUMNS, PICK, PLACE,
@@ -409,8 +409,13 @@ class _Body:
         self.temporary = {q for q in body if q not in kept}
         # The reverse sweep reads back the values of dear ops it needs (exp, sin, pow:
         # kept in V by the forward) and recomputes the rest: n-body's r2 ** 1.5 took a
-        # pow in the forward, one more recomputing it and a third in its partial.
-        dear = {q for q in self._recomputed() if _dear(int(instr[q, I_OP]))}
+        # pow in the forward, one more recomputing it and a third in its partial. So too
+        # a value whose recomputation runs a gather (a Laplacian of rolls, which a
+        # diffusivity's adjoint reads): each gather is a pass of its own before the
+        # reverse's element loop (fusion.py); storing the value cost a 2-D heat step's
+        # forward less than those passes cost its reverse.
+        dear = {q for q in self._recomputed() if _dear(int(instr[q, I_OP]))} | \
+            self._through_gathers()
         if dear:
             kept |= dear
             self._spanned(kept)
@@ -482,13 +487,41 @@ class _Body:
                         kept |= owners
                         changed = True
 
+    def _read_back(self):
+        """The temporaries a VJP reads (a product's factor only where the other one
+        takes an adjoint: ``dt * f`` reads f's value for dt's, which a constant has not)."""
+        instr, writes = self.instr, self.writes
+        found = set()
+        for q in range(self.start, self.start + self.period):
+            if q in self.unswept:
+                continue
+            op = int(instr[q, I_OP])
+            for col in _reads_back(op):
+                other = I_B if col == I_A else I_A
+                if op == MUL and not self.gets_adjoint(q, other):
+                    continue
+                found.update(writes[e] for e in self._elements(q, col) if e in writes)
+        return found & self.temporary
+
+    def _through_gathers(self):
+        """The temporaries a VJP reads whose recomputation would run a GATHER."""
+        found = set()
+        for value in self._read_back():
+            seen, todo = set(), [value]
+            while todo:
+                q = todo.pop()
+                if int(self.instr[q, I_OP]) == GATHER:
+                    found.add(value)
+                    break
+                seen.add(q)
+                todo += [self.writes[e] for e in self.moved_reads(q) if e in self.writes
+                         and self.writes[e] in self.temporary and self.writes[e] not in seen]
+        return found
+
     def _recomputed(self):
         """The temporaries the reverse sweep recomputes: those a VJP reads, and theirs."""
-        instr, writes = self.instr, self.writes
-        body = range(self.start, self.start + self.period)
-        need = {writes[e] for q in body if q not in self.unswept
-                for col in _reads_back(int(instr[q, I_OP]))
-                for e in self._elements(q, col) if e in writes} & self.temporary
+        writes, body = self.writes, range(self.start, self.start + self.period)
+        need = self._read_back()
         for q in reversed(body):
             if q in need:
                 need |= {writes[e] for e in self.moved_reads(q) if e in writes} & \
@@ -906,6 +939,8 @@ def _body(body, points):
     groups = fused_groups(body, list(code), invariant)
     group_of = {q: g for g, _ in groups for q in g}
     skipped_in = {id(g): skipped for g, skipped in groups}
+    sums = {id(g): _run_sums(body, g, group_of, invariant) for g, _ in groups}
+    summed = {s for found in sums.values() for s in found}
     readers, vjp_readers = _readers(body)
     for q in range(body.start, body.start + body.period):
         n = int(instr[q, I_N])
@@ -914,9 +949,10 @@ def _body(body, points):
         if g is not None and q != g[0]:
             pass                                # (written with the run's first)
         elif g is not None:
-            outside = {m for m in g if readers[m] - set(g)}
-            fwd.extend(_block(loops, fused_forward(
-                body, g, forwards, set(g), outside | (set(g) - body.temporary), points)))
+            outside = {m for m in g if readers[m] - set(g) - set(sums[id(g)])}
+            lines = fused_forward(body, g, forwards, set(g),
+                                  outside | (set(g) - body.temporary), points)
+            fwd.extend(_summed_in_loop(body, loops, lines, sums[id(g)], points))
             redo = set(g) & body.recomputed     # (the run's reverse recomputes them
             needed = {m for m in redo if (vjp_readers[m] | readers[m] & body.recomputed)
                       - set(g)}                 # too: stored for the others only)
@@ -926,7 +962,8 @@ def _body(body, points):
         elif q in invariant:
             hoisted.extend(_block(loops, forward))   # (a temporary: nothing to clear)
         else:
-            fwd.extend(_block(loops, forward))
+            if q not in summed:                 # (a sum of a run's values: in its loop)
+                fwd.extend(_block(loops, forward))
             if q in body.recomputed:
                 again.extend(_block(loops, forward))
         if q not in invariant and q not in body.temporary:
@@ -965,6 +1002,53 @@ def _body(body, points):
             reverse += _block(loops, lines if points else local_adds(lines), (), after)
             pending = [(m, loops, flush) for m, flush in flushes] + pending
     return fwd, again, zero + reverse, clear, hoisted, scratch[0]
+
+
+def _run_sums(body, group, group_of, invariant):
+    """{s: m}: the SCATTER_ADDs that sum all the cells of run member m's output, in
+    order, into one cell (``(u * probe).sum()``: a loss summed inside the loop). The
+    run's loop adds each cell's value to the sum as it computes it: a sum's additions,
+    one after another, each wait on the last (4 cycles), and in a loop of their own
+    after the run's they stood as long as the run (a 2-D heat step: 0.39 us of its
+    1.2). The same additions in the same order: the same bits."""
+    instr, n = body.instr, int(body.instr[group[0], I_N])
+    outputs = {}
+    for m in group:
+        out = int(instr[m, I_OUT])
+        outputs[(out - body.base, 2) if m in body.temporary else (out, 1)] = m
+    found = {}
+    for s in range(max(group) + 1, body.start + body.period):
+        if int(instr[s, I_OP]) != SCATTER_ADD or int(instr[s, I_N]) != 1 or \
+                s in group_of or s in invariant:
+            continue
+        _, offsets = pool_reads(instr, body.pool, s)
+        index, kinds = body.sources(s)
+        if offsets.size != n or offsets.any() or (kinds != kinds[0]).any():
+            continue
+        m = outputs.get((int(index[0]), int(kinds[0])))
+        if m is not None and (index == index[0] + np.arange(n)).all():
+            found[s] = m
+    return found
+
+
+def _summed_in_loop(body, loops, lines, sums, points):
+    """A run's forward (``lines``, one element's, inside ``loops``) with the sums
+    ``sums`` (_run_sums) added up in its loop: in a local (one point) or in the sum's
+    cell (a chunk: one per point), as the SCATTER_ADD would, then divided as it would."""
+    before, inside, after = [], [], []
+    for s, m in sums.items():
+        total = body.ref(s, I_OUT, "", False, points)
+        d = float(body.divisor[s])
+        if points:
+            before += [f"for j in range(C):", f"    {total} = 0.0"]
+            inside.append(f"{total} = {ROUNDED}(f64({total}) + f64(z{m}))  # SCATTER_ADD")
+            if d != 1.0:
+                after += [f"for j in range(C):", f"    {total} = f64({total}) / {d!r}"]
+        else:
+            before.append(f"sum{s} = 0.0")
+            inside.append(f"sum{s} = {ROUNDED}(sum{s} + f64(z{m}))  # SCATTER_ADD")
+            after.append(f"{total} = sum{s}" + (f" / {d!r}" if d != 1.0 else ""))
+    return _block(loops, lines + inside, before, after)
 
 
 def _readers(body):
