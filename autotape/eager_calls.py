@@ -34,7 +34,7 @@ from .thread_state import here
 # there too, forward mode takes reverse sweeps and vmap's points run on one thread
 # (program.kernel_ready), and a recording on the tape path stays eager code.
 # (forward mode: by reverse meanwhile)
-ONE_POINT = ("lower", "live_sets", "reached_by_any", "run_points")
+ONE_POINT = ("lower", "close_slot_gaps", "live_sets", "reached_by_any", "run_points")
 TAPE_PATH = ("forward_replay", "replay_and_sweep")   # (for recordings it does not lower)
 CALLS = ("forward_range", "reverse_range")   # (a program calling users' numba functions:
                                              # their driver's, compiled beside, kernels/calls.py)

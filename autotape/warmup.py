@@ -77,9 +77,12 @@ def _compiled():
     f(np.ones(3))
     large = np.ones(BYTES_COMPARE_MAX + 1)     # (a large one's check is a kernel's)
     same_bits(large, large.copy())
-    # what a program with a loop finds before writing its body's code (program.py)
-    reached_by_any(np.zeros((0, WIDTH), np.int64), np.zeros(0, np.int64), 1,
-                   np.zeros(0, np.int64))
+    # what a program with a loop finds before writing its body's code, and the slots
+    # of the constants its repetitions no longer read left out of its numbering
+    # (program.py)
+    none = np.zeros(0, np.int64)
+    reached_by_any(np.zeros((0, WIDTH), np.int64), none, 1, none)
+    close_slot_gaps(np.zeros((0, WIDTH), np.int64), none, none)
 
 
 def _more_compiled():
@@ -103,8 +106,6 @@ def _compiled_loops():
     # would be reused)
     for group in LOOP_GROUPS:
         compile_around(np.dtype(np.float64), group)
-    none = np.zeros(0, np.int64)        # (a loop's constants left out of its numbering)
-    close_slot_gaps(np.zeros((0, WIDTH), np.int64), none, none)
 
 
 def _arrays():
