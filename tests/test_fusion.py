@@ -339,6 +339,29 @@ def test_a_heat_step_sums_in_its_loop_and_keeps_what_its_reverse_reads_of_rolls(
     np.testing.assert_allclose(got[0][1].numpy(), eager.grad.numpy(), rtol=tol)
 
 
+def _sum_of_state(p):
+    """A 1-D step whose new state itself (kept: the next step reads it) is summed in the
+    loop."""
+    u = np.cos(np.linspace(0.0, 3.0, CELLS)).astype(p.dtype)
+    total = p[0] * 0.0
+    for _ in range(30):
+        u = u + 0.05 * (p[0] * u * (1.0 - u) - p[1] * u)
+        total = total + u.mean()
+    return total
+
+
+@pytest.mark.parametrize("dtype", [np.float64, np.float32])
+def test_a_sum_of_the_state_adds_up_in_the_step_s_loop(loop_bodies, dtype):
+    x = np.array([0.3, 0.9], dtype)
+    c, plain, points, got, lean = _compiled_and_plain(_sum_of_state, x)
+    forward = _function(lean.loop_code[1], "forward")
+    assert len(re.findall(r"sum\d+ = V\.dtype\.type\(sum\d+ \+ f64\(z\d+\)\)", forward)) == 1
+    assert not re.search(r"\+ f\)?\] \+= ", forward)
+    _same_bits(plain, points, got)
+    np.testing.assert_array_equal(F.vmap(c.grad)(np.stack(points)).numpy(),
+                                  np.stack([g.numpy() for _, g in got]))
+
+
 @settings(max_examples=16, deadline=None,
           suppress_health_check=[HealthCheck.function_scoped_fixture])
 @given(st.one_of(TERMS.map(_stencil_model), ROLLS.map(_rolls_model)))
