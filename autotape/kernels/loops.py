@@ -1040,10 +1040,10 @@ def _summed_in_loop(body, loops, lines, sums, points):
         total = body.ref(s, I_OUT, "", False, points)
         d = float(body.divisor[s])
         if points:
-            before += [f"for j in range(C):", f"    {total} = 0.0"]
+            before += ["for j in range(C):", f"    {total} = 0.0"]
             inside.append(f"{total} = {ROUNDED}(f64({total}) + f64(z{m}))  # SCATTER_ADD")
             if d != 1.0:
-                after += [f"for j in range(C):", f"    {total} = f64({total}) / {d!r}"]
+                after += ["for j in range(C):", f"    {total} = f64({total}) / {d!r}"]
         else:
             before.append(f"sum{s} = 0.0")
             inside.append(f"sum{s} = {ROUNDED}(sum{s} + f64(z{m}))  # SCATTER_ADD")
