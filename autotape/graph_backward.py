@@ -18,8 +18,8 @@ from .grad_mode import enable_grad, no_grad
 from .hooks import run_hooks
 from .kernels.elementwise import (binary_partial_x, binary_partial_y, passes_nothing, times,
                                   unary_partial)
-from .opcodes import (BINARY_LAST, CONST, CUSTOM, IMPORT, LEAF, SOURCE_LAST,
-                      STRIDED, UNARY_FIRST, UNARY_LAST, WHERE, opcode_name)
+from .opcodes import (ADD, BINARY_LAST, CONST, CUSTOM, IMPORT, LEAF, SOURCE_LAST,
+                      MUL, NEG, STRIDED, SUB, UNARY_FIRST, UNARY_LAST, WHERE, opcode_name)
 from .ops import elementwise, indexing, linalg as linalg_ops, reduce, versions
 from .tape_format import A, AUX, B, OP, SHAPE, VLOC, view_offset, where_condition
 from .tensor import F64, Tensor, array_of, new_leaf, new_result
@@ -129,8 +129,14 @@ def run(outputs, seeds, retain, inputs=None, record=True):
             top = max(row for tid, row in adj if tid == tape.id)
             visited = []
             floor = floors.get(tape.id, 0) if oldest is not None else 0
-            numbers = None if record else _Numbers(tape, adj, floor, top)
-            for i in range(top, floor - 1, -1):
+            numbers = None if record else _Numbers(tape, adj, floor, top, {
+                t._row for t in inputs or () if t._tape is tape} | set(tape.retained))
+            i = top + 1
+            while i > floor:
+                i -= 1
+                if numbers is not None and numbers.plain[i - floor]:
+                    i = numbers.run_plain(i, visited)   # (and the plain rows below it)
+                    continue
                 g = adj.get((tape.id, i))
                 if numbers is not None and i in numbers.pending:
                     g = numbers.merge(i, g)
@@ -173,8 +179,13 @@ def run(outputs, seeds, retain, inputs=None, record=True):
                     if tape.op(operand) == CONST:
                         continue
                     c = rule(OPS, g, r, k)
-                    if c is not None:              # (a custom op's None: no gradient)
-                        _add(adj, tape.id, operand, sum_to(c, tape.shape(operand)))
+                    if c is None:                  # (a custom op's None: no gradient)
+                        continue
+                    c = sum_to(c, tape.shape(operand))
+                    if numbers is None:
+                        _add(adj, tape.id, operand, c)
+                    else:
+                        numbers.add(operand, c)
             if not retain:
                 tape.released[visited] = 1
                 if tape.owner is here():       # (only the recording thread closes it)
@@ -193,17 +204,96 @@ class _Numbers:
     of them (docs/first-run.md). Other rows, and rows with hooks, take the rules."""
 
     __slots__ = ("tape", "adj", "floor", "op", "a", "b", "sid", "aux", "loc", "ipool",
-                 "scalar", "pending")
+                 "scalar", "pending", "plain", "adjoint", "values", "wanted")
 
-    def __init__(self, tape, adj, floor, top):
+    def __init__(self, tape, adj, floor, top, wanted):
         c = tape.columns()
         self.tape, self.adj, self.floor = tape, adj, floor
+        rows = c.rows[floor:top + 1]
         (self.op, self.a, self.b, self.sid, self.aux,
-         self.loc) = c.rows[floor:top + 1][:, (OP, A, B, SHAPE, AUX, VLOC)].T.tolist()
+         self.loc) = rows[:, (OP, A, B, SHAPE, AUX, VLOC)].T.tolist()
         self.ipool = c.ipool
         self.scalar = [size == 1 and len(shape) == 0 for shape, size in
                        zip(tape.shapes, tape.shape_size)]
         self.pending = {}                       # row -> float64 adjoint array
+        self.plain = self._plain_rows(rows, floor, top)
+        # plain rows' adjoints (floats, or tensors from the rules), kept out of the walk's
+        # dict, where only those of ``wanted`` rows are written back (run_plain)
+        self.adjoint = [None] * len(self.op)
+        self.wanted = wanted
+        for key in [key for key in adj if key[0] == tape.id and floor <= key[1] <= top]:
+            if self.plain[key[1] - floor]:
+                self.adjoint[key[1] - floor] = adj.pop(key)
+        # each row's first element as a float (what run_plain reads of scalar rows)
+        arena = np.frombuffer(tape.arena, F64) if len(tape.arena) else np.zeros(1)
+        self.values = arena[np.clip(rows[:, VLOC], 0, arena.size - 1)].tolist()
+
+    def _plain_rows(self, rows, floor, top):
+        """Per row of the walk: whether run_plain takes it (a scalar unary or binary
+        row on floats, its operands in the walk, no hook, not stale, not released)."""
+        op, a, b = rows[:, OP], rows[:, A], rows[:, B]
+        kind = np.frombuffer(_KIND, np.uint8)[np.clip(op, 0, len(_KIND) - 1)]
+        scalar = np.array(self.scalar, bool)[rows[:, SHAPE]]
+        plain = ((kind == _UNARY) | ((kind == _BINARY) & (b >= floor))) & scalar & \
+            (rows[:, VLOC] >= 0) & (a >= floor) & (op >= 0) & (op < len(_KIND))
+        plain &= self.tape.released[floor:top + 1] == 0
+        tape = self.tape
+        for i in list(tape.hooks or ()) + list(tape.stale or ()):
+            if floor <= i <= top:
+                plain[i - floor] = False
+        return plain.tolist()
+
+    def run_plain(self, i, visited):
+        """Rows i, i - 1, ... while they are plain (_plain_rows): each one's adjoint
+        passed to its operands on floats, as apply does, without a step of the walk
+        per row (66,000 rows of a scalar model's call took half its time in the walk).
+        An adjoint a plain row passes to a plain row waits in ``adjoint``, to any other
+        row it goes to the walk's dict; a ``wanted`` row's total is written there too.
+        Returns the row the walk goes on from."""
+        floor, tid, adj, acc, plain, wanted = self.floor, self.tape.id, self.adj, \
+            self.adjoint, self.plain, self.wanted
+        ops, aa, bb, value, pending = self.op, self.a, self.b, self.values, self.pending
+        r = i - floor
+        while r >= 0 and plain[r]:
+            g = acc[r]
+            if pending and r + floor in pending:     # (read as x[()])
+                g = self.merge(r + floor, g)
+            if g is None:
+                r -= 1
+                continue
+            if type(g) is not float:           # (a tensor, or np.float64)
+                g = float(array_of(g)) if isinstance(g, Tensor) else float(g)
+            if r + floor in wanted:
+                adj[(tid, r + floor)] = g
+            visited.append(r + floor)
+            op, a = ops[r], aa[r] - floor
+            b = bb[r] - floor
+            if op == ADD:
+                ga, gb = g, g
+            elif op == MUL:
+                ga, gb = g * value[b], g * value[a]
+            elif op == SUB:
+                ga, gb = g, -g
+            elif op == NEG:
+                ga, gb = -g, None
+            elif _KIND[op] == _UNARY:
+                ga, gb = _partials(op, _UNARY, g, value[a], 0.0, value[r])[0], None
+            else:
+                ga, gb = _partials(op, _BINARY, g, value[a], value[b], value[r])
+            if ops[a] != CONST:
+                if plain[a]:
+                    cur = acc[a]
+                    acc[a] = ga if cur is None else cur + ga
+                else:
+                    _add(adj, tid, a + floor, ga)
+            if gb is not None and ops[b] != CONST:
+                if plain[b]:
+                    cur = acc[b]
+                    acc[b] = gb if cur is None else cur + gb
+                else:
+                    _add(adj, tid, b + floor, gb)
+            r -= 1
+        return r + floor + 1
 
     def apply(self, i, g):
         """Add row i's adjoint g into its operands' where the row is scalar (True);
@@ -224,7 +314,7 @@ class _Numbers:
                     acc = self.pending[a] = np.zeros(self.tape.size(a))
                 acc[view_offset(self.ipool, self.aux[r])] += g
             return True
-        arena, tid = self.tape.arena, self.tape.id
+        arena = self.tape.arena
         x, z = arena[loc[a - floor]], arena[loc[r]]
         if kind == _UNARY:
             b, y = -1, 0.0
@@ -235,10 +325,19 @@ class _Numbers:
             y = arena[loc[b - floor]]
         ga, gb = _partials(op, kind, g, x, y, z)
         if ops[a - floor] != CONST:
-            _add(self.adj, tid, a, ga)
+            self.add(a, ga)
         if b >= 0 and ops[b - floor] != CONST:
-            _add(self.adj, tid, b, gb)
+            self.add(b, gb)
         return True
+
+    def add(self, row, g):
+        """Add g to row's adjoint: where run_plain will read it, or in the walk's dict."""
+        r = row - self.floor
+        if r >= 0 and self.plain[r]:
+            cur = self.adjoint[r]
+            self.adjoint[r] = g if cur is None else cur + g
+        else:
+            _add(self.adj, self.tape.id, row, g)
 
     def merge(self, i, g):
         """Row i's adjoint: g and what scalar reads of its elements added."""

@@ -333,3 +333,26 @@ def test_scalar_rows_released_as_compiled():
             y.backward()
     finally:
         engine.FORCE_PYTHON_TIER[0] = False
+
+
+def test_plain_scalar_rows_take_adjoints_from_array_rows_and_element_reads():
+    """A scalar row's adjoint gathered from the walk's fast run over plain rows
+    (graph_backward._Numbers.run_plain), from an array row's rule (a stack of scalars),
+    from a read of its element (``s[()]``) and from a seed, at once; a non-leaf input
+    in the middle of the run; a negative index read on the fast path."""
+    def run():
+        x = at.tensor([0.3, -0.7, 1.1], requires_grad=True)
+        s = at.sin(x[0]) * x[-1]
+        t = s * s + x[1]
+        u = at.stack([s, t, s * 2.0]) * at.tensor([1.0, 2.0, 3.0])
+        v = u.sum() + s[()] * 0.5 + at.exp(t)
+        gx, gs, gt = at.grad([v, s], [x, s, t], retain_graph=True)
+        v.backward()
+        return [gx.numpy(), gs.numpy(), gt.numpy(), x.grad.numpy()]
+    compiled, python = both(run)
+    same(compiled, python)
+    x = at.tensor([0.3, -0.7, 1.1], requires_grad=True)
+    assert float(x[-1].detach()) == 1.1 and float(x[-3].detach()) == 0.3
+    for bad in (3, -4):
+        with pytest.raises(IndexError):
+            x[bad]

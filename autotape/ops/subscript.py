@@ -9,19 +9,23 @@ import warnings
 import numpy as np
 
 from ..grad_mode import is_grad_enabled
-from ..opcodes import SETITEM
+from ..opcodes import SETITEM, STRIDED
 from ..tape_format import setitem_params
-from ..tensor import LEAF_VIEW_INPLACE_MSG, NONLEAF_NO_GRAD_INPLACE_MSG, Tensor, array_of
+from ..tensor import F64, LEAF_VIEW_INPLACE_MSG, NONLEAF_NO_GRAD_INPLACE_MSG, Tensor, array_of
 from . import elementwise
 from .elementwise import add, where
 from .indexing import (as_tensor, broadcast_to, c_strides, from_view, put_add, reshape,
                        strided, take_flat, view_pattern)
-from .recording import cast_result, record, recording
+from .recording import cast_result, record, record_element, recording
 from .views import check_inplace, view_of, written
 
 
 def getitem(x, index):
     """``x[index]``, recorded as a strided gather (basic) or a gather by flat indices."""
+    if type(index) is int and type(x) is Tensor and x._dtype is F64 and \
+            len(x._shape) == 1 and -x._shape[0] <= index < x._shape[0] and recording(x):
+        return view_of(record_element(STRIDED, x, index % x._shape[0]), x,
+                       ("index", (index, Ellipsis)))      # (p[2]: the common case)
     if not _is_basic(index):                  # integer arrays, boolean masks
         return take_flat(x, _flat_positions(x, _numpy_index(index)))
     index = _basic_index(index)
