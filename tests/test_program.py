@@ -17,7 +17,7 @@ import autotape as at
 import autotape.func as F
 from autotape import opcodes
 from autotape.kernels.loops import _broadcast_lanes
-from autotape.kernels.program import lane_sum, lane_tree
+from autotape.kernels.program import lane_sum, lane_tree, live_sets, run_points
 from autotape.tuning import POINTS_BODY_MAX
 from test_op_table import SAMPLES, _recorded_ops
 
@@ -855,3 +855,43 @@ def test_a_loop_body_squares_as_the_eager_path_does(loop_bodies):
             isinstance(m, types.ModuleType) for m in (lean.codegen or {}).values())
         want = f(at.tensor(point)).item()
         assert c(point).item() == plain(point).item() == want
+
+
+def _one_point_and_chunk(c, X):
+    """(values, Jacobians) of c's lean program at the points X by the interpreter's
+    one-point kernel (C = 1: its views) and by its chunk kernel (C = 4: indexed loops)."""
+    lean = next(iter(c._programs.values())).lean
+    live = live_sets(lean.instr, lean.pool, lean.nslots, lean.out_slots)
+    out = []
+    for C in (1, 4):
+        values = np.empty((X.shape[0], lean.out_slots.size), X.dtype)
+        jac = np.empty((X.shape[0], lean.out_slots.size, lean.in_slots.size), X.dtype)
+        V, G = (np.full(lean.nslots * C, np.nan, X.dtype) for _ in range(2))
+        run_points(lean.instr, lean.pool, lean.divisor, live, lean.const_slots,
+                   lean.const_vals, lean.in_slots, lean.out_slots, X, values, jac, True, C,
+                   V, G)
+        out.append((values, jac))
+    return out
+
+
+@given(st.integers(1, 40), st.lists(st.tuples(st.sampled_from("+-*"), st.integers(0, 3),
+                                              st.integers(0, 3)), min_size=1, max_size=6),
+       st.sampled_from([np.float64, np.float32]))
+@settings(max_examples=40, deadline=None, suppress_health_check=list(HealthCheck))
+def test_sums_and_products_at_one_point_are_the_chunk_kernels_bits(n, steps, dtype):
+    """The interpreter at one point runs sums, differences and products over cells
+    through views (kernels/program.py, ``_cells_forward``, ``_cells_reverse``, the
+    broadcast operand's lanes): the same bits as its chunk kernel's indexed loops, for
+    either operand broadcast, both, an operand read twice, any cell count."""
+    def f(x):
+        vals = [x[:n], x[n] * 1.0, x[n + 1:2 * n + 1] * 0.5, x[2 * n + 1] + 0.25]
+        for op, i, j in steps:
+            u, w = vals[i % len(vals)], vals[j % len(vals)]
+            vals.append(u + w if op == "+" else u - w if op == "-" else u * w)
+        return (vals[-1] * x[:n]).sum() + vals[-2].sum() * 0.5
+    x = np.random.default_rng(n).uniform(-2.0, 2.0, 2 * n + 2).astype(dtype)
+    c = at.compile(f, x)
+    (v1, j1), (v4, j4) = _one_point_and_chunk(c, np.stack([x, x * 0.75, -x]))
+    np.testing.assert_array_equal(v1, v4)
+    np.testing.assert_array_equal(j1, j4)
+    assert np.isfinite(j1).all()

@@ -523,7 +523,9 @@ def _kernels(fixed_c, one_lane=False):
                         V[z + j] = unary_value(op, np.float64(V[x + j]))
             elif op <= BINARY_LAST:
                 a, b, sa, sb = instr[q, I_A], instr[q, I_B], instr[q, I_SA], instr[q, I_SB]
-                if op == ADD:
+                if fixed_c == 1 and ADD <= op <= MUL:
+                    _cells_forward(op, V, out, a, b, sa, sb, n)
+                elif op == ADD:
                     for k in range(n):
                         x, y, z = (a + k * sa) * C, (b + k * sb) * C, (out + k) * C
                         for j in range(j0, j1):
@@ -616,7 +618,9 @@ def _kernels(fixed_c, one_lane=False):
                             op, np.float64(V[x + j]), np.float64(V[z + j])))
             elif op <= BINARY_LAST:
                 a, b, sa, sb = instr[q, I_A], instr[q, I_B], instr[q, I_SA], instr[q, I_SB]
-                if op == ADD or op == SUB:
+                if fixed_c == 1 and ADD <= op <= MUL and sa == 1 and sb == 1:
+                    _cells_reverse(op, V, G, out, a, b, n)
+                elif op == ADD or op == SUB:
                     sign = 1.0 if op == ADD else -1.0
                     for k in range(n):
                         x, y, z = (a + k * sa) * C, (b + k * sb) * C, (out + k) * C
@@ -888,6 +892,75 @@ def _term(op, t, g, x, y, z, w):
     return times(op, g, binary_partial_y(op, x, y, z))
 
 
+# At one point (C = 1) the interpreter's commonest instructions, sums, differences and
+# products over cells in a row, run through views of V and G: indexed ``V[(a + k * sa) *
+# C + j]``, with slot numbers numba must take as possibly negative, LLVM left each loop
+# scalar (1.4 us for 1024 cells against 0.4). The same arithmetic element by element:
+# the same bits.
+
+@register_jitable
+def _cells_forward(op, V, out, a, b, sa, sb, n):
+    """ADD, SUB or MUL of n cells at one point, each operand strided (1) or broadcast (0)."""
+    Vz = V[out:out + n]
+    if sa == 1 and sb == 1:
+        Vx, Vy = V[a:a + n], V[b:b + n]
+        if op == ADD:
+            for k in range(n):
+                Vz[k] = np.float64(Vx[k]) + np.float64(Vy[k])
+        elif op == SUB:
+            for k in range(n):
+                Vz[k] = np.float64(Vx[k]) - np.float64(Vy[k])
+        else:
+            for k in range(n):
+                Vz[k] = np.float64(Vx[k]) * np.float64(Vy[k])
+    elif sa == 0 and sb == 1:
+        x, Vy = np.float64(V[a]), V[b:b + n]
+        if op == ADD:
+            for k in range(n):
+                Vz[k] = x + np.float64(Vy[k])
+        elif op == SUB:
+            for k in range(n):
+                Vz[k] = x - np.float64(Vy[k])
+        else:
+            for k in range(n):
+                Vz[k] = x * np.float64(Vy[k])
+    elif sa == 1:
+        Vx, y = V[a:a + n], np.float64(V[b])
+        if op == ADD:
+            for k in range(n):
+                Vz[k] = np.float64(Vx[k]) + y
+        elif op == SUB:
+            for k in range(n):
+                Vz[k] = np.float64(Vx[k]) - y
+        else:
+            for k in range(n):
+                Vz[k] = np.float64(Vx[k]) * y
+    else:
+        x, y = np.float64(V[a]), np.float64(V[b])
+        z = x + y if op == ADD else (x - y if op == SUB else x * y)
+        for k in range(n):
+            Vz[k] = z
+
+
+@register_jitable
+def _cells_reverse(op, V, G, out, a, b, n):
+    """The VJP of an ADD, SUB or MUL of n cells at one point, both operands strided."""
+    Gz, Gx, Gy = G[out:out + n], G[a:a + n], G[b:b + n]
+    if op == MUL:
+        Vx, Vy = V[a:a + n], V[b:b + n]
+        for k in range(n):
+            g = np.float64(Gz[k])
+            xv, yv = np.float64(Vx[k]), np.float64(Vy[k])
+            Gx[k] += g * yv
+            Gy[k] += g * xv
+    else:
+        sign = 1.0 if op == ADD else -1.0
+        for k in range(n):
+            g = np.float64(Gz[k])
+            Gx[k] += g
+            Gy[k] += sign * g
+
+
 @register_jitable
 def _reverse_broadcast(instr, V, G, C, j0, j1, q):
     """The VJP of elementwise instruction q (LANES_MIN elements or more) with a broadcast operand:
@@ -901,6 +974,21 @@ def _reverse_broadcast(instr, V, G, C, j0, j1, q):
     for t in range(count):
         at, st = (a, sa) if t == 0 else (b, sb)
         if st == 0:
+            continue
+        if (op == MUL or op == ADD or op == SUB) and C == 1 and j1 - j0 == 1:
+            # (one point: through views, as _cells_forward; the other operand is the
+            # broadcast one, read once)
+            Gz, Gt = G[out:out + n], G[at:at + n]
+            if op == MUL:
+                y = np.float64(V[b if t == 0 else a])
+                for k in range(n):
+                    Gt[k] += np.float64(Gz[k]) * y
+            elif op == ADD or t == 0:
+                for k in range(n):
+                    Gt[k] += np.float64(Gz[k])
+            else:
+                for k in range(n):
+                    Gt[k] += -1.0 * np.float64(Gz[k])
             continue
         if op == MUL:                           # (a parameter times a field)
             other, so = (b, sb) if t == 0 else (a, sa)
@@ -926,8 +1014,63 @@ def _reverse_broadcast(instr, V, G, C, j0, j1, q):
         at, st = (a, sa) if t == 0 else (b, sb)
         if st != 0:
             continue
+        if (op == MUL or op == ADD or op == SUB) and C == 1 and j1 - j0 == 1:
+            G[at] += _lanes_one_point(op, t, V, G, out, n, a, b, sa, sb)
+            continue
         for j in range(j0, j1):
             G[at * C + j] += _lanes_combined(op, t, V, G, C, j, out, n, a, b, c, sa, sb, sc)
+
+
+@register_jitable
+def _lanes_one_point(op, t, V, G, out, n, a, b, sa, sb):
+    """_lanes_combined of an ADD, SUB or MUL at one point, through views."""
+    Gz = G[out:out + n]
+    other, so = (b, sb) if t == 0 else (a, sa)
+    Vs = V[other:other + (n if so else 1)]
+    mul, f = op == MUL, -1.0 if op == SUB and t == 1 else 1.0
+    s0 = 0.0
+    s1 = 0.0
+    s2 = 0.0
+    s3 = 0.0
+    s4 = 0.0
+    s5 = 0.0
+    s6 = 0.0
+    s7 = 0.0
+    m = n - n % LANES
+    for k in range(0, m, LANES):
+        s0 += _cell_term(mul, f, Gz, Vs, so, k)
+        s1 += _cell_term(mul, f, Gz, Vs, so, k + 1)
+        s2 += _cell_term(mul, f, Gz, Vs, so, k + 2)
+        s3 += _cell_term(mul, f, Gz, Vs, so, k + 3)
+        s4 += _cell_term(mul, f, Gz, Vs, so, k + 4)
+        s5 += _cell_term(mul, f, Gz, Vs, so, k + 5)
+        s6 += _cell_term(mul, f, Gz, Vs, so, k + 6)
+        s7 += _cell_term(mul, f, Gz, Vs, so, k + 7)
+    if m < n:
+        s0 += _cell_term(mul, f, Gz, Vs, so, m)
+    if m + 1 < n:
+        s1 += _cell_term(mul, f, Gz, Vs, so, m + 1)
+    if m + 2 < n:
+        s2 += _cell_term(mul, f, Gz, Vs, so, m + 2)
+    if m + 3 < n:
+        s3 += _cell_term(mul, f, Gz, Vs, so, m + 3)
+    if m + 4 < n:
+        s4 += _cell_term(mul, f, Gz, Vs, so, m + 4)
+    if m + 5 < n:
+        s5 += _cell_term(mul, f, Gz, Vs, so, m + 5)
+    if m + 6 < n:
+        s6 += _cell_term(mul, f, Gz, Vs, so, m + 6)
+    return ((s0 + s1) + (s2 + s3)) + ((s4 + s5) + (s6 + s7))
+
+
+@register_jitable
+def _cell_term(mul, f, Gz, Vs, so, k):
+    """_term of element k of an ADD, SUB or MUL for a broadcast operand: the adjoint
+    times the other operand's value (Vs, strided or not), or the adjoint signed by f."""
+    g = np.float64(Gz[k])
+    if mul:
+        return g * np.float64(Vs[k * so])
+    return g if f > 0 else -1.0 * g
 
 
 @register_jitable
