@@ -224,8 +224,10 @@ class _Numbers:
         for key in [key for key in adj if key[0] == tape.id and floor <= key[1] <= top]:
             if self.plain[key[1] - floor]:
                 self.adjoint[key[1] - floor] = adj.pop(key)
-        # each row's first element as a float (what run_plain reads of scalar rows)
-        arena = np.frombuffer(tape.arena, F64) if len(tape.arena) else np.zeros(1)
+        # each row's first element as a float (what run_plain reads of scalar rows); the
+        # arena copied in one call (a buffer view held across bytecodes would make the
+        # recording thread's next append to it raise)
+        arena = np.array(tape.arena, F64) if len(tape.arena) else np.zeros(1)
         self.values = arena[np.clip(rows[:, VLOC], 0, arena.size - 1)].tolist()
 
     def _plain_rows(self, rows, floor, top):
