@@ -531,7 +531,7 @@ def _run_python(outputs, grads, inputs, retain, accumulate=False, others=None,
 
 def _numbers(g):
     """An adjoint of the Python tier (a tensor, or a float) as a float64 array."""
-    return np.array(g if isinstance(g, float) else array_of(g), F64)
+    return np.array(array_of(g) if isinstance(g, Tensor) else g, F64)
 
 
 # ---- the run: sweep tapes newest first ----------------------------------------------------

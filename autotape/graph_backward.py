@@ -5,6 +5,10 @@ Python, and each row's derivative is applied with autotape ops (the ``graph_vjps
 of the op table), so every gradient is itself a result on a tape and can be
 differentiated again, to any order. Python runs per row, which is the price of a
 differentiable backward; the next sweep over the gradient's tape is compiled again.
+
+Without recording (``record=False``) the same walk is the Python tier, the numbers of a
+sweep whose kernel is still compiling (engine.py): scalar rows on floats, the rules of
+array rows on numpy where they allow it (``_Numbers``, number_rules.py).
 """
 import heapq
 import types
@@ -19,10 +23,11 @@ from .hooks import run_hooks
 from .kernels.elementwise import (binary_partial_x, binary_partial_y, passes_nothing, times,
                                   unary_partial)
 from .opcodes import (ADD, BINARY_LAST, CONST, CUSTOM, IMPORT, LEAF, SOURCE_LAST,
-                      MUL, NEG, STRIDED, SUB, UNARY_FIRST, UNARY_LAST, WHERE, opcode_name)
+                      MUL, NEG, STRIDED, SUB, UNARY_FIRST, UNARY_LAST, opcode_name)
 from .ops import elementwise, indexing, linalg as linalg_ops, reduce, versions
-from .tape_format import A, AUX, B, OP, SHAPE, VLOC, view_offset, where_condition
-from .tensor import F64, Tensor, array_of, new_leaf, new_result
+from .number_rules import NUMBERS, ON_NUMBERS, NumberRow, as_number, read_number
+from .tape_format import A, AUX, B, OP, SHAPE, VLOC, array_index, view_offset
+from .tensor import F64, Tensor, array_of, canonical, new_leaf, new_result
 from .thread_state import here
 
 GRAPH_VJPS = {**elementwise.graph_vjps, **reduce.graph_vjps, **indexing.graph_vjps,
@@ -42,41 +47,21 @@ OPS = types.SimpleNamespace(**{
     linalg=linalg)
 
 
-class RowView:
-    """One tape row as the graph_vjps rules see it: operands and output as recorded
-    tensors (``x``, ``y``, ``z``, ``value(k)``), int parameters, output shape."""
-
-    def __init__(self, tape, i):
-        self.tape, self.i = tape, i
-        self.op, self.operands, self.params, self.shape = tape.row(i)
-
-    def value(self, k):
-        return handle(self.tape, self.operands[k])
-
-    @property
-    def x(self):
-        return self.value(0)
-
-    @property
-    def y(self):
-        return self.value(1)
-
-    @property
-    def z(self):
-        return handle(self.tape, self.i)
-
-    @property
-    def cond(self):
-        assert self.op == WHERE
-        return handle(self.tape, int(where_condition(self.params, 0))) != 0
-
-
 def handle(tape, row):
     """A row's value as a tensor on the tape (a constant for CONST rows)."""
     op, shape, value = tape.read(row)
     if op == CONST:
         return new_leaf(value, shape, F64)
     return new_result(value, shape, F64, tape, row)
+
+
+class RowView(NumberRow):
+    """One tape row as the graph_vjps rules see it: operands and output as recorded
+    tensors (``x``, ``y``, ``z``, ``value(k)``), int parameters, output shape. (No
+    slots: a custom op's rule keeps its cotangents on the row.)"""
+
+    def __init__(self, tape, i):
+        super().__init__(tape, i, handle)
 
 
 def sum_to(t, shape):
@@ -163,7 +148,8 @@ def run(outputs, seeds, retain, inputs=None, record=True):
                     raise versions.stale_error(tape, i)
                 hooked = tape.hooks.get(i) if tape.hooks else None
                 visited.append(i)
-                if hooked is None and numbers is not None and numbers.apply(i, g):
+                if hooked is None and numbers is not None and (
+                        numbers.apply(i, g) or numbers.apply_rule(i, g, op)):
                     continue
                 g = as_tensor_adjoint(g)
                 if hooked is not None and hooked[1]:
@@ -185,7 +171,7 @@ def run(outputs, seeds, retain, inputs=None, record=True):
                     if numbers is None:
                         _add(adj, tape.id, operand, c)
                     else:
-                        numbers.add(operand, c)
+                        numbers.add(operand, as_number(c))
             if not retain:
                 tape.released[visited] = 1
                 if tape.owner is here():       # (only the recording thread closes it)
@@ -201,7 +187,8 @@ class _Numbers:
     until the walk reaches that row (it always does: an operand is an earlier row, and
     one below the walk's floor takes the rules). Through tensors and their rules each such row
     cost ~6 us; a cold cache's first calls of a scalar model sweep tens of thousands
-    of them (docs/first-run.md). Other rows, and rows with hooks, take the rules."""
+    of them (docs/first-run.md). Other rows take the rules, on numpy where the rule
+    allows (``apply_rule``, number_rules.py), else, and with hooks, on tensors."""
 
     __slots__ = ("tape", "adj", "floor", "op", "a", "b", "sid", "aux", "loc", "ipool",
                  "scalar", "pending", "plain", "adjoint", "values", "wanted")
@@ -306,8 +293,8 @@ class _Numbers:
         kind = _KIND[op] if op < len(_KIND) else 0
         if kind == 0 or not self.scalar[self.sid[r]] or self.loc[r] < 0 or a < floor:
             return False
-        if not isinstance(g, float):           # (a tensor; np.float64 is a float)
-            g = float(array_of(g))
+        if type(g) is not float:               # (a tensor, or numpy)
+            g = float(array_of(g)) if isinstance(g, Tensor) else float(g)
         ops, loc = self.op, self.loc
         if kind == _ELEMENT_OF:
             if ops[a - floor] != CONST:
@@ -332,6 +319,39 @@ class _Numbers:
             self.add(b, gb)
         return True
 
+    def apply_rule(self, i, g, op):
+        """Run row i's create_graph rule on numbers where it can (number_rules.py):
+        True; False where the rule must have tensors."""
+        if op not in ON_NUMBERS:
+            return False
+        tape, floor, rule = self.tape, self.floor, GRAPH_VJPS[op]
+        r = i - floor
+        kind, a, b = _KIND[op] if op < len(_KIND) else 0, self.a[r], self.b[r]
+        decoded = None
+        if a >= floor and (kind == _UNARY or (kind == _BINARY and b >= floor)):
+            decoded = (op, [a] if kind == _UNARY else [a, b], (),
+                       tape.shapes[self.sid[r]])
+        row, g = NumberRow(tape, i, self.number, decoded), as_number(g)
+        for k, operand in enumerate(row.operands):
+            inside = operand >= floor
+            if (self.op[operand - floor] if inside else tape.op(operand)) == CONST:
+                continue
+            c = rule(NUMBERS, g, row, k)
+            if c is not None:
+                self.add(operand, sum_to(c, tape.shapes[self.sid[operand - floor]] if inside
+                                         else tape.shape(operand)))
+        return True
+
+    def number(self, tape, row):
+        """Row's value as numpy (number_rules.read_number), from the columns read once."""
+        r = row - self.floor
+        if r < 0:
+            return read_number(tape, row)
+        loc = self.loc[r]
+        if loc >= 0:
+            return np.float64(self.values[r])
+        return tape.arrays[array_index(loc)].reshape(tape.shapes[self.sid[r]])
+
     def add(self, row, g):
         """Add g to row's adjoint: where run_plain will read it, or in the walk's dict."""
         r = row - self.floor
@@ -342,10 +362,9 @@ class _Numbers:
             _add(self.adj, self.tape.id, row, g)
 
     def merge(self, i, g):
-        """Row i's adjoint: g and what scalar reads of its elements added."""
-        acc = self.pending.pop(i)
-        t = new_leaf(acc.reshape(self.tape.shape(i)), self.tape.shape(i), F64)
-        return t if g is None else as_tensor_adjoint(g) + t
+        """Row i's adjoint: g and what scalar reads of its elements added (numpy)."""
+        acc = self.pending.pop(i).reshape(self.tape.shape(i))
+        return acc if g is None else as_number(g) + acc
 
 
 def _partials(op, kind, g, x, y, z):
@@ -389,8 +408,10 @@ _KIND = _kinds()
 
 
 def as_tensor_adjoint(g):
-    """An adjoint as a tensor (``_Numbers`` keeps scalar ones as floats)."""
-    return new_leaf(float(g), (), F64) if isinstance(g, float) else g
+    """An adjoint as a tensor (``_Numbers`` keeps them as floats and numpy arrays)."""
+    if isinstance(g, Tensor):
+        return g
+    return new_leaf(*canonical(np.asarray(g, F64)))
 
 
 def _add(adj, tid, row, g):

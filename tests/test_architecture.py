@@ -19,7 +19,7 @@ LAYERS = [
     ["parallel", "executor", "sparsity", "reroll", "program", "checkpointing", "codegen", "gpu", "device_kernels"],
     ["tensor"],
     ["creation", "ops.*", "hooks"],
-    ["functions.*", "linalg"],
+    ["functions.*", "linalg", "number_rules"],
     ["engine", "graph_backward", "custom"],
     ["complex_numbers.*", "fft", "numpy_dispatch", "tensor_methods"],
     ["func", "eager_calls", "explain", "recording", "batched", "pickling", "compile", "sparse", "implicit", "integrate", "ode_events", "ode_adjoint", "ode_sparse", "gradcheck", "autograd.*", "warmup", "dask", "jit",

@@ -48,9 +48,57 @@ def view_pattern(shape, index):
 
 def index_map(base_size, shape, offset, strides):
     """numpy: the flat index into the base of every element of a strided view."""
-    base = np.arange(max(base_size, 1), dtype=np.int64)
-    return np.lib.stride_tricks.as_strided(base[offset:], shape, [s * 8 for s in strides],
-                                           writeable=False)
+    if 0 in shape:
+        return np.zeros(shape, np.int64)
+    # (numpy's constructor checks the view lies in the buffer; a quarter of as_strided's
+    # cost, which the Python tier pays per view row)
+    view = np.ndarray(shape, np.int64, np.arange(max(base_size, 1), dtype=np.int64),
+                      offset * 8, tuple(s * 8 for s in strides))
+    view.flags.writeable = False
+    return view
+
+
+def gathered(x, pattern):
+    """numpy: x's elements at a strided pattern (gather's values)."""
+    x = np.asarray(x)
+    return x.reshape(-1)[index_map(x.size, *pattern)]
+
+
+def scattered(x, pattern, base_shape):
+    """numpy, float64: zeros of ``base_shape`` with x's elements added at the pattern,
+    repeated positions accumulating (scatter's values)."""
+    n = math.prod(base_shape)
+    shape, offset, strides = pattern
+    if _one_to_one(shape, strides):             # (basic indexing's views: no repeats)
+        z = np.zeros(n)
+        view = np.ndarray(shape, F64, z, offset * 8, tuple(s * 8 for s in strides))
+        view += x                               # (0.0 + x, as bincount: -0.0 becomes 0.0)
+        return z.reshape(base_shape)
+    idx = index_map(n, *pattern).reshape(-1)
+    z = np.bincount(idx, weights=np.asarray(x, F64).reshape(-1), minlength=n)
+    return z.reshape(base_shape)
+
+
+def _one_to_one(shape, strides):
+    """Whether a non-empty strided pattern reaches every position at most once: each
+    axis's stride, by size, steps over all the positions the smaller ones span."""
+    if 0 in shape:
+        return False
+    span = 0
+    for size, stride in sorted(((n, abs(s)) for n, s in zip(shape, strides) if n > 1),
+                               key=lambda pair: pair[1]):
+        if stride <= span:
+            return False
+        span += stride * (size - 1)
+    return True
+
+
+def put_added(x, flat_index, base_shape):
+    """numpy, float64: zeros of ``base_shape`` with x added at ``flat_index`` (ints,
+    x's shape; repeated indices accumulate: put_add's values)."""
+    z = np.bincount(np.asarray(flat_index, np.int64).reshape(-1),
+                    weights=np.asarray(x, F64).reshape(-1), minlength=math.prod(base_shape))
+    return z.reshape(base_shape)
 
 
 def transpose_pattern(shape, axes):
@@ -116,20 +164,17 @@ def gather(x, pattern):
     """x's elements at a strided pattern (shape, offset, strides in elements of x's flat
     C-order data). Basic indexing, transpose and broadcast_to are such gathers."""
     x = as_tensor(x)
-    shape, offset, strides = pattern
-    z = array_of(x).reshape(-1)[index_map(math.prod(x._shape), shape, offset, strides)]
-    return record(STRIDED, z, x, params=view_params(offset, strides))
+    _, offset, strides = pattern
+    return record(STRIDED, gathered(array_of(x), pattern), x,
+                  params=view_params(offset, strides))
 
 
 def scatter(x, pattern, base_shape):
     """The transpose of gather: zeros of ``base_shape`` with x's elements added at the
     pattern (x has the pattern's shape; repeated positions accumulate)."""
     x = as_tensor(x)
-    shape, offset, strides = pattern
-    n = math.prod(base_shape)
-    idx = index_map(n, shape, offset, strides).reshape(-1)
-    z = np.bincount(idx, weights=np.asarray(array_of(x), F64).reshape(-1), minlength=n)
-    return record(SCATTER, z.reshape(base_shape).astype(x._dtype), x,
+    _, offset, strides = pattern
+    return record(SCATTER, scattered(array_of(x), pattern, base_shape).astype(x._dtype), x,
                   params=view_params(offset, strides))
 
 
@@ -190,9 +235,8 @@ def put_add(x, flat_index, base_shape):
         np.add.at(z, _whole(flat_index).reshape(-1), np.asarray(array_of(x), F64).reshape(-1))
         return record(PUT_ADD, z.reshape(base_shape).astype(x._dtype), x, flat_index)
     idx = np.asarray(flat_index, np.int64).reshape(-1)
-    values = np.asarray(array_of(x), F64).reshape(-1)
-    z = np.bincount(idx, weights=values, minlength=math.prod(base_shape))
-    return record(PUT_ADD, z.reshape(base_shape).astype(x._dtype), x, idx.astype(F64))
+    return record(PUT_ADD, put_added(array_of(x), idx, base_shape).astype(x._dtype), x,
+                  idx.astype(F64))
 
 
 def transpose(x, axes=None):
