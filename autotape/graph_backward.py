@@ -148,8 +148,7 @@ def run(outputs, seeds, retain, inputs=None, record=True):
                     raise versions.stale_error(tape, i)
                 hooked = tape.hooks.get(i) if tape.hooks else None
                 visited.append(i)
-                if hooked is None and numbers is not None and (
-                        numbers.apply(i, g) or numbers.apply_rule(i, g, op)):
+                if hooked is None and numbers is not None and numbers.apply(i, g):
                     continue
                 g = as_tensor_adjoint(g)
                 if hooked is not None and hooked[1]:
@@ -188,10 +187,10 @@ class _Numbers:
     one below the walk's floor takes the rules). Through tensors and their rules each such row
     cost ~6 us; a cold cache's first calls of a scalar model sweep tens of thousands
     of them (docs/first-run.md). Other rows take the rules, on numpy where the rule
-    allows (``apply_rule``, number_rules.py), else, and with hooks, on tensors."""
+    allows (``apply``, number_rules.py), else, and with hooks, on tensors."""
 
     __slots__ = ("tape", "adj", "floor", "op", "a", "b", "sid", "aux", "loc", "ipool",
-                 "scalar", "pending", "plain", "adjoint", "values", "wanted")
+                 "scalar", "pending", "plain", "route", "adjoint", "values", "wanted")
 
     def __init__(self, tape, adj, floor, top, wanted):
         c = tape.columns()
@@ -204,6 +203,7 @@ class _Numbers:
                        zip(tape.shapes, tape.shape_size)]
         self.pending = {}                       # row -> float64 adjoint array
         self.plain = self._plain_rows(rows, floor, top)
+        self.route = self._routes(rows, floor)
         # plain rows' adjoints (floats, or tensors from the rules), kept out of the walk's
         # dict, where only those of ``wanted`` rows are written back (run_plain)
         self.adjoint = [None] * len(self.op)
@@ -231,6 +231,17 @@ class _Numbers:
             if floor <= i <= top:
                 plain[i - floor] = False
         return plain.tolist()
+
+    def _routes(self, rows, floor):
+        """Per row of the walk: how apply runs it (_ON_FLOATS, _BY_RULE or 0: on
+        tensors)."""
+        op, a, b = rows[:, OP], rows[:, A], rows[:, B]
+        kind = np.frombuffer(_KIND, np.uint8)[np.clip(op, 0, len(_KIND) - 1)]
+        kind = np.where((op >= 0) & (op < len(_KIND)), kind, 0)
+        on_floats = (kind != 0) & np.array(self.scalar, bool)[rows[:, SHAPE]] & \
+            (rows[:, VLOC] >= 0) & (a >= floor) & ((kind != _BINARY) | (b >= floor))
+        by_rule = np.isin(op, np.fromiter(ON_NUMBERS, np.int64))
+        return np.where(on_floats, _ON_FLOATS, np.where(by_rule, _BY_RULE, 0)).tolist()
 
     def run_plain(self, i, visited):
         """Rows i, i - 1, ... while they are plain (_plain_rows): each one's adjoint
@@ -285,16 +296,20 @@ class _Numbers:
         return r + floor + 1
 
     def apply(self, i, g):
-        """Add row i's adjoint g into its operands' where the row is scalar (True);
-        False where the rules must run it."""
+        """Run row i on numbers (True): a scalar row's partials on floats, as the
+        compiled sweep's; an element read's adjoint into its operand's pending array;
+        another row's rule on numpy (number_rules.py). False: its rule needs tensors."""
         floor = self.floor
         r = i - floor
-        op, a = self.op[r], self.a[r]
-        kind = _KIND[op] if op < len(_KIND) else 0
-        if kind == 0 or not self.scalar[self.sid[r]] or self.loc[r] < 0 or a < floor:
+        route = self.route[r]
+        if route == _BY_RULE:
+            return self._by_rule(i, g)
+        if route != _ON_FLOATS:
             return False
         if type(g) is not float:               # (a tensor, or numpy)
             g = float(array_of(g)) if isinstance(g, Tensor) else float(g)
+        op, a = self.op[r], self.a[r]
+        kind = _KIND[op]
         ops, loc = self.op, self.loc
         if kind == _ELEMENT_OF:
             if ops[a - floor] != CONST:
@@ -309,8 +324,6 @@ class _Numbers:
             b, y = -1, 0.0
         else:
             b = self.b[r]
-            if b < floor:
-                return False
             y = arena[loc[b - floor]]
         ga, gb = _partials(op, kind, g, x, y, z)
         if ops[a - floor] != CONST:
@@ -319,15 +332,12 @@ class _Numbers:
             self.add(b, gb)
         return True
 
-    def apply_rule(self, i, g, op):
-        """Run row i's create_graph rule on numbers where it can (number_rules.py):
-        True; False where the rule must have tensors."""
-        if op not in ON_NUMBERS:
-            return False
-        tape, floor, rule = self.tape, self.floor, GRAPH_VJPS[op]
+    def _by_rule(self, i, g):
+        """Row i's create_graph rule, run on numbers (number_rules.py)."""
+        tape, floor = self.tape, self.floor
         r = i - floor
-        kind, a, b = _KIND[op] if op < len(_KIND) else 0, self.a[r], self.b[r]
-        decoded = None
+        op, a, b = self.op[r], self.a[r], self.b[r]
+        kind, rule, decoded = _KIND[op] if op < len(_KIND) else 0, GRAPH_VJPS[op], None
         if a >= floor and (kind == _UNARY or (kind == _BINARY and b >= floor)):
             decoded = (op, [a] if kind == _UNARY else [a, b], (),
                        tape.shapes[self.sid[r]])
@@ -392,6 +402,8 @@ def _chain(op, kind, g, x, y, z):
 
 # opcode -> how _Numbers runs a scalar row of it (0: by the rules)
 _UNARY, _BINARY, _ELEMENT_OF = 1, 2, 3
+# how _Numbers.apply runs a row (its route; 0: the rule on tensors)
+_ON_FLOATS, _BY_RULE = 1, 2
 
 
 def _kinds():
