@@ -26,7 +26,8 @@ from .opcodes import (ADD, BINARY_LAST, CONST, CUSTOM, IMPORT, LEAF, SOURCE_LAST
                       MUL, NEG, STRIDED, SUB, UNARY_FIRST, UNARY_LAST, opcode_name)
 from .ops import elementwise, indexing, linalg as linalg_ops, reduce, versions
 from .number_rules import NUMBERS, ON_NUMBERS, NumberRow, as_number, read_number
-from .tape_format import A, AUX, B, OP, SHAPE, VLOC, array_index, view_offset
+from .tape_format import (A, AUX, B, OP, SHAPE, VLOC, array_index, operand_list,
+                          view_offset)
 from .tensor import F64, Tensor, array_of, canonical, new_leaf, new_result
 from .thread_state import here
 
@@ -336,12 +337,12 @@ class _Numbers:
         """Row i's create_graph rule, run on numbers (number_rules.py)."""
         tape, floor = self.tape, self.floor
         r = i - floor
-        op, a, b = self.op[r], self.a[r], self.b[r]
-        kind, rule, decoded = _KIND[op] if op < len(_KIND) else 0, GRAPH_VJPS[op], None
-        if a >= floor and (kind == _UNARY or (kind == _BINARY and b >= floor)):
-            decoded = (op, [a] if kind == _UNARY else [a, b], (),
-                       tape.shapes[self.sid[r]])
-        row, g = NumberRow(tape, i, self.number, decoded), as_number(g)
+        op, aux = self.op[r], self.aux[r]
+        params = self.ipool[aux:] if aux >= 0 else self.ipool[:0]
+        operands = operand_list(op, self.a[r], self.b[r], params)
+        row = NumberRow(tape, i, self.number, (op, operands, params, tape.shapes[self.sid[r]]))
+        rule = GRAPH_VJPS[op]
+        g = as_number(g)
         for k, operand in enumerate(row.operands):
             inside = operand >= floor
             if (self.op[operand - floor] if inside else tape.op(operand)) == CONST:
