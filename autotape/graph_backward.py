@@ -424,7 +424,8 @@ def as_tensor_adjoint(g):
     """An adjoint as a tensor (``_Numbers`` keeps them as floats and numpy arrays)."""
     if isinstance(g, Tensor):
         return g
-    return new_leaf(*canonical(np.asarray(g, F64)))
+    g = np.asarray(g, F64)
+    return new_leaf(*canonical(g if g.flags.writeable else g.copy()))   # (broadcast_to's)
 
 
 def _add(adj, tid, row, g):
