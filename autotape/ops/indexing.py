@@ -9,6 +9,7 @@ viewed as (outer, width). Lists that hold Tensors are stacked on the tape wherev
 Tensor is expected (``as_tensor``), so ``np.mean([x, 1.0])`` keeps x's gradient.
 """
 import functools
+import itertools
 import math
 import numbers
 
@@ -300,7 +301,7 @@ def _join(tensors, axis, new_axis):
     z = np.stack(values, axis=axis) if new_axis else np.concatenate(values, axis=axis)
     axis = normalize_axis_index(axis, z.ndim)
     bands = [math.prod(t._shape[axis:]) for t in ts]
-    columns = np.cumsum([0] + bands[:-1]).tolist()
+    columns = [0, *itertools.accumulate(bands[:-1])]
     outer, width = math.prod(z.shape[:axis]), math.prod(z.shape[axis:])
     return record_listed(CONCAT, z, ts, lambda rows: concat_params(
         outer, width, list(zip(rows, columns, bands))))
