@@ -14,6 +14,7 @@ through ops whose derivative is zero everywhere (``sign``, ``floor``) zeros pass
 as on the engine's Python tier (docs/first-run.md). Only f's Python side effects show:
 f runs at each such call, where a replay runs only its recording.
 """
+import gc
 import os
 
 import numpy as np
@@ -87,13 +88,24 @@ def point(f, kind, args, derivative, output):
     compile.py's recording keeps (f's outputs, each made a target by ``output``; for
     ``kind`` "hessian", its gradient), as ``(recorded, shape)``; ``values`` the
     recorded targets' elements one after another; ``jacobian`` (those elements, the
-    arguments' elements) when ``derivative``, else None."""
+    arguments' elements) when ``derivative``, else None.
+
+    Python's cyclic collector is paused for the call, as ``timeit`` pauses it: a call
+    makes a tensor a row and frees nearly all of them by their counts, yet each
+    several hundred young collections, and now and then a full one, which walks every
+    object numba's import left (60-65 ms on the 2-core VM, a call of its own). What
+    the collector would have found is found at its first collection after the call."""
     state = here()
     quiet, state.eager_call = state.eager_call, True
+    collecting = gc.isenabled()
+    if collecting:
+        gc.disable()
     try:
         return _point(f, kind, args, derivative, output)
     finally:
         state.eager_call = quiet
+        if collecting:
+            gc.enable()
 
 
 def _point(f, kind, args, derivative, output):

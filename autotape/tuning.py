@@ -23,10 +23,6 @@ HARD_ROWS_FACTOR = 4
 # rows staged as Python ints before they move into an int64 chunk (a sweep converts at
 # most this many)
 FLUSH_ROWS = 4096
-# rows: a tape this small is read by the readers' code run by Python while they are
-# neither compiled nor on disk (a first gradient on a cold cache; compiling the two takes
-# ~0.9 s, and the sweep's helper compiles them); Python reads ~10 us a row
-PYTHON_READ_MAX = 20000
 # elements: a captured constant this small is compared with its recorded value by bytes
 # (a copy and a memcmp, ~150-650 ns at 16-1024 elements) rather than by bits_equal's
 # kernel (~450-770 ns: its dispatch); larger, the kernel (4096: 2.0 us against 2.3)

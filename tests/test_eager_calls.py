@@ -3,7 +3,9 @@ f run as eager code gives the replay's answers, for every method and under vmap;
 first call after the kernels are ready lowers the recording and runs it; a call whose
 outputs come out structured otherwise records f again; at.jit records per call
 meanwhile."""
+import gc
 import math
+import weakref
 
 import numba
 import numpy as np
@@ -274,3 +276,32 @@ def test_points_on_one_thread_start_the_helper_that_compiles_the_threaded_kernel
     monkeypatch.setattr(program, "kernels_beside", lambda: started.append(1) or False)
     fake = type("NotCompiled", (), {"signatures": ()})()
     assert not program.kernel_ready(fake) and started == [1]
+
+
+def test_an_eager_call_pauses_the_cyclic_collector_and_restores_it(eager):
+    """Python's collector is off while f runs as eager code (a full collection during a
+    call walked numba's objects for 60 ms), and as it was after the call: on again, or
+    still off where the program turned it off; a cycle f leaves is collected after."""
+    seen, left = [], []
+
+    class Node:
+        pass
+
+    def f(x):
+        seen.append(gc.isenabled())
+        node = Node()
+        node.self = node                       # (a cycle only the collector frees)
+        left.append(weakref.ref(node))
+        return (x * x).sum()
+    c = at.compile(f, np.ones(3))
+    assert gc.isenabled()
+    c.value_and_grad(np.ones(3))
+    assert seen[-1] is False and gc.isenabled()
+    gc.collect()
+    assert all(ref() is None for ref in left)
+    gc.disable()
+    try:
+        c.value_and_grad(np.ones(3))
+        assert seen[-1] is False and not gc.isenabled()
+    finally:
+        gc.enable()

@@ -197,34 +197,64 @@ def test_custom_ops_get_numbers_as_from_the_compiled_sweep():
     same([python], [np.array([1.0, -2.0, 3.0]) * (6 * v ** 2 + np.cos(v) * v + np.sin(v))])
 
 
+def _readers_not_compiled(monkeypatch):
+    """Make decode_rows and families_of neither compiled nor on disk (calling one
+    fails); returns the list their numpy twins append to when tape.py calls them."""
+    from autotape import tape as tape_module
+    calls = []
+
+    class NotCompiled:
+        signatures = ()
+
+        def __call__(self, *args):
+            raise AssertionError("compiled while the kernel is not ready")
+    for name_ in ("decode_rows", "families_of"):
+        monkeypatch.setattr(tape_module, name_, NotCompiled())
+        twin = getattr(tape_module, name_ + "_numpy")
+        monkeypatch.setattr(tape_module, name_ + "_numpy", lambda *args, twin=twin: (
+            calls.append(twin), twin(*args))[1])
+    monkeypatch.setattr(tape_module, "on_disk", lambda kernel: False)
+    monkeypatch.setattr(background, "enabled", lambda: True)
+    return calls
+
+
+COLUMNS = ("rows", "shape_start", "shape_size", "total_size", "families")
+
+
 @pytest.mark.parametrize("name, inputs, make", list(programs()), ids=lambda v: v
                          if isinstance(v, str) else "")
-def test_a_small_tape_read_by_python_gives_the_compiled_columns(name, inputs, make,
-                                                                 monkeypatch):
-    """A first gradient on a cold cache reads its tape with decode_rows' and
-    families_of's code run by Python while they compile (tape._reader)."""
-    from autotape import tape as tape_module
+def test_a_tape_read_by_numpy_gives_the_compiled_columns(name, inputs, make, monkeypatch):
+    """A cold cache reads tapes with decode_rows' and families_of's numpy twins while
+    the kernels compile (tape._reader): the kernels' columns."""
     tape = make()._tape
     compiled = tape.columns()
     tape._columns = tape._decoded = None
-    calls = []
-
-    class NotCompiled:                          # (a kernel neither compiled nor on disk)
-        signatures = ()
-
-        def __init__(self, kernel):
-            self.py_func = lambda *args: calls.append(kernel) or kernel.py_func(*args)
-
-        def __call__(self, *args):
-            raise AssertionError("compiled while the Python tier reads")
-    for name_ in ("decode_rows", "families_of"):
-        monkeypatch.setattr(tape_module, name_, NotCompiled(getattr(tape_module, name_)))
-    monkeypatch.setattr(tape_module, "on_disk", lambda kernel: False)
-    monkeypatch.setattr(background, "enabled", lambda: True)
-    by_python = tape.columns()
+    calls = _readers_not_compiled(monkeypatch)
+    by_numpy = tape.columns()
     assert len(calls) == 2
-    for field in ("rows", "shape_start", "total_size", "families"):
-        np.testing.assert_array_equal(getattr(by_python, field), getattr(compiled, field))
+    for field in COLUMNS:
+        np.testing.assert_array_equal(getattr(by_numpy, field), getattr(compiled, field))
+
+
+def test_a_growing_tape_read_in_pieces_by_numpy_as_compiled(monkeypatch):
+    """Read while it grows (each read decodes the rows since the last, past a flush of
+    the staged rows), a tape of scalars, arrays and shapes gets the kernels' columns."""
+    with monkeypatch.context() as patched:
+        _readers_not_compiled(patched)
+        x = at.tensor(rng.uniform(0.1, 1.0, (3, 4)), requires_grad=True)
+        s, pieces = x[0, 0], []
+        for k in range(3000):                   # (past FLUSH_ROWS)
+            s = at.sin(s) * x[k % 3, k % 4] + 0.5
+            if k % 700 == 0:
+                y = (x * s).sum(axis=0) + x[1]
+                pieces.append(y._tape.columns())
+        tape = s._tape
+        by_numpy = tape.columns()
+    tape._columns = tape._decoded = None
+    compiled = tape.columns()
+    for field in COLUMNS:
+        np.testing.assert_array_equal(getattr(by_numpy, field), getattr(compiled, field))
+    assert len(pieces) == 5 and by_numpy.families == compiled.families != 0
 
 
 # ---- scalar rows on floats (graph_backward._Numbers) ----------------------------------------

@@ -316,13 +316,13 @@ def reverse_sweep(rows, ipool, shape_ndim, shape_start, shape_dims, shape_size,
     return OK, total, adj_off, touched
 
 
-_FAMILY_OF = np.zeros(PYTHON_LAST + 1, np.int64)
-_FAMILY_OF[UNARY_FIRST:SELECT_LAST + 1] = ELEMENTWISE
-_FAMILY_OF[REDUCE_FIRST:REDUCE_LAST + 1] = REDUCE
-_FAMILY_OF[INDEX_FIRST:INDEX_LAST + 1] = INDEX
-_FAMILY_OF[LINALG_FIRST:LINALG_LAST + 1] = LINALG
-_FAMILY_OF[MATMUL] = MATMUL_FAMILY
-_FAMILY_OF[PYTHON_FIRST:PYTHON_LAST + 1] = PYTHON
+FAMILY_OF = np.zeros(PYTHON_LAST + 1, np.int64)
+FAMILY_OF[UNARY_FIRST:SELECT_LAST + 1] = ELEMENTWISE
+FAMILY_OF[REDUCE_FIRST:REDUCE_LAST + 1] = REDUCE
+FAMILY_OF[INDEX_FIRST:INDEX_LAST + 1] = INDEX
+FAMILY_OF[LINALG_FIRST:LINALG_LAST + 1] = LINALG
+FAMILY_OF[MATMUL] = MATMUL_FAMILY
+FAMILY_OF[PYTHON_FIRST:PYTHON_LAST + 1] = PYTHON
 
 
 @cached_njit()
@@ -337,7 +337,7 @@ def families_of(rows, first):
                                 rows[rows[i, A], VLOC] >= 0 and
                                 (rows[i, B] < 0 or rows[rows[i, B], VLOC] >= 0)):
             continue                           # a source, or the scalar path's
-        families |= _FAMILY_OF[op]
+        families |= FAMILY_OF[op]
     return families
 
 
