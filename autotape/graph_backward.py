@@ -203,8 +203,7 @@ class _Numbers:
         self.scalar = [size == 1 and len(shape) == 0 for shape, size in
                        zip(tape.shapes, tape.shape_size)]
         self.pending = {}                       # row -> float64 adjoint array
-        self.plain = self._plain_rows(rows, floor, top)
-        self.route = self._routes(rows, floor)
+        self.plain, self.route = self._routes(rows, floor, top)
         # plain rows' adjoints (floats, or tensors from the rules), kept out of the walk's
         # dict, where only those of ``wanted`` rows are written back (run_plain)
         self.adjoint = [None] * len(self.op)
@@ -218,34 +217,28 @@ class _Numbers:
         arena = np.array(tape.arena, F64) if len(tape.arena) else np.zeros(1)
         self.values = arena[np.clip(rows[:, VLOC], 0, arena.size - 1)].tolist()
 
-    def _plain_rows(self, rows, floor, top):
+    def _routes(self, rows, floor, top):
         """Per row of the walk: whether run_plain takes it (a scalar unary or binary
-        row on floats, its operands in the walk, no hook, not stale, not released)."""
+        row on floats, its operands in the walk, no hook, not stale, not released), and
+        how apply runs it (_ON_FLOATS, _BY_RULE, or 0: the rule on tensors)."""
         op, a, b = rows[:, OP], rows[:, A], rows[:, B]
-        kind = np.frombuffer(_KIND, np.uint8)[np.clip(op, 0, len(_KIND) - 1)]
-        scalar = np.array(self.scalar, bool)[rows[:, SHAPE]]
-        plain = ((kind == _UNARY) | ((kind == _BINARY) & (b >= floor))) & scalar & \
-            (rows[:, VLOC] >= 0) & (a >= floor) & (op >= 0) & (op < len(_KIND))
+        known = (op >= 0) & (op < len(_KIND))
+        kind = np.frombuffer(_KIND, np.uint8)[np.clip(op, 0, len(_KIND) - 1)] * known
+        on_floats = (kind != 0) & np.array(self.scalar, bool)[rows[:, SHAPE]] & \
+            (rows[:, VLOC] >= 0) & (a >= floor) & ((kind != _BINARY) | (b >= floor))
+        plain = on_floats & ((kind == _UNARY) | (kind == _BINARY))
         plain &= self.tape.released[floor:top + 1] == 0
         tape = self.tape
         for i in list(tape.hooks or ()) + list(tape.stale or ()):
             if floor <= i <= top:
                 plain[i - floor] = False
-        return plain.tolist()
-
-    def _routes(self, rows, floor):
-        """Per row of the walk: how apply runs it (_ON_FLOATS, _BY_RULE or 0: on
-        tensors)."""
-        op, a, b = rows[:, OP], rows[:, A], rows[:, B]
-        kind = np.frombuffer(_KIND, np.uint8)[np.clip(op, 0, len(_KIND) - 1)]
-        kind = np.where((op >= 0) & (op < len(_KIND)), kind, 0)
-        on_floats = (kind != 0) & np.array(self.scalar, bool)[rows[:, SHAPE]] & \
-            (rows[:, VLOC] >= 0) & (a >= floor) & ((kind != _BINARY) | (b >= floor))
-        by_rule = np.isin(op, np.fromiter(ON_NUMBERS, np.int64))
-        return np.where(on_floats, _ON_FLOATS, np.where(by_rule, _BY_RULE, 0)).tolist()
+        by_rule = (op >= 0) & (op < len(_BY_RULE_OPS)) & \
+            np.frombuffer(_BY_RULE_OPS, np.uint8)[np.clip(op, 0, len(_BY_RULE_OPS) - 1)]
+        route = np.where(on_floats, _ON_FLOATS, np.where(by_rule, _BY_RULE, 0))
+        return plain.tolist(), route.tolist()
 
     def run_plain(self, i, visited):
-        """Rows i, i - 1, ... while they are plain (_plain_rows): each one's adjoint
+        """Rows i, i - 1, ... while they are plain (_routes): each one's adjoint
         passed to its operands on floats, as apply does, without a step of the walk
         per row (66,000 rows of a scalar model's call took half its time in the walk).
         An adjoint a plain row passes to a plain row waits in ``adjoint``, to any other
@@ -418,6 +411,7 @@ def _kinds():
 
 
 _KIND = _kinds()
+_BY_RULE_OPS = bytes(op in ON_NUMBERS for op in range(max(ON_NUMBERS) + 1))  # (_routes)
 
 
 def as_tensor_adjoint(g):
