@@ -14,7 +14,8 @@ The rules of ``ON_NUMBERS`` run so: written with ``at``'s functions, arithmetic 
 the row's values alone (tests/test_python_tier.py runs each on both and compares).
 The others keep tensors: pow's shortcut for a constant exponent asks whether it
 requires grad, the max / min / prod rules observe tensors for ties and zeros, linalg's
-solve with autotape's own functions, and a custom op's VJP is the user's code.
+rules are written with autotape.linalg's functions, and a custom op's VJP is the user's
+code.
 """
 import types
 
