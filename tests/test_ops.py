@@ -3,6 +3,7 @@ import numpy as np
 import pytest
 
 import autotape as at
+from autotape.kernels.elementwise import _pow_partial, power
 from fd import check_grads
 
 rng = np.random.default_rng(1234)
@@ -393,3 +394,22 @@ def test_a_powers_partial_where_pow_is_not_needed_again():
     np.testing.assert_allclose(g.numpy(), want, rtol=1e-15)
     h, = at.grad((x[1:3] ** 0.5).sum(), x)
     np.testing.assert_array_equal(h.numpy()[1:3], 0.5 * (np.sqrt([4.0, 2.25]) / [4.0, 2.25]))
+
+
+def test_a_square_and_a_cube_have_powers_partials_bit_for_bit():
+    """The partials of x ** 2 and x ** 3 are written out (2 x, 3 (x x)) where the
+    repeated squaring's loop kept loop bodies scalar: the same bits as ``power``'s, at
+    signed zeros, infinities, nan, subnormals and random doubles."""
+    rng_ = np.random.default_rng(5)
+    xs = np.concatenate([[0.0, -0.0, np.inf, -np.inf, np.nan, 5e-324, -1e-310, 1e154, -3.0],
+                         rng_.normal(size=200) * 10.0 ** rng_.integers(-5, 5, 200)])
+    with np.errstate(all="ignore"):
+        for x in xs:
+            for y in (2.0, 3.0):
+                got = _pow_partial(x, y, x ** y)
+                want = y * power(x, y - 1.0)
+                assert np.array_equal(np.float64(got), np.float64(want), equal_nan=True) and \
+                    np.signbit(got) == np.signbit(want), (x, y)
+    x = at.tensor(xs[9:], requires_grad=True)
+    g, = at.grad((x ** 3).sum() + (x ** 2).sum(), x)
+    np.testing.assert_array_equal(g.numpy(), 3.0 * (xs[9:] * xs[9:]) + 2.0 * xs[9:])

@@ -190,7 +190,13 @@ def _pow_partial(x, y, z):
     """d (x ** y) / dx = y x ** (y - 1): as y * (z / x) where y is not a small integer
     and z is a finite normal number (pow costs ~10 ns a call: n-body's r2 ** 1.5 paid one
     in its forward and another in its partial), else by ``power`` (x = 0, inf, or z
-    underflowed: 1e-300 ** 1.5 is 0.0, its partial 1.5e-150)."""
+    underflowed: 1e-300 ** 1.5 is 0.0, its partial 1.5e-150). A square's and a cube's
+    are written out (power's bits: 2 x and 3 (x x)): power's loop inside a loop body's
+    element loop kept it scalar, 9 ns a cell of a cubic oscillator against 0.1."""
+    if y == 2.0:
+        return 2.0 * x
+    if y == 3.0:
+        return 3.0 * (x * x)
     if (y != scalar.floor(y) or abs(y) > 64) and MIN_NORMAL <= abs(z) < math.inf:
         return y * (z / x)
     return y * power(x, y - 1.0)
