@@ -70,8 +70,8 @@ def scattered(x, pattern, base_shape):
     repeated positions accumulating (scatter's values)."""
     n = math.prod(base_shape)
     shape, offset, strides = pattern
-    if _one_to_one(shape, strides):             # (basic indexing's views: no repeats)
-        z = np.zeros(n)
+    if _one_to_one(shape, strides) and np.shape(x) == tuple(shape):  # (basic indexing's
+        z = np.zeros(n)                                                # views: no repeats)
         view = np.ndarray(shape, F64, z, offset * 8, tuple(s * 8 for s in strides))
         view += x                               # (0.0 + x, as bincount: -0.0 becomes 0.0)
         return z.reshape(base_shape)
