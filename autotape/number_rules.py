@@ -24,7 +24,7 @@ import numpy as np
 from .opcodes import (CONCAT, CUMSUM, MAXIMUM, MEAN, MINIMUM, POW, PUT_ADD, RESHAPE, SCATTER,
                       SEARCHSORTED, SETITEM, STRIDED, SUM, TAKE, WHERE)
 from .ops.elementwise import binary_ops, unary_ops
-from .ops.indexing import gathered, put_added, scattered
+from .ops.indexing import gathered, put_added, scattered, taken
 from .tape_format import where_condition
 from .tensor import F64, Tensor, array_of
 
@@ -38,15 +38,11 @@ def _array_forward(op):
     return lambda *args: op.array(*(np.asarray(a, F64) for a in args))
 
 
-def _take(x, flat_index):
-    return np.asarray(x).reshape(-1)[np.asarray(flat_index, np.int64)]
-
-
 NUMBERS = types.SimpleNamespace(
     **{op.name: _array_forward(op) for op in [*unary_ops.values(), *binary_ops.values()]},
     where=np.where, zeros=np.zeros, ones=np.ones, broadcast_to=np.broadcast_to,
     flip=np.flip, cumsum=np.cumsum, gather=gathered, scatter=scattered, put_add=put_added,
-    take_flat=_take)
+    take_flat=taken)
 
 
 def read_number(tape, row):

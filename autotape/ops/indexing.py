@@ -94,6 +94,12 @@ def _one_to_one(shape, strides):
     return True
 
 
+def taken(x, flat_index):
+    """numpy: x's elements at ``flat_index`` (ints, any shape) of its flat data
+    (take_flat's values)."""
+    return np.asarray(x).reshape(-1)[np.asarray(flat_index, np.int64)]
+
+
 def put_added(x, flat_index, base_shape):
     """numpy, float64: zeros of ``base_shape`` with x added at ``flat_index`` (ints,
     x's shape; repeated indices accumulate: put_add's values)."""
@@ -192,11 +198,10 @@ def take_flat(x, flat_index, value=None):
     """
     x = as_tensor(x)
     if type(flat_index) is Tensor:
-        return record(TAKE, array_of(x).reshape(-1)[_whole(flat_index)], x, flat_index)
+        return record(TAKE, taken(array_of(x), _whole(flat_index)), x, flat_index)
     flat_index = np.asarray(flat_index)
     if value is None:
-        idx = np.asarray(flat_index, np.int64)
-        value = array_of(x).reshape(-1)[idx]
+        value = taken(array_of(x), flat_index)
     return record(TAKE, value, x, flat_index if flat_index.dtype == F64 else
                   flat_index.astype(F64))
 
