@@ -663,7 +663,7 @@ class LeanProgram:
         code = loop_source(self.instr, self.loop, self.const_slots, self._read_after(end),
                            self.loop_table, self.pool, self.divisor,
                            self.loop[0] + np.nonzero(self._unswept())[0],
-                           self._active_before_loop())
+                           self._active_before_loop(), self.const_vals)
         if not wait:
             loop_kernels(*code, dtype, group, wait=False, what=self.what)
         return code

@@ -35,6 +35,7 @@ from .cell_adds import cell_order, local_adds, permuted_order
 from .elementwise import passes_nothing
 from .fusion import ROUNDED, deferred, fused_forward, fused_groups, fused_reverse
 from .index_runs import affine_loops
+from .invariant_reads import hoisted_reads
 from .instruction_format import (CALL, COPY, GATHER, I_A, I_B, I_C, I_N, I_OP, I_OUT,
                                  I_SA, I_SB, I_SC, KIND_NAMES, OPERAND_COLUMNS, PICK, PLACE,
                                  SCATTER_ADD, SEARCH, WIDTH, adjoint_columns, pool_reads,
@@ -58,6 +59,25 @@ def _dear(op):
     forward 15% more)."""
     return (UNARY_FIRST <= op <= UNARY_LAST and op not in RECOMPUTED) or \
         op in (POW, ARCTAN2, HYPOT, LOGADDEXP)
+
+
+# a power's exponents whose value and partial are a product or two (_pow_value)
+_CHEAP_EXPONENTS = ("2.0", "3.0")
+
+
+def _literal_exponents(instr, body, period, value_of):
+    """{q: the exponent as a literal} for the body's powers whose exponent is one
+    constant (the same slot every repetition, broadcast): ``x ** 3``'s partial branches
+    on the exponent (_pow_partial), which read from V at run time kept its element loop
+    scalar (a cubic oscillator's reverse 44 -> 26 us). The literal is in the source, so
+    the module is another for another exponent. ``value_of``: constant slot -> value."""
+    out = {}
+    for q in body:
+        c = int(instr[q, I_B])
+        if int(instr[q, I_OP]) == POW and int(instr[q, I_SB]) == 0 and c in value_of and \
+                int(instr[q + period, I_B]) == c and np.isfinite(value_of[c]):
+            out[q] = repr(value_of[c])
+    return out
 
 
 def _signatures(instr):
@@ -362,8 +382,11 @@ class _Body:
     """One repetition's instructions and where each slot lives (see above)."""
 
     def __init__(self, instr, start, period, repeats, delta, constants, read_after,
-                 table=None, pool=None, divisor=None, unswept=(), active=None):
+                 table=None, pool=None, divisor=None, unswept=(), active=None,
+                 value_of=None):
         self.instr, self.start, self.period, self.delta = instr, start, period, delta
+        self.exponents = _literal_exponents(instr, range(start, start + period), period,
+                                            value_of or {})
         self.pool, self.divisor = pool, divisor
         # the instructions no output's reverse sweep reaches in any repetition (an
         # adaptive step's control, frozen): the body's reverse leaves them out
@@ -414,8 +437,8 @@ class _Body:
         # diffusivity's adjoint reads): each gather is a pass of its own before the
         # reverse's element loop (fusion.py); storing the value cost a 2-D heat step's
         # forward less than those passes cost its reverse.
-        dear = {q for q in self._recomputed() if _dear(int(instr[q, I_OP]))} | \
-            self._through_gathers()
+        dear = {q for q in self._recomputed() if _dear(int(instr[q, I_OP])) and
+                self.exponents.get(q) not in _CHEAP_EXPONENTS} | self._through_gathers()
         if dear:
             kept |= dear
             self._spanned(kept)
@@ -532,6 +555,8 @@ class _Body:
         """The array element instruction q's column ``col`` names, element suffix k; with
         ``points``, that element of point j in a chunk of C (slot-major); with
         ``tangent``, its tangent in lane l (of K, the lanes inside the slot)."""
+        if col == I_B and q in self.exponents and not (adjoint or tangent):
+            return self.exponents[q]                # (a literal: pow's branches fold)
         entry = self.table[2].get((q, col))
         if entry is not None:                       # a per-repetition constant
             if adjoint or tangent:
@@ -1421,7 +1446,7 @@ def signatures(dtype):
 
 
 def loop_source(instr, loop, constants, read_after, table=None, pool=None, divisor=None,
-                unswept=(), active=None):
+                unswept=(), active=None, constant_values=None):
     """(key, source): the numba module of the body of ``loop`` (find_loop's), keyed by
     its hash. Its functions are (forward, reverse, clear, tangent) for one point and the
     same for a chunk of C points (slot-major; each takes C last): forward(V, delta,
@@ -1435,11 +1460,15 @@ def loop_source(instr, loop, constants, read_after, table=None, pool=None, divis
     and ``divisor``: the program's, for its gathers and scatters; ``unswept``: the
     first repetition's instructions that no reverse sweep reaches, left out of it;
     ``active``: per slot, whether its value depends on the inputs, marked up to the
-    loop (None: the loop never settles)."""
+    loop (None: the loop never settles); ``constant_values``: the values of
+    ``constants`` (the powers' exponents among them are written as literals)."""
     start, period, repeats, delta = loop
     body = _Body(instr, start, period, repeats, delta, set(int(c) for c in constants),
-                 set(int(r) for r in read_after), table, pool, divisor, unswept, active)
-    functions = affine_loops(_functions(body, False) + _functions(body, True), body.arrays)
+                 set(int(r) for r in read_after), table, pool, divisor, unswept, active,
+                 None if constant_values is None else
+                 dict(zip((int(c) for c in constants), (float(v) for v in constant_values))))
+    functions = hoisted_reads(affine_loops(_functions(body, False) + _functions(body, True),
+                                           body.arrays))
     arrays = "".join(f"{name} = np.array({values}, np.int64)\n"
                      for name, values in sorted(body.arrays.items())
                      if re.search(rf"\b{name}\b", functions))
