@@ -28,7 +28,7 @@ from .sparsity import colour_seeds, column_colours, dependency_pattern
 from .thread_state import here
 from .checkpointing import NotCheckpointable, Segments
 from .tuning import (COMPILE_LOOP_AFTER, COMPRESS_MAX_INSTRUCTIONS, COMPRESS_MIN_INPUTS,
-                     GENERATED_SCRATCH_BYTES, GENERATED_SLICE,
+                     GENERATED_CELLS_MAX, GENERATED_SCRATCH_BYTES, GENERATED_SLICE,
                      KEEP_LIVE_BYTES, KEEP_PROGRAM_SCRATCH_BYTES, LOOK_EVERY, MAX_LANES,
                      OWN_SCRATCH_MAX, POINTS_BODY_MAX, POINTS_CHUNK_MIN,
                      SETTLE_BEFORE_MAX)
@@ -410,9 +410,16 @@ class LeanProgram:
         (float64, a loop found, codegen takes it, no segment budget asked for): its loop
         body alone is then never compiled for it."""
         if dtype != np.float64 or self.loop is None or self.segments is not None or \
-                os.environ.get(GENERATED_ENV) == "0" or not codegen.supported(self):
+                os.environ.get(GENERATED_ENV) == "0" or not codegen.supported(self) or \
+                (kind[1] == "reverse" and self._wide_body()):
             return False
         return self.codegen.get(kind) is not False
+
+    def _wide_body(self):
+        """Whether the loop body's instructions average GENERATED_CELLS_MAX cells or more:
+        its element loops then run a gradient faster than generated scalar code."""
+        start, period = self.loop[0], self.loop[1]
+        return self.instr[start:start + period, I_N].mean() >= GENERATED_CELLS_MAX
 
     def _generated(self, dtype, lanes=0):
         """The generated module (reverse: run_values and run_reverse; with ``lanes``,
