@@ -80,7 +80,8 @@ def hoisted_reads(source):
     """``source`` with the invariant value reads of every element loop loaded into locals
     (``inv{i}``) before it.
 
-    >>> print(hoisted_reads("    for k in range(4):\\n        T[8 + k] = f64(T[0]) * f64(V[8 + k])"))
+    >>> print(hoisted_reads("    for k in range(4):\\n"
+    ...                     "        T[8 + k] = f64(T[0]) * f64(V[8 + k])"))
         inv0 = f64(T[0])
         for k in range(4):
             T[8 + k] = inv0 * f64(V[8 + k])

@@ -957,7 +957,7 @@ def _body(body, points):
     recomputation), the reverse lines and the lines zeroing the kept slots' adjoints of
     one repetition; with ``points``, for a chunk of C points. Runs of elementwise
     instructions over the same cells go in one element loop (kernels/fusion.py)."""
-    instr, fwd, again, rev, clear, hoisted = body.instr, [], [], [], [], []
+    instr, fwd, again, rev, kept, hoisted = body.instr, [], [], [], [], []
     invariant = _invariant(body)
     code = {q: _instruction(body, q, points) for q in range(body.start, body.start + body.period)}
     forwards = {q: lines[1] for q, lines in code.items()}
@@ -992,11 +992,11 @@ def _body(body, points):
             if q in body.recomputed:
                 again.extend(_block(loops, forward))
         if q not in invariant and q not in body.temporary:
-            out = int(instr[q, I_OUT])
-            clear.append(f"G[({out} + o) * C:({out + n} + o) * C] = 0.0" if points else
-                         f"G[{out} + o:{out + n} + o] = 0.0")
+            kept.append((int(instr[q, I_OUT]), n))
         if backward and q not in body.unswept:
             rev.append((q, loops, backward, writes))
+    clear = [f"G[({b} + o) * C:({e} + o) * C] = 0.0" if points else
+             f"G[{b} + o:{e} + o] = 0.0" for b, e in _joined(kept)]
     steps, zero = _first_writes_assign(body, rev[::-1], points)
     reverse, done, scratch, pending = [], set(), [0], []
     for q, loops, backward in steps + [(-1, None, None)]:
@@ -1030,39 +1030,51 @@ def _body(body, points):
 
 
 def _run_sums(body, group, group_of, invariant):
-    """{s: m}: the SCATTER_ADDs that sum all the cells of run member m's output, in
-    order, into one cell (``(u * probe).sum()``: a loss summed inside the loop). The
-    run's loop adds each cell's value to the sum as it computes it: a sum's additions,
+    """{s: m}: the SCATTER_ADDs that sum the cells of run member m's output, in order,
+    into one cell (``(u * probe).sum()``: a loss summed inside the loop) or row by row
+    into consecutive cells (``A @ x``: the products of a row summed into its cell). The
+    run's loop adds each cell's value to its sum as it computes it: a sum's additions,
     one after another, each wait on the last (4 cycles), and in a loop of their own
     after the run's they stood as long as the run (a 2-D heat step: 0.39 us of its
-    1.2). The same additions in the same order: the same bits."""
+    1.2); a row's products were stored and read back (a 20-node epidemic's step 410 ->
+    ... ns). The same additions in the same order: the same bits. A run has at most one
+    row sum (its loop is then a loop over the rows), or any number of whole sums."""
     instr, n = body.instr, int(body.instr[group[0], I_N])
     outputs = {}
     for m in group:
         out = int(instr[m, I_OUT])
         outputs[(out - body.base, 2) if m in body.temporary else (out, 1)] = m
-    found = {}
+    found, rows = {}, {}
     for s in range(max(group) + 1, body.start + body.period):
-        if int(instr[s, I_OP]) != SCATTER_ADD or int(instr[s, I_N]) != 1 or \
-                s in group_of or s in invariant:
+        count = int(instr[s, I_N])
+        if int(instr[s, I_OP]) != SCATTER_ADD or n % count or s in group_of or \
+                s in invariant:
             continue
         _, offsets = pool_reads(instr, body.pool, s)
         index, kinds = body.sources(s)
-        if offsets.size != n or offsets.any() or (kinds != kinds[0]).any():
+        if offsets.size != n or (offsets != np.arange(n) // (n // count)).any() or \
+                (kinds != kinds[0]).any():
             continue
         m = outputs.get((int(index[0]), int(kinds[0])))
         if m is not None and (index == index[0] + np.arange(n)).all():
-            found[s] = m
+            (rows if count > 1 else found)[s] = m
+    if rows:
+        s = min(rows)
+        return {s: rows[s]}
     return found
 
 
 def _summed_in_loop(body, loops, lines, sums, points):
     """A run's forward (``lines``, one element's, inside ``loops``) with the sums
     ``sums`` (_run_sums) added up in its loop: in a local (one point) or in the sum's
-    cell (a chunk: one per point), as the SCATTER_ADD would, then divided as it would."""
+    cell (a chunk: one per point), as the SCATTER_ADD would, then divided as it would.
+    A row sum makes the loop one over its rows (``kr``), each a loop over the row's
+    cells (``kc``, the cell ``k`` = kr cols + kc)."""
     before, inside, after = [], [], []
+    rows = max(int(body.instr[s, I_N]) for s in sums) if sums else 1
+    cell = " + kr" if rows > 1 else ""
     for s, m in sums.items():
-        total = body.ref(s, I_OUT, "", False, points)
+        total = body.ref(s, I_OUT, cell, False, points)
         d = float(body.divisor[s])
         if points:
             before += ["for j in range(C):", f"    {total} = 0.0"]
@@ -1073,7 +1085,12 @@ def _summed_in_loop(body, loops, lines, sums, points):
             before.append(f"sum{s} = 0.0")
             inside.append(f"sum{s} = {ROUNDED}(sum{s} + f64(z{m}))  # SCATTER_ADD")
             after.append(f"{total} = sum{s}" + (f" / {d!r}" if d != 1.0 else ""))
-    return _block(loops, lines + inside, before, after)
+    if rows == 1:
+        return _block(loops, lines + inside, before, after)
+    cols = int(loops[0][len("for k in range("):-2]) // rows
+    row = [f"for kc in range({cols}):", f"    k = kr * {cols} + kc"] + \
+        ["    " + line for line in _block(loops[1:], lines + inside)]
+    return _block([f"for kr in range({rows}):"], before + row + after)
 
 
 def _readers(body):
@@ -1165,12 +1182,22 @@ def _first_writes_assign(body, steps, points):
                     if e in temps:
                         start(temps[e])
         lines.append((q, loops, backward))
-    zero = []
-    for u in sorted(zeroed):
-        b = int(instr[u, I_OUT]) - body.base
-        e = b + int(instr[u, I_N])
-        zero.append(f"GT[{b} * C:{e} * C] = 0.0" if points else f"GT[{b}:{e}] = 0.0")
+    spans = _joined((int(instr[u, I_OUT]) - body.base, int(instr[u, I_N])) for u in zeroed)
+    zero = [f"GT[{b} * C:{e} * C] = 0.0" if points else f"GT[{b}:{e}] = 0.0"
+            for b, e in spans]
     return lines, zero
+
+
+def _joined(runs):
+    """The slot runs (first, count) as spans [first, end), sorted, touching ones joined:
+    each slice's fill costs a few ns a repetition (an advection step zeroed 16)."""
+    spans = []
+    for b, n in sorted(runs):
+        if spans and spans[-1][1] == b:
+            spans[-1][1] = b + n
+        else:
+            spans.append([b, b + n])
+    return spans
 
 
 _HEADER = '''"""Generated by autotape.kernels.loops: one loop body of a lean program."""
