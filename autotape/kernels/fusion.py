@@ -231,7 +231,8 @@ def fused_forward(body, group, forward, computed, stored, points, loaded=()):
 _WRITE = re.compile(r"^(\s*)([A-Za-z_]\w*\[(?:[^\[\]]|\[[^\]]*\])*\]) (\+=|=) (.*)$")
 
 
-def fused_reverse(body, group, values, backward, recomputed, later, scratch, points):
+def fused_reverse(body, group, values, backward, recomputed, later, scratch, points,
+                  starts=None):
     """(statements of one element of the run's reverse sweep, the statements adding its
     deferred terms after the loop, as (member, lines), latest first): ``values`` (the statements
     recomputing the run's values ``recomputed`` as locals), then the instructions'
@@ -239,7 +240,9 @@ def fused_reverse(body, group, values, backward, recomputed, later, scratch, poi
     chosen), reading those locals; the adjoints of the run's own outputs become locals
     ``a{q}``, started from memory (what later instructions added) unless the first term
     assigns; the terms ``later`` (deferred's) go to the float64 buffer W from element
-    ``scratch[0]`` on (moved past them)."""
+    ``scratch[0]`` on (moved past them). ``starts``: {member: the expression its
+    adjoint starts from instead of memory} (a summed member's: its sum's adjoint)."""
+    starts = starts or {}
     refs = {q: body.ref(q, I_OUT, " + k", True, points) for q in group}
     patterns = {q: _name_pattern(ref) for q, ref in refs.items()}
     own = {q: _name_pattern(body.ref(q, I_OUT, " + k", False, points)) for q in recomputed}
@@ -249,7 +252,7 @@ def fused_reverse(body, group, values, backward, recomputed, later, scratch, poi
     def start(q):
         if q not in started:
             started.add(q)
-            lines.insert(0, f"a{q} = {refs[q]}")
+            lines.insert(0, f"a{q} = {starts.get(q, refs[q])}")
     for m, member_lines in backward:
         targets = {body.ref(m, col, " + k" if stride else "", True, points)
                    for col, c, stride, moved in _reads(body, m) if (m, col) in later}

@@ -997,7 +997,12 @@ def _body(body, points):
             rev.append((q, loops, backward, writes))
     clear = [f"G[({b} + o) * C:({e} + o) * C] = 0.0" if points else
              f"G[{b} + o:{e} + o] = 0.0" for b, e in _joined(kept)]
-    steps, zero = _first_writes_assign(body, rev[::-1], points)
+    # a summed member that nothing else reads takes its adjoint from its sum's in the
+    # run's loop: the sum's reverse (a pass storing each cell's adjoint) is left out
+    summed_back = {s: m for g, _ in groups for s, m in sums[id(g)].items()
+                   if m in body.temporary and readers[m] == {s}}
+    steps, zero = _first_writes_assign(body, rev[::-1], points, summed_back)
+    starts = {m: _sum_adjoint(body, s, m, points) for s, m in summed_back.items()}
     reverse, done, scratch, pending = [], set(), [0], []
     for q, loops, backward in steps + [(-1, None, None)]:
         while pending and pending[0][0] > q:    # (a run's deferred terms: each member's
@@ -1022,11 +1027,21 @@ def _body(body, points):
             lines, flushes = fused_reverse(
                 body, g, values, [(m, b) for m, _, b in steps if m in g],
                 set(g) & body.recomputed, deferred(body, g, skipped_in[id(g)]), scratch,
-                points)
+                points, starts)
             lines, after = _broadcast_lanes(loops, lines, scratch, points)
             reverse += _block(loops, lines if points else local_adds(lines), (), after)
             pending = [(m, loops, flush) for m, flush in flushes] + pending
     return fwd, again, zero + reverse, clear, hoisted, scratch[0]
+
+
+def _sum_adjoint(body, s, m, points):
+    """The adjoint of cell k of run member m whose cells the SCATTER_ADD s sums (whole,
+    or row by row), as s's reverse would have left it in m's zeroed adjoint:
+    ``0.0 + g / d`` (so a -0.0 stays +0.0), rounded as stored."""
+    rows = int(body.instr[s, I_N])
+    cell = f" + k // {int(body.instr[m, I_N]) // rows}" if rows > 1 else ""
+    g = body.ref(s, I_OUT, cell, True, points)
+    return f"{ROUNDED}(0.0 + f64({g}) / {float(body.divisor[s])!r})"
 
 
 def _run_sums(body, group, group_of, invariant):
@@ -1139,12 +1154,14 @@ def _invariant(body):
     return found
 
 
-def _first_writes_assign(body, steps, points):
+def _first_writes_assign(body, steps, points, summed_back=None):
     """The reverse steps (q, loop headers, lines), where the first write (in the sweep's
     order) to a temporary's adjoint covering it whole assigns rather than adds; and the
     lines zeroing, at the top of each repetition, only the temporaries' adjoints that
     something reads or adds to before any such write (GT[:] = 0 would store every
-    temporary, every repetition)."""
+    temporary, every repetition). ``summed_back``: {sum: member} whose sum's reverse
+    the member's run does (left out here; the member's adjoint never read from GT)."""
+    summed_back = summed_back or {}
     instr = body.instr
     temps = {}                                  # element slot -> temporary instruction
     for u in body.temporary:
@@ -1156,9 +1173,12 @@ def _first_writes_assign(body, steps, points):
         if u not in ready:
             ready.add(u)
             zeroed.append(u)
+    ready.update(summed_back.values())          # (started from the sum's adjoint)
     for q, loops, backward, writes in steps:
         if q in body.temporary:                 # its own adjoint is read first
             start(q)
+        if q in summed_back:
+            continue
         if pooled(int(instr[q, I_OP])):        # (adds to its sources' adjoints, element
             for e in body.moved_reads(q):       # by element)
                 if e in temps:
