@@ -144,8 +144,9 @@ KEEP_ALL_BYTES = 4096
 # every cell is a statement: cubic oscillators' gradients (15 instructions a step, 400
 # steps), generated against element loops, 16 cells 31 us against 36, 24 cells 51
 # against 44, 32 cells 69 against 49; Lorenz-96 (40 cells cut into pieces by its rolls:
-# 11.8 on average) 38 against 89, the neural ODE (16.2) 39 against 79. A GPU's thread
-# a point runs generated code all the same.
+# 11.8 on average) 38 against 89, the neural ODE (16.2) 39 against 79. A body with a
+# gather or a scatter stays generated (program.py ``_wide_body``). A GPU's thread a
+# point runs generated code all the same.
 GENERATED_CELLS_MAX = 20
 # doubles: a one-output program's one-point kernel (codegen.py run_one) allocates its
 # scratch up to this itself (the epidemic's 11 kB: ~0.2 us less than the thread's)
