@@ -388,7 +388,10 @@ def _dense_output(p):
     return (sol.y ** 2).sum()
 
 
-def test_a_deferred_first_term_assigns_after_the_loop(loop_bodies, fused):
+def test_a_deferred_first_term_assigns_after_the_loop(loop_bodies, fused, monkeypatch):
+    # (cut as without lifting: with it, the run's terms first reach memory, not a
+    # temporary's adjoint)
+    monkeypatch.setattr(fusion, "_liftable", lambda *args: False)
     c, plain, points, got, lean = _compiled_and_plain(_dense_output, np.array([1.3]))
     _same_bits(plain, points, got)
     reverse = lean.loop_code[1].split("def reverse(")[1].split("\ndef ")[0]
@@ -474,6 +477,33 @@ def test_constant_exponents_are_literals_and_parameters_load_before_the_loop(
         for loop in re.finditer(r"\n(\s*)for k in range\(\d+\):\n((?:\1    .*\n)+)", text):
             assert not re.search(r"f64\(V\[\d+\]\)", loop.group(2)), loop.group(0)
     _same_bits(plain, points, got)
+
+
+def _forced(p):
+    """Oscillators whose forcing ``f`` (a parameter times the loop index's cosine: a
+    per-step constant) is computed between the two halves of the step, one of which
+    multiplies by it (its VJP reads f's value)."""
+    x, v = np.linspace(-1.0, 1.0, 12).astype(p.dtype), np.zeros(12, p.dtype)
+    for k in range(30):
+        a = -p[0] * v - p[1] * x ** 3
+        f = p[2] * float(np.cos(1.2 * k * 0.01))
+        v = v + 0.01 * (a + f)
+        x = x + 0.01 * v * f
+    return (x * x).mean()
+
+
+@pytest.mark.parametrize("dtype", [np.float64, np.float32])
+def test_a_term_amid_a_run_that_reads_none_of_it_runs_before_its_loop(loop_bodies, dtype):
+    # f, computed amid the step's element loop and read by its second half, cut it in
+    # two (the oscillators' forward 12 -> 8 us as one); lifted before the loop, the
+    # step is one loop each way, the interpreter's bits
+    x = np.array([0.1, 1.0, 0.3]).astype(dtype)
+    c, plain, points, got, lean = _compiled_and_plain(_forced, x)
+    for name in ("forward", "reverse"):                  # (the reverse's other loops
+        step = _function(lean.loop_code[1], name).split("for t in range(")[1]  # add W's
+        assert len(re.findall(r"for k in range\(12\):\n\s+[az]\d+ = ", step)) == 1, name
+    _same_bits(plain, points, got)
+    _chunks_agree(c, points, got)
 
 
 def test_another_exponent_is_another_module(loop_bodies):

@@ -100,32 +100,64 @@ def _touches(body, q, outs, n):
                for col, c, stride, moved in _reads(body, q) for o in outs)
 
 
+def _liftable(body, q, start, before, reads):
+    """Whether instruction q, amid the run that begins at instruction ``start``, may
+    run before the run's loop (``fused_groups``' lifted ones): elementwise or a COPY,
+    reading only what the repetitions before, the fixed slots, the table and the
+    instructions before the run (or ``before`` it: lifted or hoisted) wrote, and read by none of those
+    in between. A forcing term ``c * cos(w * t)`` between the two halves of an
+    oscillator's step then no longer cuts its run in two (its forward 12 -> 8 us)."""
+    op = int(body.instr[q, I_OP])
+    if op != COPY and op < 0:
+        return False
+    out, n = int(body.instr[q, I_OUT]), int(body.instr[q, I_N])
+    mine = reads(q)
+    for b in range(start, q):
+        if b in before:
+            continue
+        if pooled(int(body.instr[b, I_OP])) and int(body.instr[b, I_OP]) != GATHER:
+            return False                        # (a scatter: it may add anywhere)
+        o, m = int(body.instr[b, I_OUT]), int(body.instr[b, I_N])
+        if any(o <= e < o + m for e in mine) or any(out <= e < out + n for e in reads(b)):
+            return False
+    return True
+
+
 def fused_groups(body, order, hoisted):
     """Runs of the body's instructions ``order`` (ascending) that fuse (see the module's
-    rules), as (members, skipped): two or more members, and the instructions amid them
-    that are not (``hoisted`` ones, run before the loop; and others that no later
-    member reads and that read no member, run after the run's loop)."""
+    rules), as (members, skipped, lifted): two or more members, and the instructions
+    amid them that are not (``hoisted`` ones, run before the loop over repetitions;
+    ``lifted`` ones, which members may read, run before the run's loop (``_liftable``);
+    and others that no later member reads and that read no member, run after the run's
+    loop). Skipped ones' reverse runs where it did: lifted ones too."""
     groups, group, outs, adds, skipped = [], [], {}, [], []
-    between = []                                # skipped since the run's last member
+    between, lifted = [], []                    # skipped since the run's last member
+    skipped_adds = []                           # (the adjoint terms of those skipped)
+    moved = {}
+
+    def reads(q):
+        if q not in moved:
+            moved[q] = body.moved_reads(q)
+        return moved[q]
 
     def close():
         if len(group) >= max(MIN_RUN, 2):
-            groups.append((list(group), list(skipped)))
+            groups.append((list(group), list(skipped), [b for b in lifted if b in skipped]))
     for q in order:
         n = int(body.instr[q, I_N])
         if group:
             size = int(body.instr[group[0], I_N])
             # every instruction skipped over since the run began runs after its
-            # loop: a member may read none of them
-            after = [b for b in skipped + between if b not in hoisted]
+            # loop (but those lifted before it): a member may read none of them
+            after = [b for b in skipped + between if b not in hoisted and b not in lifted]
             joins = q not in hoisted and n == size and fusable(body, q) and \
                 not _touches(body, q, [int(body.instr[b, I_OUT]) for b in after],
                              max([int(body.instr[b, I_N]) for b in after] + [0]))
             if joins:
-                for col, c, strided, moved in _reads(body, q):
+                for col, c, strided, moved_ in _reads(body, q):
                     length = n if strided else 1
                     inside = [m for m, o in outs.items()
-                              if moved and o < c + length and c < o + n]
+                              if moved_ and o < c + length and c < o + n]
                     if inside and (strided != 1 or c != outs[inside[0]]):
                         joins = False           # (another cell of the run's own output)
                 if pooled(int(body.instr[q, I_OP])) and \
@@ -136,6 +168,9 @@ def fused_groups(body, order, hoisted):
                         if _overlap(term, a) and WHERE in (   # one branch writes nothing)
                                 int(body.instr[q, I_OP]), int(body.instr[m, I_OP])):
                             joins = False
+                    if int(body.instr[q, I_OP]) == WHERE and \
+                            any(_overlap(term, a) for a in skipped_adds):
+                        joins = False           # (and a skipped one's would defer them)
             if joins:
                 skipped += between
                 between = []
@@ -143,12 +178,21 @@ def fused_groups(body, order, hoisted):
                 outs[q] = int(body.instr[q, I_OUT])
                 adds.extend((a, q) for a in _adds(body, q, set(outs.values())))
                 continue
-            if q in hoisted or (not pooled(int(body.instr[q, I_OP])) and
-                                not _touches(body, q, list(outs.values()), size)):
+            # (skipped, its reverse runs amid the members' deferred terms: never with
+            # a WHERE member's, which the run cannot defer)
+            if (q in hoisted or (not pooled(int(body.instr[q, I_OP])) and
+                                 not _touches(body, q, list(outs.values()), size))) and \
+                    not any(_overlap(t, a) and int(body.instr[m, I_OP]) == WHERE
+                            for t in _adds(body, q) for a, m in adds):
                 between.append(q)               # (a later member may still come)
+                skipped_adds.extend(_adds(body, q))
+                if q not in hoisted and _liftable(body, q, group[0], set(lifted) | hoisted,
+                                                  reads):
+                    lifted.append(q)
                 continue
             close()
-            group, outs, adds, skipped, between = [], {}, [], [], []
+            group, outs, adds, skipped, between, lifted = [], {}, [], [], [], []
+            skipped_adds = []
         if q not in hoisted and fusable(body, q):
             group, outs, adds = [q], {q: int(body.instr[q, I_OUT])}, []
             adds.extend((a, q) for a in _adds(body, q))

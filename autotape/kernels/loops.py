@@ -962,17 +962,25 @@ def _body(body, points):
     code = {q: _instruction(body, q, points) for q in range(body.start, body.start + body.period)}
     forwards = {q: lines[1] for q, lines in code.items()}
     groups = fused_groups(body, list(code), invariant)
-    group_of = {q: g for g, _ in groups for q in g}
-    skipped_in = {id(g): skipped for g, skipped in groups}
-    sums = {id(g): _run_sums(body, g, group_of, invariant) for g, _ in groups}
+    group_of = {q: g for g, _, _ in groups for q in g}
+    skipped_in = {id(g): skipped for g, skipped, _ in groups}
+    lifted_before = {g[0]: lifted for g, _, lifted in groups}
+    lifted = {q for found in lifted_before.values() for q in found}
+    sums = {id(g): _run_sums(body, g, group_of, invariant) for g, _, _ in groups}
     summed = {s for found in sums.values() for s in found}
     readers, vjp_readers = _readers(body)
     for q in range(body.start, body.start + body.period):
         n = int(instr[q, I_N])
         loops, forward, backward, writes = code[q]
         g = group_of.get(q)
+        for b in lifted_before.get(q, ()):      # (before the run's loop: its members
+            fwd.extend(_block(code[b][0], code[b][1]))      # read them)
+            if b in body.recomputed:
+                again.extend(_block(code[b][0], code[b][1]))
         if g is not None and q != g[0]:
             pass                                # (written with the run's first)
+        elif q in lifted:
+            pass                                # (written before its run's loop)
         elif g is not None:
             outside = {m for m in g if readers[m] - set(g) - set(sums[id(g)])}
             lines = fused_forward(body, g, forwards, set(g),
@@ -999,7 +1007,7 @@ def _body(body, points):
              f"G[{b} + o:{e} + o] = 0.0" for b, e in _joined(kept)]
     # a summed member that nothing else reads takes its adjoint from its sum's in the
     # run's loop: the sum's reverse (a pass storing each cell's adjoint) is left out
-    summed_back = {s: m for g, _ in groups for s, m in sums[id(g)].items()
+    summed_back = {s: m for g, _, _ in groups for s, m in sums[id(g)].items()
                    if m in body.temporary and readers[m] == {s}}
     steps, zero = _first_writes_assign(body, rev[::-1], points, summed_back)
     starts = {m: _sum_adjoint(body, s, m, points) for s, m in summed_back.items()}
