@@ -17,6 +17,7 @@ import autotape as at
 import autotape.func as F
 from autotape import opcodes
 from autotape.kernels.loops import _broadcast_lanes
+from autotape.kernels.lanes import contiguous_lane_sum
 from autotape.kernels.program import lane_sum, lane_tree, live_sets, run_points
 from autotape.tuning import POINTS_BODY_MAX
 from test_op_table import SAMPLES, _recorded_ops
@@ -736,7 +737,7 @@ def test_a_broadcast_operands_adjoint_is_summed_in_lanes(loop_bodies):
         c.grad(x * s)
     lean = c._programs[next(iter(c._programs))].lean
     assert lean.loop_kernels is not None
-    assert "+= lane_sum(W, " in lean.loop_code[1]                # (the body's source)
+    assert "+= contiguous_lane_sum(W, " in lean.loop_code[1]     # (the body's source)
     _on_interpreter(plain)
     for s in (1.0, 0.7):
         np.testing.assert_array_equal(c.grad(x * s).numpy(), plain.grad(x * s).numpy())
@@ -749,7 +750,7 @@ def test_a_broadcast_term_goes_to_the_buffer_and_is_summed_in_lanes_after_the_lo
     scratch = [10]
     lines, after = _broadcast_lanes(loop, body, scratch, False)
     assert lines == [body[0], "W[10 + k] = gx", body[2]] and scratch == [30]
-    assert after == ["GT[9] += lane_sum(W, 10, 20, 1)"]
+    assert after == ["GT[9] += contiguous_lane_sum(W, 10, 20)"]
     where = ["if f64(T[k]) != 0:", "    G[2] += f64(Go[5 + k])", "else:",
              "    GT[4 + k] += f64(Go[5 + k])  # WHERE"]
     lines, after = _broadcast_lanes(loop, where, [0], False)   # (the other branch: 0.0)
@@ -801,11 +802,31 @@ def test_lane_sum_adds_lane_k_mod_8_in_order_then_lane_trees_pairs(n, step):
     expected = eval(lane_tree(f"lanes[{j}]" for j in range(8)))
     assert lane_sum(W, 5, n, step) == expected
     assert _compiled_lane_sum(W, 5, n, step) == expected      # (inlined, as loops use it)
+    if step == 1:                                             # (one point's loop bodies)
+        assert _vector_lane_sum(W, 5, n) == expected
 
 
 @numba.njit(error_model="numpy")
 def _compiled_lane_sum(W, first, n, step):
     return lane_sum(W, first, n, step)
+
+
+@numba.njit(error_model="numpy")
+def _vector_lane_sum(W, first, n):
+    return contiguous_lane_sum(W, first, n)
+
+
+def test_the_vector_lane_sum_is_lane_sums_bits_at_any_start_and_length():
+    # one vector addition per block of 8 terms: the same additions, any alignment,
+    # a tail of 0 to 7 terms, signed zeros, infinities and nan where lane_sum has them
+    rng = np.random.default_rng(5)
+    for _ in range(400):
+        W = rng.uniform(-1.0, 1.0, 90) * 10.0 ** rng.uniform(-300.0, 300.0, 90)
+        W[rng.integers(0, 90, 4)] = rng.choice([0.0, -0.0, np.inf, -np.inf, np.nan], 4)
+        first, n = int(rng.integers(0, 12)), int(rng.integers(0, 78))
+        assert np.array_equal(_vector_lane_sum(W, first, n),
+                              _compiled_lane_sum(W, first, n, 1), equal_nan=True), (first, n)
+    assert str(_vector_lane_sum(np.full(16, -0.0), 0, 16)) == "0.0"   # (lanes start at 0.0)
 
 
 

@@ -753,10 +753,11 @@ _FLUSH = re.compile(r"^(.*) \+?= W\[\(?(\d+) \+ k")   # (a first write assigns: 
 
 
 def _lane_sum_lines(target, w, n, points):
-    """The lines adding lane_sum of the n terms at W[w ...] to ``target`` (after the loop)."""
+    """The lines adding lane_sum of the n terms at W[w ...] to ``target`` (after the loop;
+    for one point, contiguous: as vector additions, kernels/lanes.py)."""
     if points:
         return ["for j in range(C):", f"    {target} += lane_sum(W, {w} * C + j, {n}, C)"]
-    return [f"{target} += lane_sum(W, {w}, {n}, 1)"]
+    return [f"{target} += contiguous_lane_sum(W, {w}, {n})"]
 
 
 def _broadcast_lanes(loops, lines, scratch, points):
@@ -1235,6 +1236,7 @@ import numpy as np
 from autotape.kernels.elementwise import (binary_partial_x, binary_partial_y, binary_value,
                                           tangent_times, times, unary_partial, unary_value)
 from autotape.kernels.driver import points_driver, seed_points
+from autotape.kernels.lanes import contiguous_lane_sum
 from autotape.kernels.program import (forward_range, forward_range_points, lane_sum,
                                       reverse_range, reverse_range_points)
 from autotape.kernels.settling import (another_pass, copy_settled, fill_left_out,
