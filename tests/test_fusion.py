@@ -13,7 +13,7 @@ from hypothesis import strategies as st
 import autotape as at
 import autotape.func as F
 from autotape.kernels import fusion
-from autotape.kernels.instruction_format import I_N, I_OUT
+from autotape.kernels.instruction_format import COPY, I_N, I_OP, I_OUT
 from autotape.integrate import solve_ivp
 from autotape.opcodes import EXP, NEG, POW, SIN
 from programs import broadcast_where
@@ -272,10 +272,47 @@ def test_gathers_from_the_last_step_join_a_run(loop_bodies, dtype):
         rtol=1e-5 if dtype == np.float32 else 1e-13)
 
 
+ADVECT_U0 = np.sin(np.linspace(0.0, 2.0 * np.pi, 40, endpoint=False)) + 0.5
+
+
+def _advection(p):
+    """1-D upwind advection on a periodic grid: differences by ``np.diff`` with
+    ``append`` / ``prepend`` (a wrapped block: ``u[1:]`` then ``u[:1]``) and diffusion
+    by ``np.roll``, a ``where`` picking the upwind side."""
+    u = ADVECT_U0.astype(p.dtype)
+    for _ in range(30):
+        du = np.diff(u, append=u[:1])
+        db = np.diff(u, prepend=u[-1:])
+        flux = np.where(u > 0, db, du)
+        u = u - p[0] * u * flux + p[1] * (np.roll(u, 1) - 2 * u + np.roll(u, -1))
+    return (u ** 2).sum()
+
+
+@pytest.mark.parametrize("dtype", [np.float64, np.float32])
+def test_a_1d_roll_and_a_periodic_diff_stay_gathers_and_join_the_step_s_run(loop_bodies,
+                                                                            dtype):
+    # copies of a roll's two runs cut every instruction reading it into pieces (a
+    # 64-cell advection step: 53 one-cell instructions); one gather of the last step's
+    # grid keeps every instruction over all 40 cells, and the step fuses
+    x = np.array([0.05, 0.1], dtype)
+    c, plain, points, got, lean = _compiled_and_plain(_advection, x)
+    body = lean.instr[lean.loop[0]:lean.loop[0] + lean.loop[1]]
+    assert set(body[body[:, I_OP] != COPY, I_N].tolist()) == {40}   # (p[0], p[1]: one)
+    forward = _function(lean.loop_code[1], "forward").split("for t in range(")[1]
+    assert "# GATHER" not in forward            # (fused: its index runs, 1 + 38 + 1 cells,
+    assert len(re.findall(r"for k in range\(", forward)) == 3    # one loop each)
+    _same_bits(plain, points, got)
+    _chunks_agree(c, points, got)
+    eager = at.tensor(points[0], requires_grad=True)
+    np.testing.assert_allclose(got[0][1].numpy(), at.grad(_advection(eager), eager)[0]
+                               .numpy(), rtol=1e-4 if dtype == np.float32 else 1e-12)
+
+
 def test_the_rolls_of_a_larger_grid_scatter_over_runs(loop_bodies):
     # on an 18 x 18 grid a roll's runs (17 cells in order, one wrapped) average over
-    # INDEX_RUN_MEAN_MIN: the two rolls' adjoint terms, and the in-order one between
-    # them, reach the grid in one loop through the inverse permutations
+    # INDEX_RUN_MEAN_MIN: the three rolls' adjoint terms (along rows too: one block
+    # reordered, a gather), and the in-order one between them, reach the grid in one
+    # loop through the inverse permutations
     # (kernels/cell_adds.py); pick's stays an index array; the values of this step that
     # the reverse reads and that read the rolls the forward keeps, so that no gather
     # runs again in the reverse; the interpreter's bits
@@ -285,7 +322,7 @@ def test_the_rolls_of_a_larger_grid_scatter_over_runs(loop_bodies):
     reverse = _function(lean.loop_code[1], "reverse")
     assert "# GATHER" not in reverse and "Vo[S" not in reverse
     assert len(re.findall(r"acc = V\.dtype\.type\(acc \+ \(W\[\d+ \+ R\d+\[k\]\]\)\)",
-                          reverse)) == 2
+                          reverse)) == 3
     assert re.search(r"Go\[S\d+\[k\]\] \+= W\[\d+ \+ k\]", reverse)       # (pick's)
     _same_bits(plain, points, got)
     _chunks_agree(c, points, got)

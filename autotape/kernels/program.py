@@ -305,7 +305,7 @@ def _emit_split(code, divisor, op, out, n, ops, at, strides, selected, slot, tra
     """An elementwise instruction. An operand that is a gather (a roll, a slice, a
     concatenation) is read at its sources instead, in as many pieces (up to MAX_PIECES)
     as its sources run in contiguous stretches: the gather itself is then unused, and
-    dropped, in both directions."""
+    dropped, in both directions. A roll is not (``_reordered``): read as one gather."""
     src = np.empty((3, n), np.int64)
     for t in range(3):
         for k in range(n):
@@ -314,6 +314,9 @@ def _emit_split(code, divisor, op, out, n, ops, at, strides, selected, slot, tra
         if r >= 0 and strides[t] == 1 and selected[r] and at[t] == slot[r]:
             for k in range(n):
                 src[t, k] = np.int64(track[slot[r] + k])
+            if _reordered(src[t]):              # (a roll: read as its gather's output)
+                for k in range(n):
+                    src[t, k] = at[t] + k
     pieces = 1
     for k in range(1, n):
         for t in range(3):
@@ -353,17 +356,35 @@ def _elementwise_operand(rows, ipool, i, t):
 
 
 @register_jitable
+def _reordered(src):
+    """Whether the sources ``src`` are one block of slots in another order (a roll, a
+    periodic wrap: ``np.diff(u, append=u[:1])``'s ``u[1:] + u[:1]``): more than one
+    contiguous run, all within as many slots as there are elements. Such an operand
+    stays one gather, which a loop body fuses into its step's element loop (a roll of
+    the last step's state: kernels/fusion.py), where copies of its runs cut every
+    instruction reading it into pieces: a 64-cell advection step took 53 one-cell
+    instructions, 143 us a gradient; 79 as gathers."""
+    n, runs = src.size, 1
+    lo, hi = src[0] if n else 0, src[0] if n else 0
+    for k in range(1, n):
+        if src[k] != src[k - 1] + 1:
+            runs += 1
+        lo, hi = min(lo, src[k]), max(hi, src[k])
+    return runs > 1 and hi - lo < n
+
+
+@register_jitable
 def _emit_gather(code, pool, divisor, out, src):
     """out[k] = src[k]: as COPY instructions where the sources run in few contiguous
-    stretches (a 1-D roll, a slice, a concatenation: 64 elements a run on average), else
-    one GATHER through the pool. A 2-D roll of a 32 x 32 grid (64 runs of 16) as copies
+    stretches (a slice, a concatenation: 64 elements a run on average) and are not one
+    block reordered (a roll: ``_reordered``), else one GATHER through the pool. A 2-D roll of a 32 x 32 grid (64 runs of 16) as copies
     cost a compiled loop body 64 loops (3300 lines, 25 s to compile), as a gather one
     (500 lines, 1.7 s); the interpreter runs it 7% slower."""
     n, runs = src.size, 1
     for k in range(1, n):
         if src[k] != src[k - 1] + 1:
             runs += 1
-    if runs <= max(2, n // 64):
+    if runs <= max(2, n // 64) and not _reordered(src):
         start = 0
         for k in range(1, n + 1):
             if k == n or src[k] != src[k - 1] + 1:
