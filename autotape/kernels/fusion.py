@@ -104,8 +104,8 @@ def _liftable(body, q, start, before, reads):
     """Whether instruction q, amid the run that begins at instruction ``start``, may
     run before the run's loop (``fused_groups``' lifted ones): elementwise or a COPY,
     reading only what the repetitions before, the fixed slots, the table and the
-    instructions before the run (or ``before`` it: lifted or hoisted) wrote, and read by none of those
-    in between. A forcing term ``c * cos(w * t)`` between the two halves of an
+    instructions before the run (or ``before`` it: lifted or hoisted) wrote, and read
+    by none of those in between. A forcing term ``c * cos(w * t)`` between the two halves of an
     oscillator's step then no longer cuts its run in two (its forward 12 -> 8 us)."""
     op = int(body.instr[q, I_OP])
     if op != COPY and op < 0:

@@ -377,9 +377,10 @@ def _reordered(src):
 def _emit_gather(code, pool, divisor, out, src):
     """out[k] = src[k]: as COPY instructions where the sources run in few contiguous
     stretches (a slice, a concatenation: 64 elements a run on average) and are not one
-    block reordered (a roll: ``_reordered``), else one GATHER through the pool. A 2-D roll of a 32 x 32 grid (64 runs of 16) as copies
-    cost a compiled loop body 64 loops (3300 lines, 25 s to compile), as a gather one
-    (500 lines, 1.7 s); the interpreter runs it 7% slower."""
+    block reordered (a roll: ``_reordered``), else one GATHER through the pool. A 2-D
+    roll of a 32 x 32 grid (64 runs of 16) as copies cost a compiled loop body 64 loops
+    (3300 lines, 25 s to compile), as a gather one (500 lines, 1.7 s); the interpreter
+    runs it 7% slower."""
     n, runs = src.size, 1
     for k in range(1, n):
         if src[k] != src[k - 1] + 1:
