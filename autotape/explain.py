@@ -15,7 +15,7 @@ import sys
 
 import numpy as np
 
-from .kernels.loops import repetition
+from .kernels.loops import first_unlike_body, repetition
 from .tuning import BLAS_MIN_FLOPS, MIN_COVERED, MIN_REPEATS
 from .opcodes import MATMUL, opcode_name
 from .program import LeanProgram
@@ -88,11 +88,40 @@ def explain(compiled, args):
                                 if short else "."))
     if lean.loop is not None and share >= WHOLE:
         return "\n".join(say)                # (what lies outside: set-up and the loss)
+    say += _other_stretches(lean, constant, lines, tape, (start, period, repeats), count)
     for q, why in breaks:
         side = "begins" if q < start else "ends"
         say.append(f"The repetition {side} at {lines.of(tape, int(lean.made_by[q]))}: "
                    f"{why}.")
     return "\n".join(say)
+
+
+def _other_stretches(lean, constant, lines, tape, loop, count):
+    """Sentences on the stretches before and after the loop that repeat too (a phase of
+    the simulation whose steps record other ops: a forcing switched off), which run on
+    the interpreter: where their repetitions part from the loop's, and how to make them
+    one."""
+    start, period, repeats = loop
+    say = []
+    for lo, hi in ((0, start), (start + period * repeats, count)):
+        found = repetition(lean.instr[lo:hi], constant, lean.pool)
+        if found is None or found[2] < MIN_REPEATS or \
+                found[1] * found[2] < max(MIN_COVERED, count // 20):
+            continue
+        first, other, times = lo + found[0], found[1], found[2]
+        body = _span(lines, tape, lean.made_by[first:first + other])
+        say.append(f"{'Before' if lo == 0 else 'After'} it, another stretch repeats: "
+                   f"{times} repetitions of {other} instructions ({body}), "
+                   f"{100.0 * other * times / count:.0f}% of the program, on the "
+                   "interpreter (a program compiles one loop).")
+        q = first_unlike_body(lean.instr, constant, start, period, first, other)
+        if q is not None:
+            say.append(f"Its repetitions part from the loop's at "
+                       f"{lines.of(tape, int(lean.made_by[q]))}. Where the steps differ "
+                       "only in a value (a forcing switched on or off: `p[3] if i < 40 "
+                       "else 0.0`), arithmetic on it (`p[3] * (i < 40)`) records the same "
+                       "ops in every step, and the stretches become one loop.")
+    return say
 
 
 def _skipped(frame):

@@ -127,3 +127,41 @@ def test_lines_run_on_another_tape_do_not_hide_the_recordings():
         lines.places.append(place)
     assert [lines.place(recording, r) for r in (0, 1, 5, 8)] == \
         [None, ("f.py", 2), ("f.py", 3), ("f.py", 2)]
+
+
+def pushed(theta):
+    x, v = theta[0], theta[1]
+    for i in range(300):
+        push = theta[2] if i < 100 else 0.0
+        a = -at.sin(x) - 0.1 * v + push             # the push's sum
+        x, v = x + 0.01 * v, v + 0.01 * a
+    return x * x + v * v
+
+
+def pushed_by_arithmetic(theta):
+    x, v = theta[0], theta[1]
+    for i in range(300):
+        a = -at.sin(x) - 0.1 * v + theta[2] * (i < 100)
+        x, v = x + 0.01 * v, v + 0.01 * a
+    return x * x + v * v
+
+
+def test_a_second_phase_of_the_loop_is_said_with_the_line_where_it_parts():
+    """A push for the first 100 steps, then none: the steps record other ops, two
+    stretches, of which the program compiles one; explain names both, the line where
+    their steps part, and how to make them one loop (which it then is)."""
+    text = at.compile(pushed, THETA).explain(THETA)
+    assert "Its loop: 200 repetitions of 9 instructions" in text
+    assert "Before it, another stretch repeats: 98 repetitions of 9 instructions " \
+           f"(test_explain.py, lines {_line(pushed, 'push = theta')}-" in text \
+        or "Before it, another stretch repeats: 98 repetitions of 9 instructions " \
+           f"(test_explain.py, lines {_line(pushed, 'the push')}-" in text
+    assert "on the interpreter (a program compiles one loop)" in text
+    assert f"part from the loop's at test_explain.py, line {_line(pushed, 'the push')} " \
+           "(`a = -at.sin(x)" in text
+    assert "(`p[3] * (i < 40)`)" in text
+    one = at.compile(pushed_by_arithmetic, THETA).explain(THETA)
+    assert "Its loop: 299 repetitions" in one and "another stretch" not in one
+    value, grad = at.compile(pushed, THETA).value_and_grad(THETA)
+    again, grad_again = at.compile(pushed_by_arithmetic, THETA).value_and_grad(THETA)
+    np.testing.assert_allclose(grad.numpy(), grad_again.numpy(), rtol=1e-12)

@@ -416,7 +416,7 @@ def permuted_order(lines, arrays):
     return out, inverses
 
 
-_CELL_ADD = re.compile(r"^((\w+)\[(\d+) \+ k\]) \+= (.+)$")
+_CELL_ADD = re.compile(r"^((\w+)\[(\d+) \+ k\]) (\+?=) (.+)$")
 
 
 def local_adds(lines):
@@ -440,18 +440,22 @@ def local_adds(lines):
             adds.setdefault(found.group(1), []).append(i)
     out = list(lines)
     for cell, at in adds.items():
-        if len(at) < 2:
+        hows = [_CELL_ADD.match(lines[i].split("  #", 1)[0]).group(4) for i in at]
+        if len(at) < 2 or "=" in hows[1:]:      # (only a first write may assign)
             continue
         name, first = _CELL_ADD.match(lines[at[0]]).group(2, 3)
         between = [lines[i] for i in range(at[0], at[-1] + 1) if i not in at] + \
-            [_CELL_ADD.match(lines[i].split("  #", 1)[0]).group(4) for i in at]
+            [_CELL_ADD.match(lines[i].split("  #", 1)[0]).group(5) for i in at]
         if any(_may_touch(line, name, int(first)) for line in between):
             continue
         local = f"c{name}{first}"
         if any(re.search(rf"\b{local}\b", line) for line in lines):
             continue
         for n, i in enumerate(at):
-            term = _CELL_ADD.match(lines[i].split("  #", 1)[0]).group(4)
+            term = _CELL_ADD.match(lines[i].split("  #", 1)[0]).group(5)
+            if n == 0 and hows[0] == "=":       # (a first write that assigns: the
+                out[i] = f"{local} = {ROUNDED}({term})"     # zero it replaced unread)
+                continue
             value = f"f64({cell})" if n == 0 else local
             out[i] = f"{local} = {ROUNDED}({value} + ({term}))"
         out[at[-1]] += f"\n{cell} = {local}"

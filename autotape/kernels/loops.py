@@ -18,6 +18,7 @@ adaptive step's frozen control: zero adjoints, which an inf partial would turn i
 nan); an output whose sweep skips others in some repetitions is swept by the
 interpreter.
 """
+import difflib
 import hashlib
 import os
 import re
@@ -281,6 +282,35 @@ def _first_unlike(instr, sig, places, period, delta, constant, pool, lowest):
     return None
 
 
+def first_unlike_body(instr, constant, a, period_a, b, period_b):
+    """The first instruction of the repetition at ``b`` (``period_b`` instructions) that
+    the one at ``a`` has not, aligned by their kinds and which operands are constants
+    (``constant``: per slot) (a rotation of a's, then the longest common stretches:
+    difflib), for ``Compiled.explain``: where two stretches of a program that each
+    repeat (a forcing switched off after a while) part; None where they are alike.
+
+    >>> instr = np.zeros((7, WIDTH), np.int64)
+    >>> instr[:, I_OP], instr[:, I_N] = [ADD, MUL, ADD, MUL, ADD, NEG, MUL], 1
+    >>> first_unlike_body(instr, np.zeros(1, bool), 0, 2, 4, 3)
+    5
+    """
+    sig = [(int(v), tuple(bool(constant[c]) if c >= 0 else None for c in row))
+           for v, row in zip(_signatures(instr), instr[:, list(OPERAND_COLUMNS)])]
+    x, y = sig[a:a + period_a], sig[b:b + period_b]
+    best = None
+    for r in range(len(x)):
+        if x[r] == y[0]:
+            match = difflib.SequenceMatcher(None, x[r:] + x[:r], y, autojunk=False)
+            if best is None or match.ratio() > best.ratio():
+                best = match
+    if best is None:
+        return b
+    for tag, _, _, j1, _ in best.get_opcodes():
+        if tag != "equal":
+            return b + min(j1, period_b - 1)
+    return None
+
+
 def _why_unlike(instr, sig, a, b, delta, constant, pool, lowest):
     """Why instruction b does not repeat a (b - a a period on), or None where it does."""
     x, y, name = instr[a], instr[b], instruction_name(instr[b, I_OP])
@@ -419,6 +449,7 @@ class _Body:
         # what the code after the loop reads of any repetition (mostly the last one's
         # state; also an earlier one's values: an ODE solve's table of steps) stays in V
         end = self.base + repeats * delta
+        self.read_after = read_after
         earlier = set()
         for r in read_after:
             if self.base <= r < end:
@@ -1004,12 +1035,17 @@ def _body(body, points):
             kept.append((int(instr[q, I_OUT]), n))
         if backward and q not in body.unswept:
             rev.append((q, loops, backward, writes))
-    clear = [line for b, e in _joined(kept) for line in _zeroing("G", b, e, " + o", points)]
     # a summed member that nothing else reads takes its adjoint from its sum's in the
     # run's loop: the sum's reverse (a pass storing each cell's adjoint) is left out
     summed_back = {s: m for g, _, _ in groups for s, m in sums[id(g)].items()
                    if m in body.temporary and readers[m] == {s}}
     steps, zero = _first_writes_assign(body, rev[::-1], points, summed_back)
+    # the kept slots' adjoints: cleared before every sweep where their first write adds,
+    # in the last two repetitions alone where it assigns (``every``: _kept_first_writes)
+    added = [(b, 1) for b0, n in kept for b in range(b0, b0 + n) if b not in body.assigned]
+    clear = ([line for b, e in _joined(added) for line in _zeroing("G", b, e, " + o", points)],
+             [line for b, e in _joined((b, 1) for b in body.assigned)
+              for line in _zeroing("G", b, e, " + o", points)])
     starts = {m: _sum_adjoint(body, s, m, points) for s, m in summed_back.items()}
     reverse, done, scratch, pending = [], set(), [0], []
     for q, loops, backward in steps + [(-1, None, None)]:
@@ -1171,6 +1207,7 @@ def _first_writes_assign(body, steps, points, summed_back=None):
     the member's run does (left out here; the member's adjoint never read from GT)."""
     summed_back = summed_back or {}
     instr = body.instr
+    assigned, body.assigned = _kept_first_writes(body, steps, summed_back), set()
     temps = {}                                  # element slot -> temporary instruction
     for u in body.temporary:
         for k in range(int(instr[u, I_N])):
@@ -1196,8 +1233,12 @@ def _first_writes_assign(body, steps, points, summed_back=None):
             c, n = int(instr[q, col]), int(instr[q, I_N])
             moved = int(instr[q + body.period, col]) != c
             u = temps.get(c) if moved else None
+            if (q, line) in assigned:           # (a kept slot's, first: _kept_first_writes)
+                backward[line] = backward[line].replace(" += ", " = ", 1)
+                body.assigned |= assigned[q, line]
+                continue
             if u is None:
-                continue                        # a kept slot's adjoint: always added to
+                continue                        # a kept slot's adjoint: else added to
             strided = int(stride(instr, q, col))
             count = n if strided else 1
             whole = (c == int(instr[u, I_OUT]) and count == int(instr[u, I_N]) and
@@ -1213,6 +1254,83 @@ def _first_writes_assign(body, steps, points, summed_back=None):
     spans = _joined((int(instr[u, I_OUT]) - body.base, int(instr[u, I_N])) for u in zeroed)
     zero = [line for b, e in spans for line in _zeroing("GT", b, e, "", points)]
     return lines, zero
+
+
+def _kept_first_writes(body, steps, summed_back):
+    """{(q, line): the slots (the first repetition's)} of the reverse lines that write
+    a kept slot's adjoint first in the sweep's order, every repetition, so that they
+    may assign: the state's adjoints then need no clearing before the sweep, nor a load
+    of the zero it held (a cubic oscillator's gradient 29 -> 25 us). The sweep runs the
+    repetitions from the last and each backwards, so a slot's first writer is its
+    reader from furthest back (lag, that many repetitions later), then the latest one.
+    Such a write assigns where it covers its slots whole, unconditionally (not a WHERE's
+    branch), looks at most two repetitions back (the repetitions ``clear`` zeroes in
+    full: program_prepare's last two) and nothing else adds to those slots first: not
+    the code after the loop (``read_after``, an ODE solve's table of steps), nor the
+    loop's fixed operands, where the first repetitions reach back before the loop; nor
+    a gather or a sum, whose adds no line names. (A loop that settles: its passes over
+    the settled copy clear as they go, and the settled repetition's state adjoints are
+    zeroed before the passes hand theirs back: kernels/settling.py another_pass.)"""
+    instr, base, delta, writes = body.instr, body.base, body.delta, body.writes
+    kept = {e for e, q in writes.items() if q not in body.temporary}
+    blocked, writers, order = set(), {}, {}
+    fixed = set(body.read_after)
+
+    def element(e):                             # (a repetition's slot: its first's)
+        return e + -(-(base - e) // delta) * delta if e < base else e
+    for i, (q, _, _, lines) in enumerate(steps):
+        if pooled(int(instr[q, I_OP])) or body.plain_gather(q) or q in summed_back:
+            blocked.update(element(e) for e in body.moved_reads(q))    # (adds no line
+                                                                        # names)
+        for line, col, conditional in lines:
+            order[q, line] = (i, line)
+    for q in range(body.start, body.start + body.period):
+        fixed.update(body._fixed_adjoint_reads(q))
+    for q, _, _, lines in steps:
+        for line, col, conditional in lines:
+            c, n = int(instr[q, col]), int(instr[q, I_N])
+            if int(instr[q + body.period, col]) == c or (q, col) in body.table[2]:
+                continue                        # (a fixed operand's)
+            count = n if int(stride(instr, q, col)) else 1
+            lag = -(-(base - c) // delta) if c < base else 0
+            slots = range(c + lag * delta, c + lag * delta + count)
+            if lag > 2 or conditional or (count == 1 and n > 1) or \
+                    element(c + count - 1) != slots[-1] or not all(e in kept for e in slots):
+                blocked.update(slots)
+                continue
+            for e in slots:
+                writers.setdefault(e, []).append((-lag, order[q, line], q, line))
+    # the slots before the loop that the first repetitions' reads reach (lag > t): no
+    # other read may name them (the code before the loop is swept after the loop)
+    reached = {}
+    for q in range(body.start, body.start + body.period):
+        for e in body.moved_reads(q):
+            for t in range(min(-(-(base - e) // delta), body.repeats) if e < base else 0):
+                reached.setdefault(e + t * delta, set()).add(element(e))
+    for slot, elements in reached.items():
+        if len(elements) > 1 or slot in fixed:
+            blocked.update(elements)
+    end, after = base + body.repeats * delta, {}
+    for r in body.read_after:                   # (read after the loop: the sweep of the
+        if base <= r < end:                     # code after it adds to it first)
+            e, t = base + (r - base) % delta, (r - base) // delta
+            after[e] = min(after.get(e, t), t)
+    found = {}
+    for e, candidates in writers.items():
+        first = min(candidates)                 # (a lag L writer assigns up to the
+        ok = e not in blocked and after.get(e, body.repeats) > body.repeats - 1 + first[0]
+        found.setdefault((first[2], first[3]), []).append(ok)   # repetition R - 1 - L)
+    assigned = {}
+    for q, _, _, lines in steps:
+        for line, col, conditional in lines:
+            if (q, line) in found and all(found[q, line]) and \
+                    len(found[q, line]) == (int(instr[q, I_N])
+                                            if int(stride(instr, q, col)) else 1):
+                c = int(instr[q, col])
+                lag = -(-(base - c) // delta) if c < base else 0
+                assigned[q, line] = set(range(c + lag * delta, c + lag * delta
+                                              + len(found[q, line])))
+    return assigned
 
 
 def _zeroing(name, b, e, offset, points):
@@ -1275,10 +1393,12 @@ def forward{suffix}(V, delta, first, repeats, shift, tb, settle{points}):
 
 
 @numba.njit(cache=True, error_model="numpy", nogil=True)
-def clear{suffix}(G, delta, first, repeats, shift, tb{points}):
+def clear{suffix}(G, delta, first, repeats, shift, tb, every{points}):
     for t in range(first, repeats):
         o = t * delta - shift
         {clear}
+        if every:
+            {clear_every}
 
 
 @numba.njit(cache=True, error_model="numpy", nogil=True)
@@ -1333,8 +1453,8 @@ def program_prepare{suffix}(code, G, C, j0, j1, o, ran):
     zero, one = np.int64(0), np.int64(1)
     if not compiled[o]:
         return zero, zero                                   # (the seed zeroes all of G)
-    clear{suffix}(G, delta, zero, min(ran, repeats - 2), zero, tb{points})   # (a settled
-    clear{suffix}(G, delta, repeats - 2, repeats, zero, tb{points})  # loop's copies: swept
+    clear{suffix}(G, delta, zero, min(ran, repeats - 2), zero, tb, zero{points})  # (a settled
+    clear{suffix}(G, delta, repeats - 2, repeats, zero, tb, one{points})  # loop's copies: swept
     zero_left_out(G, ran, repeats - 2, delta, {base}, EARLIER, {c})  # at the last two places)
     return first_slot, last_slot
 
@@ -1347,7 +1467,7 @@ def program_reverse{suffix}(code, V, G, C, j0, j1, o, ran):
     {reverse_range}(instr, pool, divisor, live[o], V, G,{c_arg} end, count)
     if compiled[o] and reaches_left_out(G, ran, repeats - 2, delta, {base}, EARLIER, {c}):
         ran = forward{suffix}(V, delta, zero, repeats, zero, tb, zero{points})  # (settling.py:
-        clear{suffix}(G, delta, zero, repeats, zero, tb{points})               # all run)
+        clear{suffix}(G, delta, zero, repeats, zero, tb, one{points})          # all run)
         seed_points(G, {c}, zero, {c}, first_slot, last_slot, out_slots[o])
         {reverse_range}(instr, pool, divisor, live[o], V, G,{c_arg} end, count)
     if compiled[o]:
@@ -1430,7 +1550,7 @@ def _settling(body, points, clear, again, rev):
     fill = {"{c}": "C" if points else "1", "{times_c}": " * C" if points else "",
             "{base}": str(body.base), "{all}": str(body.repeats),
             "{again}": "\n    ".join(again) or "pass", "{reverse}": "\n    ".join(rev) or "pass",
-            "{clear}": "\n        ".join(clear) or "pass"}
+            "{clear}": "\n        ".join(clear[0] + clear[1]) or "pass"}
 
     def filled(template):
         for key, value in fill.items():
@@ -1469,7 +1589,9 @@ def _functions(body, points):
         .replace("{base}", str(body.base)) \
         .replace("{size}", str(max(body.size, 1))).replace("{forward}", join(fwd)).replace(
             "{again}", join(again) or "pass").replace("{reverse}", join(rev) or "pass") \
-        .replace("{clear}", join(clear) or "pass").replace("{hoisted}", hoisted) \
+        .replace("{clear}", join(clear[0]) or "pass").replace(
+            "{clear_every}", "\n            ".join(clear[1]) or "pass") \
+        .replace("{hoisted}", hoisted) \
         .replace("{buffered}", str(max(buffered, 1)))
 
 
@@ -1487,7 +1609,7 @@ if hasattr(os, "register_at_fork"):
     os.register_at_fork(after_in_child=_in_forked_child)
 
 KERNEL_NAMES = ("forward", "reverse", "clear", "tangent", "run")
-_ARGUMENTS = {"forward": "V i i i i i i", "reverse": "V V i i i i i i", "clear": "V i i i i i",
+_ARGUMENTS = {"forward": "V i i i i i i", "reverse": "V V i i i i i i", "clear": "V i i i i i i",
               "tangent": "V V i i i i i i",
               "run": "I2 I1 F1 U2 I1 F1 I1 I1 X2 X2 X3 b B1 i i i V V i i i i i i i"}
 # what a call needs, compiled together: a gradient at one point, or at a chunk of points;

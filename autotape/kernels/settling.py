@@ -122,7 +122,11 @@ def another_pass(at, A, Go, G, state, active_state, fixed, delta, shift, ran, C)
     if at[1] > 0 and not pass_changed_nothing(A, Go, active_state, delta, G, fixed, C):
         return True
     t = at[0]
-    move_adjoints(G, state, (t - 1) * delta - shift, (ran - 1) * delta - shift, C)
+    settled_at = (ran - 1) * delta - shift      # (its state's adjoints: zero before, as
+    for m in range(state.size):                 # no repetition after it was swept; the
+        for j in range(C):                      # clear leaves those a first write
+            G[(state[m] + settled_at) * C + j] = 0.0    # assigns: loops.py)
+    move_adjoints(G, state, (t - 1) * delta - shift, settled_at, C)
     at[0], at[1] = ran - 1, 0
     return False
 
