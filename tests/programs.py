@@ -4,6 +4,8 @@ import math
 import numpy as np
 from hypothesis import strategies as st
 
+import autotape as at
+
 # name, arity, f(lib, *operands); every op is smooth on all reals so that finite
 # differences and torch agree with autotape everywhere
 OPS = [
@@ -120,3 +122,25 @@ def broadcast_where(L):
             x = L.where(x > 0.2, k[1], x) * 0.9 + 0.05 * x * k[2]
         return (x * x).sum()
     return f
+
+
+def compiled_and_interpreted(f, x, **options):
+    """(c, plain, points, got, lean): f compiled (``at.compile(f, x, **options)``) and its
+    value and gradient at five points near x, enough calls for its loop body to compile
+    (asserted), and ``plain``, f compiled with its loop taken away (the interpreter)."""
+    c, plain = at.compile(f, x, **options), at.compile(f, x)
+    points = [x * s for s in (1.0, 0.9, 1.1, 0.8, 1.2)]       # past COMPILE_LOOP_AFTER
+    got = [c.value_and_grad(p) for p in points]
+    lean = next(iter(c._programs.values())).lean
+    assert lean.loop is not None and lean.loop_kernels is not None
+    for prog in plain._programs.values():
+        prog.lean.loop = None                                # (the interpreter)
+    return c, plain, points, got, lean
+
+
+def same_bits(plain, points, got):
+    """The compiled body's (value, gradient) at each point are the interpreter's."""
+    for p, (value, g) in zip(points, got):
+        want, want_g = plain.value_and_grad(p)
+        np.testing.assert_array_equal(value.numpy(), want.numpy())
+        np.testing.assert_array_equal(g.numpy(), want_g.numpy())

@@ -16,7 +16,7 @@ from autotape.kernels import fusion
 from autotape.kernels.instruction_format import COPY, I_N, I_OP, I_OUT
 from autotape.integrate import solve_ivp
 from autotape.opcodes import EXP, NEG, POW, SIN
-from programs import broadcast_where
+from programs import broadcast_where, compiled_and_interpreted, same_bits
 
 CELLS = 20
 OFFSETS = st.sampled_from([0, 1, 2])
@@ -67,25 +67,6 @@ def fused(request, monkeypatch):
     return request.param
 
 
-def _compiled_and_plain(f, x):
-    c, plain = at.compile(f, x), at.compile(f, x)
-    points = [x * s for s in (1.0, 0.9, 1.1, 0.8, 1.2)]       # past COMPILE_LOOP_AFTER
-    got = [c.value_and_grad(p) for p in points]
-    lean = next(iter(c._programs.values())).lean
-    assert lean.loop is not None and lean.loop_kernels is not None
-    for prog in plain._programs.values():
-        prog.lean.loop = None                                # (the interpreter)
-    return c, plain, points, got, lean
-
-
-def _same_bits(plain, points, got):
-    """The compiled body's (value, gradient) at each point are the interpreter's."""
-    for p, (value, g) in zip(points, got):
-        want, want_g = plain.value_and_grad(p)
-        np.testing.assert_array_equal(value.numpy(), want.numpy())
-        np.testing.assert_array_equal(g.numpy(), want_g.numpy())
-
-
 def _chunks_agree(c, points, got):
     """vmap's gradients (the bodies' chunk kernels) are the one-point calls' bit for bit."""
     np.testing.assert_array_equal(F.vmap(c.grad)(np.stack(points)).numpy(),
@@ -109,7 +90,7 @@ def test_a_stencil_run_is_one_loop_with_deferred_terms(loop_bodies, dtype):
     # the buffer W, added after the loop in the unfused order; a boundary piece amid the
     # run is skipped over, its reverse run between the deferred terms
     x = np.array([0.3, 0.9], dtype)
-    c, plain, points, got, lean = _compiled_and_plain(_burgers, x)
+    c, plain, points, got, lean = compiled_and_interpreted(_burgers, x)
     reverse = _function(lean.loop_code[1], "reverse")
     assert re.search(r"\bz\d+ = V\.dtype\.type\(", reverse)      # values as locals
     assert re.search(r"\ba\d+ = ", reverse)                        # adjoints as locals
@@ -118,7 +99,7 @@ def test_a_stencil_run_is_one_loop_with_deferred_terms(loop_bodies, dtype):
     # (kernels/cell_adds.py); a chunk's code keeps its loops
     assert "for cell in range(" in reverse
     assert "for cell in range(" not in _function(lean.loop_code[1], "reverse_points")
-    _same_bits(plain, points, got)
+    same_bits(plain, points, got)
     many = np.stack(points)                                  # (the chunk-of-points code)
     np.testing.assert_array_equal(F.vmap(c.grad)(many).numpy(),
                                   np.stack([g.numpy() for _, g in got]))
@@ -128,10 +109,10 @@ def test_fused_and_unfused_code_agree_and_fusing_shortens_the_body(loop_bodies,
                                                                   monkeypatch):
     terms = [(0, 2, "add"), (1, 0, "mul"), (2, 1, "sub")]
     x = np.array([0.3, 0.9])
-    c, _, points, got, lean = _compiled_and_plain(_stencil_model(terms), x)
+    c, _, points, got, lean = compiled_and_interpreted(_stencil_model(terms), x)
     fused = lean.loop_code[1]
     monkeypatch.setattr(fusion, "MIN_RUN", 10 ** 9)
-    _, _, _, plain_got, plain_lean = _compiled_and_plain(_stencil_model(terms), x)
+    _, _, _, plain_got, plain_lean = compiled_and_interpreted(_stencil_model(terms), x)
     unfused = plain_lean.loop_code[1]
     assert not re.search(r"\bz\d+ = ", unfused) and re.search(r"\bz\d+ = ", fused)
     assert fused.count("for k in range(") < unfused.count("for k in range(")
@@ -153,8 +134,8 @@ def test_nothing_hoisted_out_of_the_loop_reads_what_the_loop_writes(loop_bodies,
     # loop bodies, fused or not: values off in the 5th digit, or nan)
     f = _stencil_model([(1, 2, "mul"), (0, 1, "param"), (0, 0, "param")])
     x = np.array([0.3, 0.9])
-    c, plain, points, got, lean = _compiled_and_plain(f, x)
-    _same_bits(plain, points, got)
+    c, plain, points, got, lean = compiled_and_interpreted(f, x)
+    same_bits(plain, points, got)
     eager = at.tensor(points[0], requires_grad=True)
     np.testing.assert_allclose(got[0][0].numpy(), f(eager).numpy(), rtol=1e-14)
 
@@ -186,8 +167,8 @@ def test_a_run_never_reads_what_an_instruction_it_skips_over_writes(loop_bodies,
     # checked, so the run's loop read h before the code after it wrote h (an older bug
     # of fused bodies: an ODE solve's compiled value off in the 3rd digit)
     x = np.array([0.3, 0.9])
-    c, plain, points, got, lean = _compiled_and_plain(_scalar_amid_a_run, x)
-    _same_bits(plain, points, got)
+    c, plain, points, got, lean = compiled_and_interpreted(_scalar_amid_a_run, x)
+    same_bits(plain, points, got)
     eager = at.tensor(points[0], requires_grad=True)
     np.testing.assert_allclose(got[0][0].numpy(), _scalar_amid_a_run(eager).numpy(),
                                rtol=1e-14)
@@ -197,9 +178,9 @@ def test_a_broadcast_operands_lanes_agree_with_the_interpreters(loop_bodies, fus
     # a parameter broadcast into a where's branch and into a product: its terms go to
     # W and are summed in lanes after the loop (lane_sum), as the interpreter sums them
     x = np.array([1.0, 0.5, 0.7])
-    c, plain, points, got, lean = _compiled_and_plain(broadcast_where(np), x)
+    c, plain, points, got, lean = compiled_and_interpreted(broadcast_where(np), x)
     assert "lane_sum(W, " in lean.loop_code[1]
-    _same_bits(plain, points, got)
+    same_bits(plain, points, got)
 
 
 def _dear(p):
@@ -215,12 +196,12 @@ def test_a_body_reads_back_dear_values_instead_of_recomputing_them(loop_bodies, 
     # pow, sin and exp cost ~10 ns a call: the forward keeps their values (in V) and
     # the reverse reads them back; the cheap ops around them it recomputes
     x = np.array([0.3, 0.9])
-    c, plain, points, got, lean = _compiled_and_plain(_dear, x)
+    c, plain, points, got, lean = compiled_and_interpreted(_dear, x)
     reverse, forward = (_function(lean.loop_code[1], k) for k in ("reverse", "forward"))
     for dear in (f"binary_value({POW},", f"unary_value({SIN},", f"unary_value({EXP},"):
         assert dear in forward and dear not in reverse
     assert f"unary_value({NEG}," in reverse                 # (recomputed: cheap)
-    _same_bits(plain, points, got)
+    same_bits(plain, points, got)
 
 
 GRID = 6
@@ -256,13 +237,13 @@ def test_gathers_from_the_last_step_join_a_run(loop_bodies, dtype):
     # (an element reads Vo[S[k]]) and its adjoint terms, added anywhere in the grid,
     # go to W and are added after the loop in the unfused order
     x = np.array([0.3, 0.9], dtype)
-    c, plain, points, got, lean = _compiled_and_plain(
+    c, plain, points, got, lean = compiled_and_interpreted(
         _rolls_model([(1, 0, "add"), (-1, 0, "add"), (1, 1, "add"), (-1, 1, "mul")]), x)
     forward, reverse = (_function(lean.loop_code[1], k) for k in ("forward", "reverse"))
     assert re.search(r"\bz\d+ = V\.dtype\.type\(Vo\[S\d+\[k\]\]\)", forward)
     assert "# GATHER" not in forward                     # (none left unfused)
     assert re.search(r"Go\[S\d+\[k\]\] \+= W\[\d+ \+ k\]", reverse)
-    _same_bits(plain, points, got)
+    same_bits(plain, points, got)
     many = np.stack(points)                                  # (the chunk-of-points code)
     np.testing.assert_array_equal(F.vmap(c.grad)(many).numpy(),
                                   np.stack([g.numpy() for _, g in got]))
@@ -295,13 +276,13 @@ def test_a_1d_roll_and_a_periodic_diff_stay_gathers_and_join_the_step_s_run(loop
     # 64-cell advection step: 53 one-cell instructions); one gather of the last step's
     # grid keeps every instruction over all 40 cells, and the step fuses
     x = np.array([0.05, 0.1], dtype)
-    c, plain, points, got, lean = _compiled_and_plain(_advection, x)
+    c, plain, points, got, lean = compiled_and_interpreted(_advection, x)
     body = lean.instr[lean.loop[0]:lean.loop[0] + lean.loop[1]]
     assert set(body[body[:, I_OP] != COPY, I_N].tolist()) == {40}   # (p[0], p[1]: one)
     forward = _function(lean.loop_code[1], "forward").split("for t in range(")[1]
     assert "# GATHER" not in forward            # (fused: its index runs, 1 + 38 + 1 cells,
     assert len(re.findall(r"for k in range\(", forward)) == 3    # one loop each)
-    _same_bits(plain, points, got)
+    same_bits(plain, points, got)
     _chunks_agree(c, points, got)
     eager = at.tensor(points[0], requires_grad=True)
     np.testing.assert_allclose(got[0][1].numpy(), at.grad(_advection(eager), eager)[0]
@@ -317,14 +298,14 @@ def test_the_rolls_of_a_larger_grid_scatter_over_runs(loop_bodies):
     # the reverse reads and that read the rolls the forward keeps, so that no gather
     # runs again in the reverse; the interpreter's bits
     x = np.array([0.3, 0.9])
-    c, plain, points, got, lean = _compiled_and_plain(
+    c, plain, points, got, lean = compiled_and_interpreted(
         _rolls_model([(1, 0, "add"), (-1, 1, "mul"), (1, 1, "add")], steps=20, grid=18), x)
     reverse = _function(lean.loop_code[1], "reverse")
     assert "# GATHER" not in reverse and "Vo[S" not in reverse
     assert len(re.findall(r"acc = V\.dtype\.type\(acc \+ \(W\[\d+ \+ R\d+\[k\]\]\)\)",
                           reverse)) == 3
     assert re.search(r"Go\[S\d+\[k\]\] \+= W\[\d+ \+ k\]", reverse)       # (pick's)
-    _same_bits(plain, points, got)
+    same_bits(plain, points, got)
     _chunks_agree(c, points, got)
 
 
@@ -355,7 +336,7 @@ def test_a_heat_step_sums_in_its_loop_and_keeps_what_its_reverse_reads_of_rolls(
     # the state (0.1 * (...) reads (...) only for the constant's adjoint); the source's
     # copies of each step leave no slots behind; the interpreter's bits
     x = np.array([0.3, 0.9], dtype)
-    c, plain, points, got, lean = _compiled_and_plain(_heat_2d, x)
+    c, plain, points, got, lean = compiled_and_interpreted(_heat_2d, x)
     forward, reverse, chunk = (_function(lean.loop_code[1], k) for k in (
         "forward", "reverse", "forward_points"))
     summed = r"sum\d+ = V\.dtype\.type\(sum\d+ \+ f64\(z\d+\)\)  # SCATTER_ADD"
@@ -369,7 +350,7 @@ def test_a_heat_step_sums_in_its_loop_and_keeps_what_its_reverse_reads_of_rolls(
     first = int(lean.instr[:, I_OUT].min())
     sources = set(lean.in_slots.tolist()) | set(lean.const_slots.tolist())
     assert set(range(first)) <= sources
-    _same_bits(plain, points, got)
+    same_bits(plain, points, got)
     many = np.stack(points)
     np.testing.assert_array_equal(F.vmap(c.grad)(many).numpy(),
                                   np.stack([g.numpy() for _, g in got]))
@@ -395,11 +376,11 @@ def _sum_of_state(p):
 @pytest.mark.parametrize("dtype", [np.float64, np.float32])
 def test_a_sum_of_the_state_adds_up_in_the_step_s_loop(loop_bodies, dtype):
     x = np.array([0.3, 0.9], dtype)
-    c, plain, points, got, lean = _compiled_and_plain(_sum_of_state, x)
+    c, plain, points, got, lean = compiled_and_interpreted(_sum_of_state, x)
     forward = _function(lean.loop_code[1], "forward")
     assert len(re.findall(r"sum\d+ = V\.dtype\.type\(sum\d+ \+ f64\(z\d+\)\)", forward)) == 1
     assert not re.search(r"\+ f\)?\] \+= ", forward)
-    _same_bits(plain, points, got)
+    same_bits(plain, points, got)
     _chunks_agree(c, points, got)
 
 
@@ -410,8 +391,8 @@ def test_random_stencils_and_rolls_keep_the_interpreters_bits(loop_bodies, model
     # stencils of slices at drawn offsets and ops; 2-D rolls of the last step's grid
     # (fused gathers) and of this step's values (not fused)
     x = np.array([0.3, 0.9])
-    c, plain, points, got, lean = _compiled_and_plain(model, x)
-    _same_bits(plain, points, got)
+    c, plain, points, got, lean = compiled_and_interpreted(model, x)
+    same_bits(plain, points, got)
 
 
 def _dense_output(p):
@@ -429,8 +410,8 @@ def test_a_deferred_first_term_assigns_after_the_loop(loop_bodies, fused, monkey
     # (cut as without lifting: with it, the run's terms first reach memory, not a
     # temporary's adjoint)
     monkeypatch.setattr(fusion, "_liftable", lambda *args: False)
-    c, plain, points, got, lean = _compiled_and_plain(_dense_output, np.array([1.3]))
-    _same_bits(plain, points, got)
+    c, plain, points, got, lean = compiled_and_interpreted(_dense_output, np.array([1.3]))
+    same_bits(plain, points, got)
     reverse = lean.loop_code[1].split("def reverse(")[1].split("\ndef ")[0]
     assert re.search(r"GT\[\d+ \+ k\] = W\[", reverse) or not fused
 
@@ -440,22 +421,22 @@ def test_instructions_over_all_cells_cut_like_the_boundary_pieces_join_one_run(l
     # reading them: cut alike (kernels/pieces.py), the 38-cell pieces fuse into one
     # element loop a step in each direction; the interpreter's bits
     x = np.array([0.3, 0.9])
-    c, plain, points, got, lean = _compiled_and_plain(lambda p: _burgers(p, 40), x)
+    c, plain, points, got, lean = compiled_and_interpreted(lambda p: _burgers(p, 40), x)
     widths = lean.instr[lean.loop[0]:lean.loop[0] + lean.loop[1], I_N]
     assert sorted(set(widths.tolist())) == [1, 38]
     forward, reverse = (_function(lean.loop_code[1], k) for k in ("forward", "reverse"))
     assert forward.count("for k in range(38):") == 1
     assert reverse.count("for k in range(38):") <= 3
-    _same_bits(plain, points, got)
+    same_bits(plain, points, got)
 
 
 def test_instructions_over_a_few_cells_are_not_cut(loop_bodies):
     # 20 cells (under PIECES_MIN_CELLS): a boundary line in each direction per cut
     # instruction cost more than the shorter loops saved
-    c, plain, points, got, lean = _compiled_and_plain(_burgers, np.array([0.3, 0.9]))
+    c, plain, points, got, lean = compiled_and_interpreted(_burgers, np.array([0.3, 0.9]))
     widths = lean.instr[lean.loop[0]:lean.loop[0] + lean.loop[1], I_N]
     assert 20 in widths.tolist()
-    _same_bits(plain, points, got)
+    same_bits(plain, points, got)
 
 
 def _heat(p):
@@ -472,11 +453,11 @@ def test_cuts_carry_on_through_what_they_cut(loop_bodies):
     # those, then c * u as the sum's pieces read it: every instruction of the step is
     # pieces of 1 + 46 + 1 cells (cut halfway, the step kept a loop over 48 cells and
     # took 3% longer than uncut)
-    c, plain, points, got, lean = _compiled_and_plain(_heat, np.array([0.2, 0.5]))
+    c, plain, points, got, lean = compiled_and_interpreted(_heat, np.array([0.2, 0.5]))
     widths = lean.instr[lean.loop[0]:lean.loop[0] + lean.loop[1], I_N]
     assert sorted(set(widths.tolist())) == [1, 46]
     assert "range(48)" not in _function(lean.loop_code[1], "forward")
-    _same_bits(plain, points, got)
+    same_bits(plain, points, got)
 
 
 def _oscillators(p):
@@ -499,7 +480,7 @@ def test_constant_exponents_are_literals_and_parameters_load_before_the_loop(
     # in every cell was reloaded per element (LLVM cannot tell it from the cells the
     # loop stores)
     x = np.array([0.1, -1.0, 1.0]).astype(dtype)
-    c, plain, points, got, lean = _compiled_and_plain(_oscillators, x)
+    c, plain, points, got, lean = compiled_and_interpreted(_oscillators, x)
     forward, reverse = (_function(lean.loop_code[1], k) for k in ("forward", "reverse"))
     for exponent in ("3.0", "2.0", "2.5"):
         assert f"binary_value({POW}, f64(Vo[" in forward
@@ -513,7 +494,7 @@ def test_constant_exponents_are_literals_and_parameters_load_before_the_loop(
     for text in (forward, reverse):
         for loop in re.finditer(r"\n(\s*)for k in range\(\d+\):\n((?:\1    .*\n)+)", text):
             assert not re.search(r"f64\(V\[\d+\]\)", loop.group(2)), loop.group(0)
-    _same_bits(plain, points, got)
+    same_bits(plain, points, got)
 
 
 def _forced(p):
@@ -535,11 +516,11 @@ def test_a_term_amid_a_run_that_reads_none_of_it_runs_before_its_loop(loop_bodie
     # two (the oscillators' forward 12 -> 8 us as one); lifted before the loop, the
     # step is one loop each way, the interpreter's bits
     x = np.array([0.1, 1.0, 0.3]).astype(dtype)
-    c, plain, points, got, lean = _compiled_and_plain(_forced, x)
+    c, plain, points, got, lean = compiled_and_interpreted(_forced, x)
     for name in ("forward", "reverse"):                  # (the reverse's other loops
         step = _function(lean.loop_code[1], name).split("for t in range(")[1]  # add W's
         assert len(re.findall(r"for k in range\(12\):\n\s+[az]\d+ = ", step)) == 1, name
-    _same_bits(plain, points, got)
+    same_bits(plain, points, got)
     _chunks_agree(c, points, got)
 
 
@@ -554,8 +535,8 @@ def test_another_exponent_is_another_module(loop_bodies):
     x = np.array([0.7])
     sources = []
     for e in (3.0, 1.5):
-        c, plain, points, got, lean = _compiled_and_plain(f(e), x)
-        _same_bits(plain, points, got)
+        c, plain, points, got, lean = compiled_and_interpreted(f(e), x)
+        same_bits(plain, points, got)
         sources.append(lean.loop_code[1])
     assert sources[0] != sources[1]
 
@@ -582,7 +563,7 @@ def test_a_matrix_vector_product_sums_its_rows_in_the_step_s_loop(loop_bodies, d
     # each row's products summed as they are computed, not stored and read back by a
     # scatter's loop (a 20-node epidemic's forward 82 -> 34 us), in the same order
     x = np.array([0.8, 0.3], dtype)
-    c, plain, points, got, lean = _compiled_and_plain(_network, x)
+    c, plain, points, got, lean = compiled_and_interpreted(_network, x)
     forward = _function(lean.loop_code[1], "forward")
     assert re.search(rf"for kr in range\({NODES}\):\n\s+sum\d+ = 0\.0\n\s+for kc in "
                      rf"range\({NODES}\):\n\s+k = kr \* {NODES} \+ kc\n", forward)
@@ -592,6 +573,6 @@ def test_a_matrix_vector_product_sums_its_rows_in_the_step_s_loop(loop_bodies, d
     for d in ("1.0", f"{NODES}.0"):
         assert re.search(rf"a\d+ = V\.dtype\.type\(0\.0 \+ f64\(\w+\[\d+ \+ k // {NODES}\]\) "
                          rf"/ {re.escape(d)}\)", reverse), d
-    _same_bits(plain, points, got)
+    same_bits(plain, points, got)
     _chunks_agree(c, points, got)
 

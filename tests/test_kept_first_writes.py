@@ -13,6 +13,7 @@ import pytest
 
 import autotape as at
 import autotape.func as F
+from programs import compiled_and_interpreted, same_bits
 
 CELLS, STEPS = 16, 60
 
@@ -72,24 +73,6 @@ def two_outputs(p):
 P = np.array([0.3, 1.1, 0.6, 0.7])
 
 
-def _compiled_and_plain(f, x, **kw):
-    c, plain = at.compile(f, x, **kw), at.compile(f, x)
-    points = [x * s for s in (1.0, 0.9, 1.1, 0.8, 1.2)]       # past COMPILE_LOOP_AFTER
-    got = [c.value_and_grad(p) for p in points]
-    lean = next(iter(c._programs.values())).lean
-    assert lean.loop is not None and lean.loop_kernels is not None
-    for prog in plain._programs.values():
-        prog.lean.loop = None                                # (the interpreter)
-    return c, plain, points, got, lean
-
-
-def _same_bits(plain, points, got):
-    for p, (value, g) in zip(points, got):
-        want, want_g = plain.value_and_grad(p)
-        np.testing.assert_array_equal(value.numpy(), want.numpy())
-        np.testing.assert_array_equal(g.numpy(), want_g.numpy())
-
-
 def _clear(lean):
     """(the spans ``clear`` zeroes before every sweep, those only when ``every``)."""
     source = lean.loop_code[1]
@@ -102,10 +85,10 @@ def _clear(lean):
 @pytest.mark.parametrize("dtype", [np.float64, np.float32])
 @pytest.mark.parametrize("f", [oscillators, leapfrog], ids=["lag 1", "lag 2"])
 def test_the_state_s_first_write_assigns_and_skips_the_clear(loop_bodies, f, dtype):
-    c, plain, points, got, lean = _compiled_and_plain(f, P.astype(dtype))
+    c, plain, points, got, lean = compiled_and_interpreted(f, P.astype(dtype))
     bulk, every = _clear(lean)
     assert every                                # (the state: assigned, not cleared)
-    _same_bits(plain, points, got)
+    same_bits(plain, points, got)
     np.testing.assert_array_equal(F.vmap(c.grad)(np.stack(points)).numpy(),
                                   np.stack([g.numpy() for _, g in got]))
 
@@ -113,10 +96,10 @@ def test_the_state_s_first_write_assigns_and_skips_the_clear(loop_bodies, f, dty
 @pytest.mark.parametrize("f", [trajectory, relaxation],
                          ids=["read after the loop", "initial state a parameter"])
 def test_a_slot_something_else_adds_to_first_is_cleared_and_added_to(loop_bodies, f):
-    c, plain, points, got, lean = _compiled_and_plain(f, P)
+    c, plain, points, got, lean = compiled_and_interpreted(f, P)
     bulk, every = _clear(lean)
     assert bulk and not every
-    _same_bits(plain, points, got)
+    same_bits(plain, points, got)
 
 
 def test_a_jacobian_s_sweeps_and_checkpointed_segments_keep_the_bits(loop_bodies):
