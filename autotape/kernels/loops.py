@@ -1269,8 +1269,8 @@ def _kept_first_writes(body, steps, summed_back):
     the code after the loop (``read_after``, an ODE solve's table of steps), nor the
     loop's fixed operands, where the first repetitions reach back before the loop; nor
     a gather or a sum, whose adds no line names. (A loop that settles: its passes over
-    the settled copy clear as they go, and the settled repetition's state adjoints are
-    zeroed before the passes hand theirs back: kernels/settling.py another_pass.)"""
+    the settled copy clear as they go, and the settled repetition's assigned state
+    adjoints are zeroed before the passes hand theirs back: settling.another_pass.)"""
     instr, base, delta, writes = body.instr, body.base, body.delta, body.writes
     kept = {e for e, q in writes.items() if q not in body.temporary}
     blocked, writers, order = set(), {}, {}
@@ -1538,7 +1538,7 @@ while at[0] >= first:
     {reverse}
     if at[1] == 0:
         at[0] -= 1
-    elif another_pass(at, A, Go, G, STATE, ASTATE, FIXED, delta, shift, ran, {c}):
+    elif another_pass(at, A, Go, G, STATE, ASTATE, FIXED, ASSIGNED, delta, shift, ran, {c}):
         {clear}
         move_adjoints(G, STATE, (t - 1) * delta - shift, t * delta - shift, {c})"""
 
@@ -1561,6 +1561,7 @@ def _settling(body, points, clear, again, rev):
     body.array("STATE", body.state)
     body.array("ASTATE", body.active_state)
     body.array("FIXED", body.fixed)
+    body.array("ASSIGNED", sorted(set(body.state) & body.assigned))
     return filled(_SETTLE).replace("\n", "\n    "), \
         filled(_TANGENT_SETTLE).replace("\n", "\n    "), filled(_SETTLING_REVERSE)
 

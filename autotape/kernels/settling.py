@@ -113,7 +113,7 @@ def pass_changed_nothing(A, Go, active_state, delta, G, fixed, C):
 
 
 @register_jitable
-def another_pass(at, A, Go, G, state, active_state, fixed, delta, shift, ran, C):
+def another_pass(at, A, Go, G, state, active_state, fixed, assigned, delta, shift, ran, C):
     """After a pass over a settled copy (``at``: the repetition swept, the copies left):
     whether another one follows (the caller clears the pass's adjoints and hands its
     state's adjoints on); if not (none left, or this one changed nothing), the
@@ -122,10 +122,10 @@ def another_pass(at, A, Go, G, state, active_state, fixed, delta, shift, ran, C)
     if at[1] > 0 and not pass_changed_nothing(A, Go, active_state, delta, G, fixed, C):
         return True
     t = at[0]
-    settled_at = (ran - 1) * delta - shift      # (its state's adjoints: zero before, as
-    for m in range(state.size):                 # no repetition after it was swept; the
-        for j in range(C):                      # clear leaves those a first write
-            G[(state[m] + settled_at) * C + j] = 0.0    # assigns: loops.py)
+    settled_at = (ran - 1) * delta - shift      # (the state slots whose first write
+    for m in range(assigned.size):              # assigns, ``assigned``, the clear left
+        for j in range(C):                      # as they were: no repetition after
+            G[(assigned[m] + settled_at) * C + j] = 0.0     # it was swept; loops.py)
     move_adjoints(G, state, (t - 1) * delta - shift, settled_at, C)
     at[0], at[1] = ran - 1, 0
     return False
